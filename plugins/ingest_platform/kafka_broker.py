@@ -1,0 +1,380 @@
+"""Run a real single-node Apache Kafka broker (KRaft, combined broker and controller).
+
+The broker runs from the Maven-fetched jars in ``.ingest/jars/kafka`` (``make jars``), on
+loopback, with its data, logs, rendered configuration and pid file in one folder
+(:attr:`KafkaSettings.data_path`). It is the same broker in the demo, in the tests and in CI.
+
+Rules this module keeps:
+
+* ``up`` formats the storage on first start only, returns once the broker answers a metadata
+  request, and is idempotent (a second ``up`` reports the running broker);
+* it never uses a broker it did not start: a port held by anything else is an error that
+  names the port;
+* ``down`` stops only the process it started, identified by pid *and* command line (a pid
+  can be reused by an unrelated process after a crash).
+"""
+
+from __future__ import annotations
+
+import base64
+import contextlib
+import errno
+import fcntl
+import os
+import shutil
+import signal
+import socket
+import subprocess
+import time
+import uuid
+from collections.abc import Iterator
+from dataclasses import dataclass
+from pathlib import Path
+from string import Template
+
+import psutil
+
+from spark_jobs.settings import INCLUDE_DIR, KafkaSettings, ingest_home
+
+SERVER_PROPERTIES_TEMPLATE = INCLUDE_DIR / "kafka" / "server.properties"
+LOG4J2_PROPERTIES = INCLUDE_DIR / "kafka" / "log4j2.properties"
+#: The broker's main class inside kafka_2.13.
+BROKER_MAIN_CLASS = "kafka.Kafka"
+#: Kafka's storage formatter (``kafka-storage.sh format``).
+STORAGE_TOOL_CLASS = "kafka.tools.StorageTool"
+
+
+class BrokerError(RuntimeError):
+    """Base class of every error this module raises."""
+
+
+class PortInUseError(BrokerError):
+    """A port the broker needs is held by a process this platform did not start."""
+
+
+class BrokerStartError(BrokerError):
+    """The broker process exited or did not answer in time; the message has its log tail."""
+
+
+@dataclass(frozen=True)
+class BrokerStatus:
+    """What ``ingestctl kafka status`` reports.
+
+    :param running: the broker this platform started is alive.
+    :param pid: its process id, when running.
+    :param bootstrap_servers: ``host:port`` clients use.
+    :param data_dir: folder with the broker's data, logs and configuration.
+    :param already_running: ``up`` found the broker running and started nothing.
+    """
+
+    running: bool
+    pid: int | None
+    bootstrap_servers: str
+    data_dir: Path
+    already_running: bool = False
+
+    def describe(self) -> str:
+        """One line for people: state, address, pid and folder."""
+        if not self.running:
+            return f"kafka: stopped (would listen on {self.bootstrap_servers}; data {self.data_dir})"
+        prefix = "already running" if self.already_running else "running"
+        return (
+            f"kafka: {prefix} on {self.bootstrap_servers} (pid {self.pid}; data {self.data_dir})"
+        )
+
+
+def kafka_jars_dir() -> Path:
+    """Return the folder with the broker's jars (``kafka_2.13`` and its runtime closure)."""
+    return ingest_home() / "jars" / "kafka"
+
+
+class KafkaBroker:
+    """Start, stop and inspect the platform's own Kafka broker.
+
+    :param settings: where the broker listens and keeps its data.
+    :param java: the ``java`` executable; ``$JAVA_HOME/bin/java`` or ``java`` on ``PATH``.
+
+    Example::
+
+        broker = KafkaBroker(get_settings().kafka)
+        print(broker.up().describe())   # kafka: running on 127.0.0.1:9092 (pid ...)
+        broker.down()
+    """
+
+    def __init__(self, settings: KafkaSettings, *, java: str | None = None) -> None:
+        self.settings = settings
+        self.data_dir = settings.data_path
+        self.java = java or _find_java()
+
+    # -- files -------------------------------------------------------------------------
+    @property
+    def config_path(self) -> Path:
+        """The rendered ``server.properties`` this broker runs with."""
+        return self.data_dir / "server.properties"
+
+    @property
+    def log_dir(self) -> Path:
+        """Folder of the broker's own logs (``server.log``, ``kafka.out``)."""
+        return self.data_dir / "logs"
+
+    @property
+    def storage_dir(self) -> Path:
+        """Kafka's ``log.dirs``: topic partitions and KRaft metadata."""
+        return self.data_dir / "kraft-data"
+
+    @property
+    def pid_path(self) -> Path:
+        """Pid of the broker process this platform started."""
+        return self.data_dir / "broker.pid"
+
+    # -- public API ----------------------------------------------------------------------
+    def status(self) -> BrokerStatus:
+        """Report whether the broker this platform started is alive (no network call)."""
+        process = self._own_process()
+        return BrokerStatus(
+            running=process is not None,
+            pid=process.pid if process else None,
+            bootstrap_servers=self.settings.bootstrap_servers,
+            data_dir=self.data_dir,
+        )
+
+    def up(self) -> BrokerStatus:
+        """Start the broker unless it already runs; return once it answers metadata requests.
+
+        :raises PortInUseError: the client or controller port is held by another process.
+        :raises BrokerStartError: Java or the jars are missing, formatting failed, or the
+            broker exited or did not answer within ``start_timeout_s`` seconds (the message
+            carries the last lines of its log; a half-started process is stopped).
+        """
+        self.data_dir.mkdir(parents=True, exist_ok=True)
+        with self._lock():
+            current = self.status()
+            if current.running:
+                self._wait_ready(current.pid)
+                return BrokerStatus(
+                    running=True,
+                    pid=current.pid,
+                    bootstrap_servers=current.bootstrap_servers,
+                    data_dir=self.data_dir,
+                    already_running=True,
+                )
+            for port in (self.settings.port, self.settings.controller_port):
+                _ensure_port_free(self.settings.host, port)
+            self._render_config()
+            if not (self.storage_dir / "meta.properties").exists():
+                self._format_storage()
+            pid = self._spawn()
+            try:
+                self._wait_ready(pid)
+            except BrokerStartError:
+                self._terminate(pid, timeout_s=10)
+                raise
+            return self.status()
+
+    def down(self, timeout_s: float = 30.0) -> bool:
+        """Stop the broker this platform started (SIGTERM, then SIGKILL after ``timeout_s``).
+
+        :returns: ``True`` if a broker was stopped, ``False`` if none was running.
+        """
+        with self._lock():
+            process = self._own_process()
+            if process is None:
+                self.pid_path.unlink(missing_ok=True)
+                return False
+            self._terminate(process.pid, timeout_s=timeout_s)
+            self.pid_path.unlink(missing_ok=True)
+            return True
+
+    def log_tail(self, lines: int = 40) -> str:
+        """Return the last ``lines`` lines of the broker's logs, for error messages."""
+        chunks = []
+        for path in (self.log_dir / "kafka.out", self.log_dir / "server.log"):
+            if path.exists():
+                text = path.read_text(errors="replace").splitlines()[-lines:]
+                chunks.append(f"--- {path} (last {len(text)} lines)\n" + "\n".join(text))
+        return "\n".join(chunks) or f"(no broker log in {self.log_dir})"
+
+    # -- internals -----------------------------------------------------------------------
+    @contextlib.contextmanager
+    def _lock(self) -> Iterator[None]:
+        """Serialize up/down across processes (two terminals, parallel test sessions)."""
+        with open(self.data_dir / ".lock", "w") as handle:
+            fcntl.flock(handle, fcntl.LOCK_EX)
+            try:
+                yield
+            finally:
+                fcntl.flock(handle, fcntl.LOCK_UN)
+
+    def _own_process(self) -> psutil.Process | None:
+        try:
+            pid = int(self.pid_path.read_text().strip())
+            process = psutil.Process(pid)
+            cmdline = process.cmdline()
+        except (FileNotFoundError, ValueError, psutil.NoSuchProcess, psutil.AccessDenied):
+            return None
+        if process.status() == psutil.STATUS_ZOMBIE:
+            return None
+        # The pid may have been reused: it is ours only if it runs our config.
+        if BROKER_MAIN_CLASS in cmdline and str(self.config_path) in cmdline:
+            return process
+        return None
+
+    def _classpath(self) -> str:
+        jars = kafka_jars_dir()
+        if not any(jars.glob("kafka_2.13-*.jar")):
+            raise BrokerStartError(
+                f"no kafka_2.13 jar in {jars}: run `make jars` "
+                "(mvn -f include/maven/pom.xml package) once to fetch the broker"
+            )
+        return f"{jars}/*"
+
+    def _render_config(self) -> None:
+        template = Template(SERVER_PROPERTIES_TEMPLATE.read_text())
+        self.config_path.write_text(
+            template.substitute(
+                host=self.settings.host,
+                port=self.settings.port,
+                controller_port=self.settings.controller_port,
+                log_dirs=self.storage_dir,
+            )
+        )
+
+    def _java_command(self, main_class: str, *args: str) -> list[str]:
+        return [
+            self.java,
+            f"-Xmx{self.settings.heap}",
+            "-Xms128m",
+            "-XX:+UseG1GC",
+            "-Djava.awt.headless=true",
+            f"-Dkafka.logs.dir={self.log_dir}",
+            f"-Dlog4j2.configurationFile={LOG4J2_PROPERTIES}",
+            "-cp",
+            self._classpath(),
+            main_class,
+            *args,
+        ]
+
+    def _format_storage(self) -> None:
+        # A KRaft cluster id is 16 random bytes, URL-safe base64 without padding
+        # (what `kafka-storage.sh random-uuid` prints).
+        cluster_id = base64.urlsafe_b64encode(uuid.uuid4().bytes).decode().rstrip("=")
+        self.log_dir.mkdir(parents=True, exist_ok=True)
+        command = self._java_command(
+            STORAGE_TOOL_CLASS, "format", "-t", cluster_id, "-c", str(self.config_path)
+        )
+        result = subprocess.run(command, capture_output=True, text=True, check=False)
+        if result.returncode != 0:
+            raise BrokerStartError(
+                f"formatting the broker storage in {self.storage_dir} failed "
+                f"(exit {result.returncode}):\n{result.stdout}{result.stderr}"
+            )
+
+    def _spawn(self) -> int:
+        self.log_dir.mkdir(parents=True, exist_ok=True)
+        command = self._java_command(BROKER_MAIN_CLASS, str(self.config_path))
+        with open(self.log_dir / "kafka.out", "ab") as out:
+            # A session of its own: the broker outlives `ingestctl kafka up` and a Ctrl-C in
+            # the terminal that started it.
+            process = subprocess.Popen(
+                command,
+                stdout=out,
+                stderr=subprocess.STDOUT,
+                stdin=subprocess.DEVNULL,
+                start_new_session=True,
+            )
+        self.pid_path.write_text(f"{process.pid}\n")
+        return process.pid
+
+    def _wait_ready(self, pid: int | None) -> None:
+        from kafka import KafkaAdminClient
+        from kafka.errors import KafkaConfigurationError, KafkaError
+
+        deadline = time.monotonic() + self.settings.start_timeout_s
+        last_error: Exception | None = None
+        while time.monotonic() < deadline:
+            if pid is None or not psutil.pid_exists(pid) or _is_zombie(pid):
+                raise BrokerStartError(
+                    f"the Kafka broker (pid {pid}) exited during start-up.\n{self.log_tail()}"
+                )
+            try:
+                admin = KafkaAdminClient(
+                    bootstrap_servers=self.settings.bootstrap_servers,
+                    request_timeout_ms=5000,
+                    client_id="ingestctl-readiness",
+                )
+                try:
+                    admin.describe_cluster()  # a metadata request
+                    return
+                finally:
+                    admin.close()
+            except KafkaConfigurationError:
+                raise
+            except (KafkaError, OSError) as error:  # not up yet: connection refused, timeout
+                last_error = error
+                time.sleep(0.5)
+        raise BrokerStartError(
+            f"the Kafka broker (pid {pid}) did not answer a metadata request on "
+            f"{self.settings.bootstrap_servers} within {self.settings.start_timeout_s:.0f} s "
+            f"(last error: {last_error!r}).\n{self.log_tail()}"
+        )
+
+    @staticmethod
+    def _terminate(pid: int, timeout_s: float) -> None:
+        try:
+            process = psutil.Process(pid)
+            process.send_signal(signal.SIGTERM)
+            try:
+                process.wait(timeout=timeout_s)
+            except psutil.TimeoutExpired:
+                process.kill()
+                process.wait(timeout=10)
+        except psutil.NoSuchProcess:
+            return
+
+
+def _is_zombie(pid: int) -> bool:
+    try:
+        return psutil.Process(pid).status() == psutil.STATUS_ZOMBIE
+    except psutil.NoSuchProcess:
+        return True
+
+
+def _ensure_port_free(host: str, port: int) -> None:
+    """Raise :class:`PortInUseError` if ``host:port`` cannot be bound."""
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as probe:
+        # SO_REUSEADDR so that a port in TIME_WAIT from our own earlier broker counts as free,
+        # exactly as the broker itself will see it.
+        probe.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        try:
+            probe.bind((host, port))
+        except OSError as error:
+            if error.errno != errno.EADDRINUSE:
+                raise
+            raise PortInUseError(
+                f"port {port} on {host} is already in use by another process "
+                f"({_port_owner(port)}). ingestctl never uses a Kafka broker it did not start: "
+                f"stop that process, or choose other ports with --port/--controller-port "
+                f"(or INGEST_KAFKA__PORT / INGEST_KAFKA__CONTROLLER_PORT)."
+            ) from None
+
+
+def _port_owner(port: int) -> str:
+    try:
+        for conn in psutil.net_connections(kind="tcp"):
+            if conn.laddr and conn.laddr.port == port and conn.status == psutil.CONN_LISTEN:
+                if conn.pid:
+                    name = psutil.Process(conn.pid).name()
+                    return f"pid {conn.pid}, {name}"
+    except (psutil.Error, OSError):
+        pass
+    return "owner unknown"
+
+
+def _find_java() -> str:
+    java_home = os.environ.get("JAVA_HOME")
+    if java_home and (Path(java_home) / "bin" / "java").exists():
+        return str(Path(java_home) / "bin" / "java")
+    found = shutil.which("java")
+    if not found:
+        raise BrokerStartError("java not found: install a Java 17 JDK (or set JAVA_HOME)")
+    return found

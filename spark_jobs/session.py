@@ -1,0 +1,116 @@
+"""The one SparkSession builder used by every job and by the tests.
+
+Jars come from the Maven step at set-up (``make jars`` -> ``.ingest/jars/spark``) and reach
+Spark as local files through ``spark.jars``; nothing downloads at run time (no
+``spark.jars.packages``, no Ivy).
+"""
+
+from __future__ import annotations
+
+import os
+import sys
+from collections.abc import Mapping
+from pathlib import Path
+from typing import TYPE_CHECKING
+
+from spark_jobs.settings import PlatformSettings, get_settings, ingest_home
+
+if TYPE_CHECKING:
+    from pyspark.sql import SparkSession
+
+
+class MissingJarsError(RuntimeError):
+    """The Maven-fetched jars are not where the platform expects them."""
+
+
+def spark_jars_dir() -> Path:
+    """Return the folder holding the jars Spark needs beyond pyspark's own (Kafka, Delta)."""
+    return ingest_home() / "jars" / "spark"
+
+
+def spark_jar_paths() -> list[Path]:
+    """Return the local jar files for ``spark.jars`` (or ``spark-submit --jars``), sorted.
+
+    :raises MissingJarsError: the folder is missing or lacks the Kafka or Delta connector;
+        the message says to run ``make jars``.
+    """
+    folder = spark_jars_dir()
+    jars = sorted(folder.glob("*.jar")) if folder.is_dir() else []
+    names = " ".join(jar.name for jar in jars)
+    for needed in ("spark-sql-kafka-0-10_", "delta-spark_"):
+        if needed not in names:
+            raise MissingJarsError(
+                f"no {needed}*.jar in {folder}: run `make jars` "
+                "(mvn -f include/maven/pom.xml package) once to fetch the JVM jars"
+            )
+    return jars
+
+
+def spark_conf(
+    app_name: str, settings: PlatformSettings | None = None
+) -> dict[str, str]:
+    """Return the Spark configuration the platform uses, as ``spark.*`` key/value strings.
+
+    Shared by :func:`build_spark_session` and by Airflow's SparkSubmitOperator tasks, so that
+    a job behaves the same whether it starts from Python or from ``spark-submit``.
+
+    :param app_name: ``spark.app.name``.
+    :param settings: platform settings; the current profile's when ``None``.
+    :raises MissingJarsError: see :func:`spark_jar_paths`.
+    """
+    settings = settings or get_settings()
+    spark = settings.spark
+    return {
+        "spark.app.name": app_name,
+        "spark.master": spark.master,
+        "spark.jars": ",".join(str(jar) for jar in spark_jar_paths()),
+        "spark.sql.extensions": "io.delta.sql.DeltaSparkSessionExtension",
+        "spark.sql.catalog.spark_catalog": "org.apache.spark.sql.delta.catalog.DeltaCatalog",
+        "spark.sql.shuffle.partitions": str(spark.shuffle_partitions),
+        "spark.default.parallelism": str(spark.shuffle_partitions),
+        "spark.driver.memory": spark.driver_memory,
+        "spark.ui.enabled": str(spark.ui_enabled).lower(),
+        "spark.ui.showConsoleProgress": "false",
+        # Data from outside must not crash a job: ANSI stays on (Spark 4's default) and the
+        # jobs parse with try_cast/permissive functions instead.
+        "spark.sql.ansi.enabled": "true",
+        "spark.sql.session.timeZone": "UTC",
+        # Tables are addressed by path: no Hive metastore (a Derby folder in the cwd).
+        "spark.sql.catalogImplementation": "in-memory",
+        "spark.sql.warehouse.dir": str(ingest_home() / "spark-warehouse"),
+    }
+
+
+def build_spark_session(
+    app_name: str,
+    *,
+    settings: PlatformSettings | None = None,
+    extra_conf: Mapping[str, str] | None = None,
+) -> SparkSession:
+    """Build (or return the running) SparkSession with Delta and the Kafka connector.
+
+    :param app_name: ``spark.app.name``, shown in the Spark UI and logs.
+    :param settings: platform settings; the current profile's when ``None``.
+    :param extra_conf: more ``spark.*`` settings; they win over the platform's.
+    :returns: a SparkSession whose master comes from ``settings.spark.master`` (default
+        ``local[*]``), with the Delta SQL extension and catalog and the local Kafka/Delta jars.
+    :raises MissingJarsError: see :func:`spark_jar_paths`.
+
+    Example::
+
+        spark = build_spark_session("bronze_ingest")
+        spark.read.format("delta").load(path).count()
+    """
+    from pyspark.sql import SparkSession
+
+    # Python workers must run the interpreter that has this project installed.
+    os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
+    os.environ.setdefault("PYSPARK_DRIVER_PYTHON", sys.executable)
+    conf = spark_conf(app_name, settings)
+    conf.update(extra_conf or {})
+    builder = SparkSession.builder
+    for key, value in conf.items():
+        builder = builder.config(key, value)
+    spark = builder.getOrCreate()
+    spark.sparkContext.setLogLevel("WARN")
+    return spark

@@ -1,0 +1,162 @@
+"""Platform settings: one typed object built from ``include/platform.yaml`` and the environment.
+
+Configuration flows one way (DESIGN.md, section 7): YAML in ``include/`` -> this validated
+object -> the jobs, the broker and the DAGs. ``INGEST_PROFILE`` picks the YAML profile
+(default ``local``); any field can be overridden by an environment variable
+``INGEST_<SECTION>__<FIELD>`` (for example ``INGEST_KAFKA__PORT=19092``).
+
+This module imports neither pyspark nor Airflow, so DAG files may import it at parse time.
+"""
+
+from __future__ import annotations
+
+import os
+from functools import lru_cache
+from pathlib import Path
+
+from pydantic import BaseModel, Field, field_validator
+from pydantic_settings import (
+    BaseSettings,
+    PydanticBaseSettingsSource,
+    SettingsConfigDict,
+    YamlConfigSettingsSource,
+)
+
+#: The repository root: ``spark_jobs/`` sits directly below it.
+PROJECT_ROOT: Path = Path(__file__).resolve().parents[1]
+#: Non-Python configuration (pom, YAML, log4j) lives here.
+INCLUDE_DIR: Path = PROJECT_ROOT / "include"
+PLATFORM_YAML: Path = INCLUDE_DIR / "platform.yaml"
+
+
+def ingest_home() -> Path:
+    """Return the folder for everything the platform creates at run time.
+
+    ``INGEST_HOME`` if set, else ``<repository>/.ingest`` (ignored by git). Holds the Maven
+    jars (``jars/``), the broker's data, Delta tables and checkpoints.
+    """
+    return Path(os.environ.get("INGEST_HOME", PROJECT_ROOT / ".ingest")).resolve()
+
+
+def _resolve(path: Path) -> Path:
+    return path if path.is_absolute() else ingest_home() / path
+
+
+class KafkaSettings(BaseModel):
+    """The embedded single-node KRaft broker and how clients reach it.
+
+    :param host: listener address; loopback by default (the broker is for this machine only).
+    :param port: client listener port (default 9092).
+    :param controller_port: KRaft controller listener port (default 9093).
+    :param data_dir: broker data and logs; relative paths are below :func:`ingest_home`.
+    :param heap: JVM heap for the broker (``-Xmx``), e.g. ``512m``.
+    :param start_timeout_s: seconds to wait for the broker to answer a metadata request.
+    """
+
+    host: str = "127.0.0.1"
+    port: int = Field(9092, ge=1, le=65535)
+    controller_port: int = Field(9093, ge=1, le=65535)
+    data_dir: Path = Path("kafka")
+    heap: str = Field("512m", pattern=r"^\d+[kmgKMG]$")
+    start_timeout_s: float = Field(90.0, gt=0)
+
+    @property
+    def bootstrap_servers(self) -> str:
+        """``host:port`` of the client listener, for kafka-python and Spark's Kafka source."""
+        return f"{self.host}:{self.port}"
+
+    @property
+    def data_path(self) -> Path:
+        """Absolute path of :attr:`data_dir`."""
+        return _resolve(self.data_dir)
+
+
+class SparkSettings(BaseModel):
+    """How the platform's SparkSessions are built (see :mod:`spark_jobs.session`).
+
+    :param master: Spark master URL: ``local[*]`` by default, ``spark://host:7077`` on a cluster.
+    :param shuffle_partitions: ``spark.sql.shuffle.partitions``; small, since a 2-core machine
+        gains nothing from Spark's default of 200 and each partition costs a task per batch.
+    :param driver_memory: ``spark.driver.memory`` (JVM size string, e.g. ``1g``).
+    :param ui_enabled: whether the driver serves the Spark UI.
+    """
+
+    master: str = "local[*]"
+    shuffle_partitions: int = Field(4, ge=1)
+    driver_memory: str = Field("1g", pattern=r"^\d+[kmgKMG]$")
+    ui_enabled: bool = False
+
+    @field_validator("master")
+    @classmethod
+    def _known_master(cls, value: str) -> str:
+        if not value.startswith(("local", "spark://", "k8s://", "yarn")):
+            raise ValueError(
+                f"spark master {value!r} is not local[...], spark://host:port, k8s://... or yarn"
+            )
+        return value
+
+
+class StorageSettings(BaseModel):
+    """Where Delta tables and streaming checkpoints live.
+
+    :param data_dir: root of the Delta tables (``<data_dir>/<layer>/<table>``).
+    :param checkpoint_dir: root of the checkpoints (``<checkpoint_dir>/<job>``).
+    """
+
+    data_dir: Path = Path("data")
+    checkpoint_dir: Path = Path("checkpoints")
+
+    @property
+    def data_path(self) -> Path:
+        """Absolute path of :attr:`data_dir`."""
+        return _resolve(self.data_dir)
+
+    @property
+    def checkpoint_path(self) -> Path:
+        """Absolute path of :attr:`checkpoint_dir`."""
+        return _resolve(self.checkpoint_dir)
+
+
+class PlatformSettings(BaseSettings):
+    """All platform settings for one profile.
+
+    Sources, strongest first: constructor arguments, ``INGEST_<SECTION>__<FIELD>`` environment
+    variables, the profile's section of ``include/platform.yaml``, the defaults here.
+
+    :raises pydantic.ValidationError: a value has the wrong type or is out of range; the
+        message names the field.
+    """
+
+    model_config = SettingsConfigDict(
+        env_prefix="INGEST_", env_nested_delimiter="__", extra="forbid"
+    )
+
+    kafka: KafkaSettings = KafkaSettings()
+    spark: SparkSettings = SparkSettings()
+    storage: StorageSettings = StorageSettings()
+
+    @classmethod
+    def settings_customise_sources(
+        cls,
+        settings_cls: type[BaseSettings],
+        init_settings: PydanticBaseSettingsSource,
+        env_settings: PydanticBaseSettingsSource,
+        dotenv_settings: PydanticBaseSettingsSource,
+        file_secret_settings: PydanticBaseSettingsSource,
+    ) -> tuple[PydanticBaseSettingsSource, ...]:
+        """Put the YAML profile below the environment and above the defaults."""
+        profile = os.environ.get("INGEST_PROFILE", "local")
+        yaml_source = YamlConfigSettingsSource(
+            settings_cls, yaml_file=PLATFORM_YAML, yaml_config_section=profile
+        )
+        return (init_settings, env_settings, yaml_source)
+
+
+@lru_cache(maxsize=1)
+def get_settings() -> PlatformSettings:
+    """Return the settings of the current profile, read once per process.
+
+    :raises pydantic.ValidationError: see :class:`PlatformSettings`.
+    :raises KeyError: ``INGEST_PROFILE`` names a profile that ``platform.yaml`` lacks.
+    """
+    return PlatformSettings()

@@ -13,7 +13,7 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from spark_jobs.settings import PlatformSettings, get_settings, ingest_home
+from spark_jobs.settings import INCLUDE_DIR, PlatformSettings, get_settings, ingest_home
 
 if TYPE_CHECKING:
     from pyspark.sql import SparkSession
@@ -46,9 +46,7 @@ def spark_jar_paths() -> list[Path]:
     return jars
 
 
-def spark_conf(
-    app_name: str, settings: PlatformSettings | None = None
-) -> dict[str, str]:
+def spark_conf(app_name: str, settings: PlatformSettings | None = None) -> dict[str, str]:
     """Return the Spark configuration the platform uses, as ``spark.*`` key/value strings.
 
     Shared by :func:`build_spark_session` and by Airflow's SparkSubmitOperator tasks, so that
@@ -71,6 +69,10 @@ def spark_conf(
         "spark.driver.memory": spark.driver_memory,
         "spark.ui.enabled": str(spark.ui_enabled).lower(),
         "spark.ui.showConsoleProgress": "false",
+        # Applied when the driver JVM starts (pyspark launch or spark-submit --conf).
+        "spark.driver.extraJavaOptions": (
+            f"-Dlog4j2.configurationFile={INCLUDE_DIR / 'spark' / 'log4j2.properties'}"
+        ),
         # Data from outside must not crash a job: ANSI stays on (Spark 4's default) and the
         # jobs parse with try_cast/permissive functions instead.
         "spark.sql.ansi.enabled": "true",

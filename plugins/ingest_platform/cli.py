@@ -20,7 +20,9 @@ app = typer.Typer(
     no_args_is_help=True,
     pretty_exceptions_enable=False,
 )
-kafka_app = typer.Typer(help="Run the platform's own single-node Kafka broker.", no_args_is_help=True)
+kafka_app = typer.Typer(
+    help="Run the platform's own single-node Kafka broker.", no_args_is_help=True
+)
 app.add_typer(kafka_app, name="kafka")
 
 PortOption = Annotated[
@@ -106,3 +108,21 @@ def kafka_status(
     typer.echo(status.describe())
     if not status.running:
         raise typer.Exit(code=3)
+
+
+@app.command("demo")
+def demo(
+    events: Annotated[
+        int, typer.Option(min=1, max=1_000_000, help="Sample events to produce.")
+    ] = 400,
+) -> None:
+    """Run the platform's main job on embedded defaults (what `make demo` calls)."""
+    from ingest_platform.demo import run_demo
+    from ingest_platform.kafka_broker import BrokerError
+    from ingest_platform.producer import ProduceError
+    from spark_jobs.session import MissingJarsError
+
+    try:
+        run_demo(events)
+    except (BrokerError, ProduceError, MissingJarsError) as error:
+        raise _fail(str(error)) from None

@@ -76,11 +76,11 @@ class BrokerStatus:
     def describe(self) -> str:
         """One line for people: state, address, pid and folder."""
         if not self.running:
-            return f"kafka: stopped (would listen on {self.bootstrap_servers}; data {self.data_dir})"
+            return (
+                f"kafka: stopped (would listen on {self.bootstrap_servers}; data {self.data_dir})"
+            )
         prefix = "already running" if self.already_running else "running"
-        return (
-            f"kafka: {prefix} on {self.bootstrap_servers} (pid {self.pid}; data {self.data_dir})"
-        )
+        return f"kafka: {prefix} on {self.bootstrap_servers} (pid {self.pid}; data {self.data_dir})"
 
 
 def kafka_jars_dir() -> Path:
@@ -105,6 +105,8 @@ class KafkaBroker:
         self.settings = settings
         self.data_dir = settings.data_path
         self.java = java or _find_java()
+        # Log sizes when this object last started the broker: error reports read from there.
+        self._log_offsets: dict[str, int] = {}
 
     # -- files -------------------------------------------------------------------------
     @property
@@ -185,13 +187,30 @@ class KafkaBroker:
             self.pid_path.unlink(missing_ok=True)
             return True
 
-    def log_tail(self, lines: int = 40) -> str:
-        """Return the last ``lines`` lines of the broker's logs, for error messages."""
+    def log_tail(self, lines: int = 30) -> str:
+        """Return the broker's errors and last ``lines`` log lines since the latest start.
+
+        Error lines (``ERROR``/``FATAL`` with the line after, which holds the exception
+        message) come first: a stack trace would otherwise push the cause out of the tail.
+        """
         chunks = []
         for path in (self.log_dir / "kafka.out", self.log_dir / "server.log"):
-            if path.exists():
-                text = path.read_text(errors="replace").splitlines()[-lines:]
-                chunks.append(f"--- {path} (last {len(text)} lines)\n" + "\n".join(text))
+            if not path.exists():
+                continue
+            with open(path, "rb") as handle:
+                handle.seek(self._log_offsets.get(path.name, 0))
+                text = handle.read().decode(errors="replace").splitlines()
+            errors = [
+                f"{line}\n{text[i + 1] if i + 1 < len(text) else ''}".rstrip()
+                for i, line in enumerate(text)
+                if " ERROR " in line or " FATAL " in line
+            ]
+            if errors:
+                chunks.append(f"--- errors in {path}:\n" + "\n".join(errors[-5:]))
+            if text:
+                chunks.append(
+                    f"--- {path} (last {len(text[-lines:])} lines)\n" + "\n".join(text[-lines:])
+                )
         return "\n".join(chunks) or f"(no broker log in {self.log_dir})"
 
     # -- internals -----------------------------------------------------------------------
@@ -271,6 +290,11 @@ class KafkaBroker:
 
     def _spawn(self) -> int:
         self.log_dir.mkdir(parents=True, exist_ok=True)
+        self._log_offsets = {
+            name: (self.log_dir / name).stat().st_size
+            for name in ("kafka.out", "server.log")
+            if (self.log_dir / name).exists()
+        }
         command = self._java_command(BROKER_MAIN_CLASS, str(self.config_path))
         with open(self.log_dir / "kafka.out", "ab") as out:
             # A session of its own: the broker outlives `ingestctl kafka up` and a Ctrl-C in
@@ -296,6 +320,9 @@ class KafkaBroker:
                 raise BrokerStartError(
                     f"the Kafka broker (pid {pid}) exited during start-up.\n{self.log_tail()}"
                 )
+            if not _accepts_connections(self.settings.host, self.settings.port):
+                time.sleep(0.3)
+                continue
             try:
                 admin = KafkaAdminClient(
                     bootstrap_servers=self.settings.bootstrap_servers,
@@ -332,6 +359,14 @@ class KafkaBroker:
             return
 
 
+def _accepts_connections(host: str, port: int) -> bool:
+    try:
+        with socket.create_connection((host, port), timeout=1.0):
+            return True
+    except OSError:
+        return False
+
+
 def _is_zombie(pid: int) -> bool:
     try:
         return psutil.Process(pid).status() == psutil.STATUS_ZOMBIE
@@ -361,10 +396,9 @@ def _ensure_port_free(host: str, port: int) -> None:
 def _port_owner(port: int) -> str:
     try:
         for conn in psutil.net_connections(kind="tcp"):
-            if conn.laddr and conn.laddr.port == port and conn.status == psutil.CONN_LISTEN:
-                if conn.pid:
-                    name = psutil.Process(conn.pid).name()
-                    return f"pid {conn.pid}, {name}"
+            listening = conn.laddr and conn.laddr.port == port
+            if listening and conn.status == psutil.CONN_LISTEN and conn.pid:
+                return f"pid {conn.pid}, {psutil.Process(conn.pid).name()}"
     except (psutil.Error, OSError):
         pass
     return "owner unknown"

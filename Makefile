@@ -1,0 +1,77 @@
+# Two commands on a fresh machine: `make demo` and `make test`. Both do their own set-up
+# (Python environment from uv.lock, JVM jars from Maven) when it is missing or stale.
+SHELL := /bin/bash
+.DEFAULT_GOAL := help
+
+UV_VERSION := 0.13.8
+STATE      := .ingest
+TOOLS      := $(STATE)/tools
+UV         := $(TOOLS)/bin/uv
+VENV       := .venv
+BIN        := $(VENV)/bin
+VENV_STAMP := $(VENV)/.synced
+JARS_STAMP := $(STATE)/jars/.complete
+POMS       := include/maven/pom.xml include/maven/spark/pom.xml include/maven/kafka/pom.xml
+PYTEST_ARGS ?=
+
+# uv uses the machine's Python 3.11 and never downloads an interpreter.
+export UV_PYTHON := python3.11
+export UV_PYTHON_DOWNLOADS := never
+export UV_PROJECT_ENVIRONMENT := $(VENV)
+
+.PHONY: help setup prereqs jars demo test lint typecheck unit integration \
+        kafka-up kafka-down kafka-status clean-data
+
+help: ## List the targets
+	@grep -E '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | awk -F':.*## ' '{printf "  make %-14s %s\n", $$1, $$2}'
+
+prereqs:
+	@include/scripts/check_prereqs.sh
+
+$(UV): | prereqs
+	python3.11 -m venv $(TOOLS)
+	$(TOOLS)/bin/pip install --quiet uv==$(UV_VERSION)
+
+$(VENV_STAMP): pyproject.toml uv.lock | $(UV)
+	$(UV) sync --locked
+	@touch $@
+
+# Maven resumes from its local repository; -U retries downloads that failed before.
+$(JARS_STAMP): $(POMS) | prereqs
+	rm -rf $(STATE)/jars
+	mvn -B -q -U -f include/maven/pom.xml package
+	@touch $@
+
+setup: prereqs $(VENV_STAMP) $(JARS_STAMP) ## Python environment (uv.lock) and JVM jars (Maven)
+
+jars: $(JARS_STAMP) ## Fetch the JVM jars into .ingest/jars (once)
+
+demo: setup ## Run the platform's main job on embedded defaults
+	$(BIN)/ingestctl demo
+
+lint: $(VENV_STAMP) ## ruff
+	$(BIN)/ruff check .
+
+typecheck: $(VENV_STAMP) ## mypy
+	$(BIN)/mypy spark_jobs plugins/ingest_platform $(wildcard dags/*.py)
+
+test: setup lint typecheck ## Lint, type-check and run every test (starts its own Kafka broker)
+	$(BIN)/pytest $(PYTEST_ARGS)
+
+unit: setup ## Unit tests only (no services)
+	$(BIN)/pytest -m unit $(PYTEST_ARGS)
+
+integration: setup ## Integration tests (real Kafka, Spark, Delta)
+	$(BIN)/pytest -m integration $(PYTEST_ARGS)
+
+kafka-up: setup ## Start the platform's Kafka broker (127.0.0.1:9092)
+	$(BIN)/ingestctl kafka up
+
+kafka-down: $(VENV_STAMP) ## Stop the broker this platform started
+	$(BIN)/ingestctl kafka down
+
+kafka-status: $(VENV_STAMP) ## Is the platform's broker running?
+	$(BIN)/ingestctl kafka status
+
+clean-data: ## Delete Delta tables and checkpoints (keeps jars, venv and Kafka data)
+	rm -rf $(STATE)/data $(STATE)/checkpoints

@@ -1,0 +1,75 @@
+"""Kafka topic administration with kafka-python: create what is missing, check what exists."""
+
+from __future__ import annotations
+
+import contextlib
+import time
+from collections.abc import Iterable
+from typing import Any
+
+
+class TopicMismatchError(RuntimeError):
+    """An existing topic has a different partition count than the platform expects."""
+
+
+def ensure_topics(
+    bootstrap_servers: str,
+    topics: Iterable[str],
+    *,
+    partitions: int = 3,
+    allow_partition_mismatch: bool = False,
+) -> dict[str, int]:
+    """Create missing topics and return ``{topic: partition count}`` for all of them.
+
+    :param bootstrap_servers: Kafka ``host:port`` list.
+    :param topics: topic names (validated by the broker).
+    :param partitions: partition count for topics this call creates (replication factor 1:
+        the embedded broker is a single node).
+    :param allow_partition_mismatch: accept existing topics with another partition count.
+    :raises TopicMismatchError: an existing topic has another partition count and
+        ``allow_partition_mismatch`` is false; the message names topic and both counts.
+    :raises kafka.errors.KafkaError: the broker refused (invalid name, not reachable).
+    """
+    from kafka import KafkaAdminClient
+    from kafka.admin import NewTopic
+    from kafka.errors import TopicAlreadyExistsError
+
+    wanted = list(dict.fromkeys(topics))
+    admin = KafkaAdminClient(bootstrap_servers=bootstrap_servers, client_id="ingestctl-topics")
+    try:
+        existing = set(admin.list_topics())
+        missing = [name for name in wanted if name not in existing]
+        if missing:
+            # Created concurrently by another producer: its partitions are checked below.
+            with contextlib.suppress(TopicAlreadyExistsError):
+                admin.create_topics(
+                    [
+                        NewTopic(name, num_partitions=partitions, replication_factor=1)
+                        for name in missing
+                    ]
+                )
+        counts = _partition_counts(admin, wanted)
+    finally:
+        admin.close()
+    wrong = {t: n for t, n in counts.items() if n != partitions}
+    if wrong and not allow_partition_mismatch:
+        detail = ", ".join(f"{t} has {n}" for t, n in sorted(wrong.items()))
+        raise TopicMismatchError(
+            f"topics exist with a partition count other than {partitions}: {detail}"
+        )
+    return counts
+
+
+def _partition_counts(admin: Any, topics: list[str], timeout_s: float = 30.0) -> dict[str, int]:
+    """Describe ``topics`` until each has metadata (a new topic takes a moment to appear)."""
+    from kafka.errors import KafkaTimeoutError
+
+    deadline = time.monotonic() + timeout_s
+    while True:
+        described = admin.describe_topics(topics)
+        if all(meta["error_code"] == 0 and meta["partitions"] for meta in described):
+            return {meta["name"]: len(meta["partitions"]) for meta in described}
+        if time.monotonic() > deadline:
+            pending = [meta["name"] for meta in described if meta["error_code"] != 0]
+            raise KafkaTimeoutError(f"no metadata for topics {pending} after {timeout_s:.0f} s")
+        time.sleep(0.2)

@@ -1,0 +1,109 @@
+"""Shared fixtures: one SparkSession, one real Kafka broker, fresh topics, temporary Delta folders.
+
+The broker is the real one (:mod:`ingest_platform.kafka_broker`): the project's own if it is
+already running (``make kafka-up``), else a private one on free ports in a temporary folder,
+stopped when the session ends.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import socket
+import tempfile
+import uuid
+from collections.abc import Callable, Iterator
+from pathlib import Path
+
+import pytest
+
+# Airflow reads its configuration at import: isolate it before any test imports Airflow.
+_AIRFLOW_HOME = Path(tempfile.mkdtemp(prefix="ingest-test-airflow-"))
+os.environ["AIRFLOW_HOME"] = str(_AIRFLOW_HOME)
+os.environ.setdefault("AIRFLOW__CORE__LOAD_EXAMPLES", "False")
+os.environ.setdefault("AIRFLOW__CORE__UNIT_TEST_MODE", "True")
+
+# py4j logs from __del__ after pytest closed its streams: keep it to warnings.
+logging.getLogger("py4j").setLevel(logging.WARNING)
+
+PROJECT_ROOT = Path(__file__).resolve().parents[1]
+
+
+def free_port() -> int:
+    """Return a TCP port on 127.0.0.1 that nothing listens on right now."""
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", 0))
+        return int(probe.getsockname()[1])
+
+
+@pytest.fixture(scope="session")
+def spark() -> Iterator[object]:
+    """One local SparkSession for the whole suite, built by the platform's own builder."""
+    from spark_jobs.session import build_spark_session
+
+    session = build_spark_session(
+        "tests",
+        extra_conf={"spark.master": "local[2]", "spark.sql.shuffle.partitions": "2"},
+    )
+    yield session
+    session.stop()
+
+
+@pytest.fixture(scope="session")
+def kafka_bootstrap(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
+    """``host:port`` of a real Kafka broker: the project's running one, else a private one."""
+    from ingest_platform.kafka_broker import KafkaBroker
+    from spark_jobs.settings import get_settings
+
+    project = KafkaBroker(get_settings().kafka)
+    if project.status().running:
+        yield project.settings.bootstrap_servers
+        return
+    settings = get_settings().kafka.model_copy(
+        update={
+            "port": free_port(),
+            "controller_port": free_port(),
+            "data_dir": tmp_path_factory.mktemp("kafka"),
+        }
+    )
+    broker = KafkaBroker(settings)
+    broker.up()
+    try:
+        yield settings.bootstrap_servers
+    finally:
+        broker.down()
+
+
+@pytest.fixture
+def kafka_topic(
+    kafka_bootstrap: str, request: pytest.FixtureRequest
+) -> Iterator[Callable[..., str]]:
+    """Factory for fresh topics: ``kafka_topic(partitions=3) -> name``; deleted afterwards."""
+    from kafka import KafkaAdminClient
+
+    from ingest_platform.topics import ensure_topics
+
+    created: list[str] = []
+
+    def make(partitions: int = 3, prefix: str | None = None) -> str:
+        stem = (prefix or request.node.name).replace("[", "_").replace("]", "")[:60]
+        name = f"t_{stem}_{uuid.uuid4().hex[:8]}"
+        ensure_topics(kafka_bootstrap, [name], partitions=partitions)
+        created.append(name)
+        return name
+
+    yield make
+    if created:
+        admin = KafkaAdminClient(bootstrap_servers=kafka_bootstrap)
+        try:
+            admin.delete_topics(created)
+        finally:
+            admin.close()
+
+
+@pytest.fixture
+def delta_dir(tmp_path: Path) -> Path:
+    """A temporary folder for Delta tables and checkpoints of one test."""
+    path = tmp_path / "delta"
+    path.mkdir()
+    return path

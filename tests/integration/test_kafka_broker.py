@@ -1,0 +1,104 @@
+"""The platform's own Kafka broker: start, idempotence, refusal of foreign ports, clean stop."""
+
+from __future__ import annotations
+
+import os
+import socket
+import subprocess
+import sys
+from pathlib import Path
+
+import psutil
+import pytest
+
+from ingest_platform.kafka_broker import BrokerStartError, KafkaBroker, PortInUseError
+from spark_jobs.settings import get_settings
+from tests.conftest import free_port
+
+pytestmark = pytest.mark.integration
+
+
+def _broker(tmp_path: Path) -> KafkaBroker:
+    settings = get_settings().kafka.model_copy(
+        update={"port": free_port(), "controller_port": free_port(), "data_dir": tmp_path / "k"}
+    )
+    return KafkaBroker(settings)
+
+
+def test_up_is_idempotent_and_down_stops_it(tmp_path: Path) -> None:
+    from kafka import KafkaAdminClient
+
+    broker = _broker(tmp_path)
+    first = broker.up()
+    try:
+        assert first.running
+        assert not first.already_running
+        assert (broker.storage_dir / "meta.properties").exists()  # formatted on first start
+        admin = KafkaAdminClient(bootstrap_servers=first.bootstrap_servers)
+        assert admin.describe_cluster()["brokers"][0]["port"] == broker.settings.port
+        admin.close()
+        second = broker.up()
+        assert second.already_running
+        assert second.pid == first.pid
+    finally:
+        assert broker.down() is True
+    assert not psutil.pid_exists(first.pid) or psutil.Process(first.pid).status() == "zombie"
+    assert broker.status().running is False
+    assert broker.down() is False
+
+
+def test_restart_reuses_formatted_storage(tmp_path: Path) -> None:
+    broker = _broker(tmp_path)
+    broker.up()
+    meta = (broker.storage_dir / "meta.properties").read_text()
+    broker.down()
+    broker.up()
+    try:
+        assert (broker.storage_dir / "meta.properties").read_text() == meta
+    finally:
+        broker.down()
+
+
+def test_port_held_by_another_process_is_refused_naming_the_port(tmp_path: Path) -> None:
+    broker = _broker(tmp_path)
+    with socket.socket() as squatter:
+        squatter.bind(("127.0.0.1", broker.settings.port))
+        squatter.listen()
+        with pytest.raises(PortInUseError, match=f"port {broker.settings.port} on 127.0.0.1"):
+            broker.up()
+    assert not broker.pid_path.exists()
+
+
+def test_down_never_stops_a_process_it_did_not_start(tmp_path: Path) -> None:
+    broker = _broker(tmp_path)
+    broker.data_dir.mkdir(parents=True)
+    stranger = subprocess.Popen(["sleep", "60"])
+    try:
+        broker.pid_path.write_text(f"{stranger.pid}\n")  # e.g. a pid reused after a crash
+        assert broker.status().running is False
+        assert broker.down() is False
+        assert stranger.poll() is None
+    finally:
+        stranger.kill()
+        stranger.wait()
+
+
+def test_failed_start_exits_nonzero_with_the_broker_log(tmp_path: Path) -> None:
+    broker = _broker(tmp_path)
+    broker.up()
+    broker.down()
+    meta = broker.storage_dir / "meta.properties"
+    meta.write_text(meta.read_text().replace("node.id=1", "node.id=7"))  # a damaged store
+    with pytest.raises(BrokerStartError, match="exited during start-up"):
+        broker.up()
+    env = os.environ | {
+        "INGEST_KAFKA__PORT": str(broker.settings.port),
+        "INGEST_KAFKA__CONTROLLER_PORT": str(broker.settings.controller_port),
+        "INGEST_KAFKA__DATA_DIR": str(broker.data_dir),
+    }
+    cli = Path(sys.executable).parent / "ingestctl"
+    result = subprocess.run([str(cli), "kafka", "up"], env=env, capture_output=True, text=True)
+    assert result.returncode == 1
+    assert "server.log" in result.stderr
+    assert "Stored node id 7" in result.stderr  # the cause, not just a stack trace
+    assert broker.status().running is False

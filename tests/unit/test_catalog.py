@@ -1,0 +1,58 @@
+"""Table and job declarations: one place, derived paths, validation."""
+
+from __future__ import annotations
+
+import pytest
+from pydantic import ValidationError
+
+from spark_jobs.catalog import Catalog, get_catalog
+from spark_jobs.settings import PlatformSettings
+
+pytestmark = pytest.mark.unit
+
+
+def test_paths_are_derived_from_declarations(monkeypatch: pytest.MonkeyPatch, tmp_path) -> None:
+    monkeypatch.setenv("INGEST_HOME", str(tmp_path))
+    settings = PlatformSettings()
+    catalog = get_catalog()
+    assert catalog.table("bronze_events").path(settings) == (
+        tmp_path / "data" / "bronze" / "bronze_events"
+    )
+    assert catalog.job("bronze_ingest").checkpoint(settings) == (
+        tmp_path / "checkpoints" / "bronze_ingest"
+    )
+
+
+def test_unknown_names_list_the_declared_ones() -> None:
+    with pytest.raises(KeyError, match="bronze_events"):
+        get_catalog().table("silver_nothing")
+
+
+def _declaration(**job_overrides: object) -> dict:
+    job = {
+        "source": {"kind": "kafka", "topics": ["orders"]},
+        "sink": "bronze_events",
+        "mode": "always_on",
+        "default_trigger": "available-now",
+    } | job_overrides
+    return {
+        "tables": {"bronze_events": {"layer": "bronze"}},
+        "jobs": {"bronze_ingest": job},
+    }
+
+
+def test_job_writing_an_undeclared_table_is_refused() -> None:
+    with pytest.raises(ValidationError, match="undeclared table 'bronze_other'"):
+        Catalog.model_validate(_declaration(sink="bronze_other"))
+
+
+def test_invalid_topic_name_is_refused() -> None:
+    with pytest.raises(ValidationError, match="invalid Kafka topic names"):
+        Catalog.model_validate(
+            _declaration(source={"kind": "kafka", "topics": ["orders; rm -rf /"]})
+        )
+
+
+def test_table_name_must_carry_its_layer() -> None:
+    with pytest.raises(ValidationError, match="must be named silver_<entity>"):
+        Catalog.model_validate({"tables": {"orders": {"layer": "silver"}}, "jobs": {}})

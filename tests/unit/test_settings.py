@@ -1,0 +1,47 @@
+"""Settings: YAML profile, environment overrides, validation messages."""
+
+from __future__ import annotations
+
+import pytest
+from pydantic import ValidationError
+
+from spark_jobs.settings import PlatformSettings
+
+pytestmark = pytest.mark.unit
+
+
+def test_local_profile_defaults_come_from_platform_yaml(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.delenv("INGEST_PROFILE", raising=False)
+    settings = PlatformSettings()
+    assert settings.kafka.bootstrap_servers == "127.0.0.1:9092"
+    assert settings.spark.master == "local[*]"
+    assert settings.spark.shuffle_partitions == 4
+
+
+def test_environment_overrides_yaml(monkeypatch: pytest.MonkeyPatch, tmp_path) -> None:
+    monkeypatch.setenv("INGEST_KAFKA__PORT", "19092")
+    monkeypatch.setenv("INGEST_SPARK__MASTER", "spark://10.0.0.5:7077")
+    monkeypatch.setenv("INGEST_HOME", str(tmp_path))
+    settings = PlatformSettings()
+    assert settings.kafka.bootstrap_servers == "127.0.0.1:19092"
+    assert settings.spark.master == "spark://10.0.0.5:7077"
+    assert settings.kafka.data_path == tmp_path / "kafka"
+    assert settings.storage.data_path == tmp_path / "data"
+
+
+def test_bad_value_is_refused_naming_the_field(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("INGEST_KAFKA__PORT", "70000")
+    with pytest.raises(ValidationError, match=r"kafka\.port"):
+        PlatformSettings()
+
+
+def test_unknown_spark_master_is_refused(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("INGEST_SPARK__MASTER", "mesos://x")
+    with pytest.raises(ValidationError, match="spark master 'mesos://x'"):
+        PlatformSettings()
+
+
+def test_unknown_profile_is_refused(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("INGEST_PROFILE", "nonexistent")
+    with pytest.raises(KeyError, match="nonexistent"):
+        PlatformSettings()

@@ -13,7 +13,13 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from spark_jobs.settings import INCLUDE_DIR, PlatformSettings, get_settings, ingest_home
+from spark_jobs.settings import (
+    INCLUDE_DIR,
+    PlatformSettings,
+    get_settings,
+    ingest_home,
+    jars_dir,
+)
 
 if TYPE_CHECKING:
     from pyspark.sql import SparkSession
@@ -25,7 +31,7 @@ class MissingJarsError(RuntimeError):
 
 def spark_jars_dir() -> Path:
     """Return the folder holding the jars Spark needs beyond pyspark's own (Kafka, Delta)."""
-    return ingest_home() / "jars" / "spark"
+    return jars_dir() / "spark"
 
 
 def spark_jar_paths() -> list[Path]:

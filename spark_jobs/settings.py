@@ -38,6 +38,15 @@ def ingest_home() -> Path:
     return Path(os.environ.get("INGEST_HOME", PROJECT_ROOT / ".ingest")).resolve()
 
 
+def jars_dir() -> Path:
+    """Return the folder of the Maven-fetched jars (``spark/`` and ``kafka/`` below it).
+
+    ``INGEST_JARS_DIR`` if set, else ``<repository>/.ingest/jars`` where ``make jars`` puts
+    them; independent of ``INGEST_HOME`` so that moving run-time state keeps the set-up.
+    """
+    return Path(os.environ.get("INGEST_JARS_DIR", PROJECT_ROOT / ".ingest" / "jars")).resolve()
+
+
 def _resolve(path: Path) -> Path:
     return path if path.is_absolute() else ingest_home() / path
 
@@ -101,10 +110,13 @@ class StorageSettings(BaseModel):
 
     :param data_dir: root of the Delta tables (``<data_dir>/<layer>/<table>``).
     :param checkpoint_dir: root of the checkpoints (``<checkpoint_dir>/<job>``).
+    :param landing_dir: files that load dimensions (``<landing_dir>/<dimension>/<source>``),
+        e.g. the customers files written by ``ingestctl replay``.
     """
 
     data_dir: Path = Path("data")
     checkpoint_dir: Path = Path("checkpoints")
+    landing_dir: Path = Path("landing")
 
     @property
     def data_path(self) -> Path:
@@ -115,6 +127,21 @@ class StorageSettings(BaseModel):
     def checkpoint_path(self) -> Path:
         """Absolute path of :attr:`checkpoint_dir`."""
         return _resolve(self.checkpoint_dir)
+
+    @property
+    def landing_path(self) -> Path:
+        """Absolute path of :attr:`landing_dir`."""
+        return _resolve(self.landing_dir)
+
+
+class ReplaySettings(BaseModel):
+    """Producers of ``ingestctl replay`` and ``ingestctl generate``.
+
+    :param partitions: partition count of the topics they create (existing topics with another
+        count are refused unless told otherwise).
+    """
+
+    partitions: int = Field(3, ge=1, le=1000)
 
 
 class PlatformSettings(BaseSettings):
@@ -134,6 +161,7 @@ class PlatformSettings(BaseSettings):
     kafka: KafkaSettings = KafkaSettings()
     spark: SparkSettings = SparkSettings()
     storage: StorageSettings = StorageSettings()
+    replay: ReplaySettings = ReplaySettings()
 
     @classmethod
     def settings_customise_sources(

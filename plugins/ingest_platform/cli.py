@@ -7,8 +7,10 @@ status, never a traceback for a known failure.
 
 from __future__ import annotations
 
+from datetime import UTC, datetime
+from enum import StrEnum
 from pathlib import Path
-from typing import Annotated
+from typing import Annotated, Any
 
 import typer
 
@@ -126,3 +128,280 @@ def demo(
         run_demo(events)
     except (BrokerError, ProduceError, MissingJarsError) as error:
         raise _fail(str(error)) from None
+
+
+class ReplaySource(StrEnum):
+    """Datasets ``ingestctl replay`` knows."""
+
+    olist = "olist"
+    uci_retail = "uci-retail"
+
+
+_Rate = Annotated[float, typer.Option(min=0.0, max=1.0)]
+SpeedOption = Annotated[
+    float | None,
+    typer.Option("--speed", min=0.0, help="N source seconds per wall second (time compression)."),
+]
+FastOption = Annotated[
+    bool, typer.Option("--as-fast-as-possible", help="Ignore event times (the default).")
+]
+ShiftOption = Annotated[
+    bool, typer.Option("--shift-to-now", help="Move the first event to now (UTC).")
+]
+DuplicateOption = Annotated[
+    float,
+    typer.Option(
+        "--duplicate-rate",
+        min=0.0,
+        max=1.0,
+        help="Resend this share of events (same id and payload).",
+    ),
+]
+LateOption = Annotated[
+    float,
+    typer.Option(
+        "--late-rate", min=0.0, max=1.0, help="Hold this share of events back by --late-delay."
+    ),
+]
+LateDelayOption = Annotated[
+    str,
+    typer.Option(
+        "--late-delay", help="Delay distribution (s): exp:MEAN | uniform:LOW:HIGH | fixed:S."
+    ),
+]
+OutOfOrderOption = Annotated[
+    float,
+    typer.Option(
+        "--out-of-order-rate",
+        min=0.0,
+        max=1.0,
+        help="Send this share of events after their successor.",
+    ),
+]
+MalformedOption = Annotated[
+    float,
+    typer.Option(
+        "--malformed-rate",
+        min=0.0,
+        max=1.0,
+        help="Add a malformed record (each quarantine reason in turn).",
+    ),
+]
+DriftOption = Annotated[
+    float,
+    typer.Option(
+        "--drift-rate",
+        min=0.0,
+        max=1.0,
+        help="Change the schema: an extra field / a missing optional field.",
+    ),
+]
+OversizeOption = Annotated[
+    int,
+    typer.Option(
+        "--oversize-count", min=0, help="Add this many 2 MB messages (the broker rejects them)."
+    ),
+]
+FaultSeedOption = Annotated[int, typer.Option("--fault-seed", help="Seed of the fault injection.")]
+PartitionsOption = Annotated[
+    int | None, typer.Option("--partitions", min=1, help="Partitions of created topics.")
+]
+MismatchOption = Annotated[
+    bool,
+    typer.Option(
+        "--allow-partition-mismatch", help="Write to existing topics with another partition count."
+    ),
+]
+PrefixOption = Annotated[str, typer.Option("--topic-prefix", help="Prefix of every topic name.")]
+AllowFailuresOption = Annotated[
+    bool, typer.Option("--allow-failures", help="Exit 0 even if the broker refused some messages.")
+]
+SummaryOption = Annotated[
+    Path | None, typer.Option("--summary-json", help="Write the summary here.")
+]
+ProgressOption = Annotated[bool, typer.Option("--progress/--no-progress", help="Progress bar.")]
+
+
+def _send(
+    source: str,
+    events: Any,
+    *,
+    speed: float | None,
+    as_fast_as_possible: bool,
+    shift_to_now: bool,
+    faults: dict[str, Any],
+    partitions: int | None,
+    allow_partition_mismatch: bool,
+    topic_prefix: str,
+    allow_failures: bool,
+    summary_json: Path | None,
+    progress: bool,
+) -> None:
+    """Shared tail of `replay` and `generate`: validate, send, summarise, set the exit code."""
+    from ingest_platform.replay import runner
+    from ingest_platform.replay.faults import DelayDistribution, FaultConfig
+    from ingest_platform.replay.model import SourceError
+    from ingest_platform.topics import TopicMismatchError
+
+    if speed is not None and as_fast_as_possible:
+        raise _fail("--speed and --as-fast-as-possible exclude each other")
+    try:
+        config = FaultConfig(
+            **faults | {"late_delay": DelayDistribution.parse(faults["late_delay"])}
+        )
+        pace = runner.Pace(None if as_fast_as_possible else speed)
+        settings = get_settings()
+        summary = runner.run(
+            source,
+            events,
+            bootstrap_servers=settings.kafka.bootstrap_servers,
+            faults=config,
+            pace=pace,
+            shift_to_now=shift_to_now,
+            partitions=partitions or settings.replay.partitions,
+            allow_partition_mismatch=allow_partition_mismatch,
+            topic_prefix=topic_prefix,
+            progress=progress,
+        )
+    except (ValueError, SourceError, TopicMismatchError) as error:
+        raise _fail(str(error)) from None
+    typer.echo(summary.as_text())
+    if summary_json:
+        runner.write_summary_json(summary, summary_json)
+        typer.echo(f"summary written to {summary_json}")
+    if summary.produce.failed and not allow_failures:
+        raise _fail(
+            f"{summary.produce.failed} messages were not acknowledged (see above); "
+            "--allow-failures accepts that"
+        )
+
+
+@app.command("replay")
+def replay(
+    source: Annotated[ReplaySource, typer.Argument(help="Which dataset PATH holds.")],
+    path: Annotated[Path, typer.Argument(exists=True, readable=True, help="Dataset folder.")],
+    timezone: Annotated[
+        str | None,
+        typer.Option(
+            help="IANA zone of the dataset's offset-less times (default: America/Sao_Paulo for "
+            "olist, Europe/London for uci-retail)."
+        ),
+    ] = None,
+    speed: SpeedOption = None,
+    as_fast_as_possible: FastOption = False,
+    shift_to_now: ShiftOption = False,
+    duplicate_rate: DuplicateOption = 0.0,
+    late_rate: LateOption = 0.0,
+    late_delay: LateDelayOption = "exp:600",
+    out_of_order_rate: OutOfOrderOption = 0.0,
+    malformed_rate: MalformedOption = 0.0,
+    drift_rate: DriftOption = 0.0,
+    oversize_count: OversizeOption = 0,
+    fault_seed: FaultSeedOption = 0,
+    partitions: PartitionsOption = None,
+    allow_partition_mismatch: MismatchOption = False,
+    topic_prefix: PrefixOption = "",
+    allow_failures: AllowFailuresOption = False,
+    summary_json: SummaryOption = None,
+    progress: ProgressOption = True,
+) -> None:
+    """Replay a real dataset into Kafka as contract events; load its customers dimension."""
+    from ingest_platform.replay import olist, runner, uci_retail
+    from ingest_platform.replay.model import SourceError
+
+    module = olist if source is ReplaySource.olist else uci_retail
+    try:
+        events = module.read_events(path, timezone or module.DEFAULT_TIMEZONE)
+        customers = module.read_customers(path)
+    except SourceError as error:
+        raise _fail(str(error)) from None
+    landing = get_settings().storage.landing_path / "customers"
+    written = runner.write_dimension(customers, landing, source.value.replace("-", "_"))
+    typer.echo(f"customers dimension: {len(customers)} rows -> {written}")
+    _send(
+        source.value,
+        events,
+        speed=speed,
+        as_fast_as_possible=as_fast_as_possible,
+        shift_to_now=shift_to_now,
+        partitions=partitions,
+        allow_partition_mismatch=allow_partition_mismatch,
+        topic_prefix=topic_prefix,
+        allow_failures=allow_failures,
+        summary_json=summary_json,
+        progress=progress,
+        faults={
+            "duplicate_rate": duplicate_rate,
+            "late_rate": late_rate,
+            "late_delay": late_delay,
+            "out_of_order_rate": out_of_order_rate,
+            "malformed_rate": malformed_rate,
+            "drift_rate": drift_rate,
+            "oversize_count": oversize_count,
+            "seed": fault_seed,
+        },
+    )
+
+
+@app.command("generate")
+def generate(
+    count: Annotated[int, typer.Option(min=0, help="Events to generate.")] = 10_000,
+    rate: Annotated[float, typer.Option(min=0.001, help="Target events per second.")] = 100.0,
+    seed: Annotated[int, typer.Option(help="Same seed and --start: same stream.")] = 42,
+    start: Annotated[
+        datetime | None,
+        typer.Option(
+            formats=["%Y-%m-%dT%H:%M:%S%z", "%Y-%m-%dT%H:%M:%S"],
+            help="Event time of the first event (UTC if no offset; default: now).",
+        ),
+    ] = None,
+    speed: SpeedOption = None,
+    as_fast_as_possible: FastOption = False,
+    duplicate_rate: DuplicateOption = 0.0,
+    late_rate: LateOption = 0.0,
+    late_delay: LateDelayOption = "exp:600",
+    out_of_order_rate: OutOfOrderOption = 0.0,
+    malformed_rate: MalformedOption = 0.0,
+    drift_rate: DriftOption = 0.0,
+    oversize_count: OversizeOption = 0,
+    fault_seed: FaultSeedOption = 0,
+    partitions: PartitionsOption = None,
+    allow_partition_mismatch: MismatchOption = False,
+    topic_prefix: PrefixOption = "",
+    allow_failures: AllowFailuresOption = False,
+    summary_json: SummaryOption = None,
+    progress: ProgressOption = True,
+) -> None:
+    """Produce a synthetic stream of all four event types at a target rate.
+
+    Sent in real time at --rate events per second (event times follow the wall clock), unless
+    --as-fast-as-possible or --speed says otherwise.
+    """
+    from ingest_platform.replay.generator import generate_events
+
+    begin = start or datetime.now(UTC)
+    begin = begin if begin.tzinfo else begin.replace(tzinfo=UTC)
+    events = list(generate_events(count, seed=seed, start=begin, rate=rate))
+    _send(
+        "generator",
+        events,
+        speed=speed if speed is not None else (None if as_fast_as_possible else 1.0),
+        as_fast_as_possible=False,
+        shift_to_now=False,
+        partitions=partitions,
+        allow_partition_mismatch=allow_partition_mismatch,
+        topic_prefix=topic_prefix,
+        allow_failures=allow_failures,
+        summary_json=summary_json,
+        progress=progress,
+        faults={
+            "duplicate_rate": duplicate_rate,
+            "late_rate": late_rate,
+            "late_delay": late_delay,
+            "out_of_order_rate": out_of_order_rate,
+            "malformed_rate": malformed_rate,
+            "drift_rate": drift_rate,
+            "oversize_count": oversize_count,
+            "seed": fault_seed,
+        },
+    )

@@ -38,29 +38,70 @@ def sample_events(count: int, *, seed: int = 7, start: datetime | None = None) -
         kind = n % 4
         if kind == 0:
             price = round(rng.uniform(5, 300), 2)
-            yield "orders", order, envelope | {
-                "event_type": "order_placed", "order_id": order, "customer_id": customer,
-                "status": "created", "currency": "BRL", "total": price,
-                "items": [{"product_id": f"p{rng.randint(1, 99)}", "seller_id": "s1",
-                           "price": price, "freight": 0.0}],
-            }  # fmt: skip
+            yield (
+                "orders",
+                order,
+                envelope
+                | {
+                    "event_type": "order_placed",
+                    "order_id": order,
+                    "customer_id": customer,
+                    "status": "created",
+                    "currency": "BRL",
+                    "total": price,
+                    "items": [
+                        {
+                            "product_id": f"p{rng.randint(1, 99)}",
+                            "seller_id": "s1",
+                            "price": price,
+                            "freight": 0.0,
+                        }
+                    ],
+                },
+            )
         elif kind == 1:
-            yield "payments", order, envelope | {
-                "event_type": "payment", "payment_id": f"pay{n:06d}", "order_id": order,
-                "customer_id": customer, "method": rng.choice(_METHODS), "installments": 1,
-                "amount": round(rng.uniform(5, 300), 2), "currency": "BRL",
-                "status": "authorized" if rng.random() > 0.1 else "failed",
-            }  # fmt: skip
+            yield (
+                "payments",
+                order,
+                envelope
+                | {
+                    "event_type": "payment",
+                    "payment_id": f"pay{n:06d}",
+                    "order_id": order,
+                    "customer_id": customer,
+                    "method": rng.choice(_METHODS),
+                    "installments": 1,
+                    "amount": round(rng.uniform(5, 300), 2),
+                    "currency": "BRL",
+                    "status": "authorized" if rng.random() > 0.1 else "failed",
+                },
+            )
         elif kind == 2:
-            yield "refunds", order, envelope | {
-                "event_type": "refund", "refund_id": f"r{n:06d}", "order_id": order,
-                "amount": round(rng.uniform(1, 50), 2), "currency": "BRL", "reason": "damaged",
-            }  # fmt: skip
+            yield (
+                "refunds",
+                order,
+                envelope
+                | {
+                    "event_type": "refund",
+                    "refund_id": f"r{n:06d}",
+                    "order_id": order,
+                    "amount": round(rng.uniform(1, 50), 2),
+                    "currency": "BRL",
+                    "reason": "damaged",
+                },
+            )
         else:
-            yield "customer_activity", customer, envelope | {
-                "event_type": "customer_activity", "customer_id": customer,
-                "activity": rng.choice(_ACTIVITIES), "url": f"/product/p{rng.randint(1, 99)}",
-            }  # fmt: skip
+            yield (
+                "customer_activity",
+                customer,
+                envelope
+                | {
+                    "event_type": "customer_activity",
+                    "customer_id": customer,
+                    "activity": rng.choice(_ACTIVITIES),
+                    "url": f"/product/p{rng.randint(1, 99)}",
+                },
+            )
 
 
 @dataclass(frozen=True)

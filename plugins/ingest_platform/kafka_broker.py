@@ -34,7 +34,7 @@ from string import Template
 
 import psutil
 
-from spark_jobs.settings import INCLUDE_DIR, KafkaSettings, ingest_home
+from spark_jobs.settings import INCLUDE_DIR, KafkaSettings, jars_dir
 
 SERVER_PROPERTIES_TEMPLATE = INCLUDE_DIR / "kafka" / "server.properties"
 LOG4J2_PROPERTIES = INCLUDE_DIR / "kafka" / "log4j2.properties"
@@ -85,7 +85,7 @@ class BrokerStatus:
 
 def kafka_jars_dir() -> Path:
     """Return the folder with the broker's jars (``kafka_2.13`` and its runtime closure)."""
-    return ingest_home() / "jars" / "kafka"
+    return jars_dir() / "kafka"
 
 
 class KafkaBroker:

@@ -1,19 +1,43 @@
-"""Produce JSON events to Kafka with kafka-python, checking every send.
+"""Produce events to Kafka with kafka-python, checking every send.
 
-No silent loss on the producer side: every send future is resolved, and a failed send is
-reported with its reason instead of disappearing in a background thread.
+No silent loss on the producer side: every send future is resolved, and a record the client
+or the broker refuses (too large, unknown topic, ...) is counted with its reason instead of
+disappearing in a background thread.
 """
 
 from __future__ import annotations
 
 import json
-from collections.abc import Iterable, Mapping
+from collections import Counter
+from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
 #: One record to send: (topic, key, value). A value is a JSON-serialisable mapping, raw
 #: bytes (sent as they are, e.g. a deliberately malformed payload) or None (a tombstone).
 Record = tuple[str, str | None, Mapping[str, Any] | bytes | None]
+
+#: Largest record the producer sends: Kafka's default ``max.request.size``, matching the
+#: broker's ``message.max.bytes`` (include/kafka/server.properties). A larger record is refused
+#: by the client, counted with its reason (MessageSizeTooLargeError) and never batched: left to
+#: the broker, one oversize record in a batch fails every record batched with it.
+MAX_REQUEST_BYTES = 1024 * 1024
+
+
+@dataclass(frozen=True)
+class Message:
+    """A record with a label saying what it is (``event``, ``duplicate``, ``malformed``...).
+
+    :param topic: Kafka topic.
+    :param key: Kafka key (UTF-8 encoded when sent) or None.
+    :param value: see :data:`Record`.
+    :param tag: label for accounting; failures and acknowledgements are counted per tag.
+    """
+
+    topic: str
+    key: str | None
+    value: Mapping[str, Any] | bytes | None
+    tag: str = "event"
 
 
 class ProduceError(RuntimeError):
@@ -30,20 +54,30 @@ class ProduceResult:
     """Counts of one produce call.
 
     :param attempted: records handed to the producer.
-    :param acknowledged: records the broker acknowledged (acks=all).
-    :param failures: failure reason (exception class name) -> record count.
+    :param acknowledged: records the broker acknowledged (``acks=all``).
+    :param failures: failure reason (kafka-python exception class name) -> records.
+    :param acknowledged_by_tag: tag -> acknowledged records.
+    :param failed_by_tag: tag -> records that failed.
+    :param acknowledged_by_topic: topic -> acknowledged records.
     :param offsets: ``(topic, partition) -> highest acknowledged offset``.
     """
 
     attempted: int = 0
     acknowledged: int = 0
-    failures: dict[str, int] = field(default_factory=dict)
+    failures: Counter[str] = field(default_factory=Counter)
+    acknowledged_by_tag: Counter[str] = field(default_factory=Counter)
+    failed_by_tag: Counter[str] = field(default_factory=Counter)
+    acknowledged_by_topic: Counter[str] = field(default_factory=Counter)
     offsets: dict[tuple[str, int], int] = field(default_factory=dict)
 
     @property
     def failed(self) -> int:
         """Records that were not acknowledged."""
         return self.attempted - self.acknowledged
+
+    def _failure(self, tag: str, error: Exception) -> None:
+        self.failures[type(error).__name__] += 1
+        self.failed_by_tag[tag] += 1
 
 
 def encode_value(value: Mapping[str, Any] | bytes | None) -> bytes | None:
@@ -55,57 +89,68 @@ def encode_value(value: Mapping[str, Any] | bytes | None) -> bytes | None:
 
 def produce(
     bootstrap_servers: str,
-    records: Iterable[Record],
+    records: Iterable[Record | Message],
     *,
     raise_on_failure: bool = True,
-    batch_flush: int = 5000,
+    batch_flush: int = 2000,
+    on_resolved: Callable[[ProduceResult], None] | None = None,
     **producer_config: Any,
 ) -> ProduceResult:
     """Send ``records`` and wait for every acknowledgement.
 
     :param bootstrap_servers: Kafka ``host:port`` list.
-    :param records: ``(topic, key, value)`` tuples; see :data:`Record`.
+    :param records: ``(topic, key, value)`` tuples or :class:`Message` objects.
     :param raise_on_failure: raise :class:`ProduceError` if any record failed.
     :param batch_flush: resolve pending futures every this many records (bounds memory).
+    :param on_resolved: called with the running result after each group of futures resolves
+        (progress bars).
     :param producer_config: extra ``KafkaProducer`` settings (e.g. ``linger_ms``).
     :raises ProduceError: see ``raise_on_failure``.
     """
     from kafka import KafkaProducer
     from kafka.errors import KafkaError
 
-    config: dict[str, Any] = {"acks": "all", "linger_ms": 5, "retries": 5}
+    config: dict[str, Any] = {
+        "acks": "all",
+        "linger_ms": 5,
+        "retries": 5,
+        "max_request_size": MAX_REQUEST_BYTES,
+    }
     config.update(producer_config)
     producer = KafkaProducer(bootstrap_servers=bootstrap_servers, **config)
     result = ProduceResult()
-    pending: list[Any] = []
+    pending: list[tuple[str, Any]] = []
 
     def resolve() -> None:
-        for future in pending:
+        for tag, future in pending:
             try:
-                metadata = future.get(timeout=60)
+                metadata = future.get(timeout=120)
             except KafkaError as error:
-                reason = type(error).__name__
-                result.failures[reason] = result.failures.get(reason, 0) + 1
+                result._failure(tag, error)
                 continue
             result.acknowledged += 1
+            result.acknowledged_by_tag[tag] += 1
+            result.acknowledged_by_topic[metadata.topic] += 1
             key = (metadata.topic, metadata.partition)
             result.offsets[key] = max(result.offsets.get(key, -1), metadata.offset)
         pending.clear()
+        if on_resolved:
+            on_resolved(result)
 
     try:
-        for topic, key, value in records:
+        for record in records:
+            message = record if isinstance(record, Message) else Message(*record)
             result.attempted += 1
             try:
-                pending.append(
-                    producer.send(
-                        topic,
-                        key=key.encode("utf-8") if key is not None else None,
-                        value=encode_value(value),
-                    )
+                future = producer.send(
+                    message.topic,
+                    key=message.key.encode("utf-8") if message.key is not None else None,
+                    value=encode_value(message.value),
                 )
-            except KafkaError as error:  # refused before sending, e.g. record too large
-                reason = type(error).__name__
-                result.failures[reason] = result.failures.get(reason, 0) + 1
+            except KafkaError as error:  # refused before sending
+                result._failure(message.tag, error)
+                continue
+            pending.append((message.tag, future))
             if len(pending) >= batch_flush:
                 producer.flush()
                 resolve()

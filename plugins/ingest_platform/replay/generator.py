@@ -1,0 +1,164 @@
+"""A realistic synthetic stream of all four event types, deterministic for a given seed.
+
+Customers browse in sessions (page views, sometimes add-to-cart, sometimes checkout); a
+checkout places an order, which is paid a little later (most payments authorized, some
+failed); a few orders are refunded 5 to 30 minutes later. Sessions start as a Poisson
+process sized so that the whole stream averages ``rate`` events per second of event time.
+
+With the same ``seed`` and ``start`` the stream is identical, event ids included.
+"""
+
+from __future__ import annotations
+
+import heapq
+import random
+from collections.abc import Iterator
+from datetime import datetime, timedelta
+from typing import Any
+
+from ingest_platform.replay.model import SourceEvent
+
+#: Roughly Olist's mix of payment types.
+_METHODS = (("credit_card", 0.72), ("boleto", 0.19), ("voucher", 0.06), ("debit_card", 0.03))
+_CURRENCIES = (("BRL", 0.8), ("EUR", 0.1), ("USD", 0.1))
+_AVG_EVENTS_PER_SESSION = 6.0
+#: Warm-up before `start`: at most 15 minutes of event time, at most 20,000 sessions.
+_WARM_UP_S = 900.0
+_WARM_UP_SESSIONS = 20_000
+
+
+def _pick(rng: random.Random, weighted: tuple[tuple[str, float], ...]) -> str:
+    return rng.choices([v for v, _ in weighted], weights=[w for _, w in weighted])[0]
+
+
+def generate_events(
+    count: int, *, seed: int, start: datetime, rate: float = 50.0, customers: int = 500
+) -> Iterator[SourceEvent]:
+    """Yield ``count`` events in event-time order.
+
+    :param count: events to yield.
+    :param seed: random seed; same seed and start -> same stream.
+    :param start: event time of the stream's beginning (timezone-aware).
+    :param rate: mean events per second of event time.
+    :param customers: size of the customer pool.
+    :raises ValueError: a non-positive count, rate or customer pool, or a naive ``start``.
+    """
+    if count < 0 or rate <= 0 or customers <= 0:
+        raise ValueError("count must be >= 0, rate and customers > 0")
+    if start.tzinfo is None:
+        raise ValueError("start must be timezone-aware")
+    rng = random.Random(seed)
+    pending: list[tuple[datetime, int, SourceEvent]] = []
+    seq = 0
+    session_rate = rate / _AVG_EVENTS_PER_SESSION
+
+    def push(when: datetime, event_type: str, payload: dict[str, object]) -> None:
+        nonlocal seq
+        seq += 1
+        ref = f"generator:{seed}:{seq}"
+        heapq.heappush(pending, (when, seq, SourceEvent(when, event_type, payload, ref)))
+
+    def session(at: datetime) -> None:
+        customer = f"gc{rng.randint(1, customers):05d}"
+        session_id = f"s{seed}-{seq}"
+        when = at
+        for _ in range(rng.randint(1, 6)):
+            product = f"gp{rng.randint(1, 400):04d}"
+            push(
+                when,
+                "customer_activity",
+                {
+                    "customer_id": customer,
+                    "activity": "page_view",
+                    "session_id": session_id,
+                    "url": f"/product/{product}",
+                    "product_id": product,
+                },
+            )
+            when += timedelta(seconds=rng.uniform(5, 90))
+        if rng.random() > 0.5:
+            return
+        push(
+            when,
+            "customer_activity",
+            {
+                "customer_id": customer,
+                "activity": "add_to_cart",
+                "session_id": session_id,
+                "product_id": product,
+            },
+        )
+        if rng.random() > 0.6:
+            return
+        when += timedelta(seconds=rng.uniform(10, 120))
+        push(
+            when,
+            "customer_activity",
+            {
+                "customer_id": customer,
+                "activity": "checkout",
+                "session_id": session_id,
+                "url": "/checkout",
+            },
+        )
+        order_id = f"go{seed}-{seq:08d}"
+        currency = _pick(rng, _CURRENCIES)
+        lines: list[dict[str, Any]] = [
+            {
+                "product_id": f"gp{rng.randint(1, 400):04d}",
+                "seller_id": f"gs{rng.randint(1, 60):03d}",
+                "quantity": rng.randint(1, 3),
+                "price": round(rng.uniform(5, 400), 2),
+                "freight": round(rng.uniform(0, 40), 2),
+            }
+            for _ in range(rng.randint(1, 3))
+        ]
+        total = round(sum(i["quantity"] * i["price"] + i["freight"] for i in lines), 2)
+        order = {"order_id": order_id, "customer_id": customer, "currency": currency}
+        push(
+            when + timedelta(seconds=2),
+            "order_placed",
+            order | {"status": "created", "items": lines, "total": total},
+        )
+        paid = when + timedelta(seconds=rng.uniform(5, 60))
+        authorized = rng.random() < 0.92
+        push(
+            paid,
+            "payment",
+            {
+                "payment_id": f"{order_id}-1",
+                "order_id": order_id,
+                "customer_id": customer,
+                "method": _pick(rng, _METHODS),
+                "installments": rng.choice([1, 1, 1, 2, 3, 6, 10]),
+                "amount": total,
+                "currency": currency,
+                "status": "authorized" if authorized else "failed",
+            },
+        )
+        if authorized and rng.random() < 0.05:
+            push(
+                paid + timedelta(minutes=rng.uniform(5, 30)),
+                "refund",
+                {
+                    "refund_id": f"{order_id}-r1",
+                    "order_id": order_id,
+                    "customer_id": customer,
+                    "amount": total,
+                    "currency": currency,
+                    "reason": "customer_request",
+                },
+            )
+
+    # Start sessions before `start` so that the stream begins in a steady state (sessions
+    # under way, orders being paid) rather than with a burst of first page views.
+    clock = start - timedelta(seconds=min(_WARM_UP_S, _WARM_UP_SESSIONS / session_rate))
+    emitted = 0
+    while emitted < count:
+        while not pending or pending[0][0] > clock:
+            session(clock)
+            clock += timedelta(seconds=rng.expovariate(session_rate))
+        event = heapq.heappop(pending)[2]
+        if event.event_time >= start:
+            yield event
+            emitted += 1

@@ -1,0 +1,156 @@
+"""Olist Brazilian e-commerce sample -> order, payment and cancellation events.
+
+Mapping (the dataset's times have no offset; they are read in ``timezone``, default
+America/Sao_Paulo):
+
+* ``order_placed`` for every order, at ``order_purchase_timestamp``, with its items
+  (product, seller, price, freight) and ``total`` = sum of item prices and freights, in BRL.
+* ``payment`` for every payment row, at the order's ``order_approved_at``. An order that was
+  never approved (9 of the 3,000 sample orders, most of them canceled) still has payment
+  rows: each becomes a **failed** payment at the purchase time, so every payment row yields
+  exactly one event and none is silently dropped. Approved orders' payments are
+  ``authorized``. ``payment_id`` is ``<order_id>-<payment_sequential>``.
+* ``order_canceled`` for every order whose status is ``canceled`` or ``unavailable``, with
+  that status. Olist has no cancellation time: the event takes the order's latest known
+  timestamp (approval, carrier hand-over or delivery, else purchase).
+* The customers file loads the customers dimension (see :func:`read_customers`).
+"""
+
+from __future__ import annotations
+
+import csv
+from collections import defaultdict
+from collections.abc import Iterator
+from decimal import Decimal
+from pathlib import Path
+from typing import Any
+
+from ingest_platform.replay.model import SourceError, SourceEvent, local_time, zone
+
+ORDERS = "olist_orders_dataset.csv"
+PAYMENTS = "olist_order_payments_dataset.csv"
+ITEMS = "olist_order_items_dataset.csv"
+CUSTOMERS = "olist_customers_dataset.csv"
+CANCELED_STATUSES = frozenset({"canceled", "unavailable"})
+DEFAULT_TIMEZONE = "America/Sao_Paulo"
+CURRENCY = "BRL"
+
+
+def _folder(path: Path) -> Path:
+    """Accept the dataset folder or its ``sample/`` subfolder."""
+    for candidate in (path, path / "sample"):
+        if (candidate / ORDERS).is_file():
+            missing = [f for f in (PAYMENTS, ITEMS, CUSTOMERS) if not (candidate / f).is_file()]
+            if missing:
+                raise SourceError(f"{candidate} has {ORDERS} but lacks {', '.join(missing)}")
+            return candidate
+    raise SourceError(f"{path} is not an Olist dataset folder: no {ORDERS} in it or in sample/")
+
+
+def _rows(path: Path) -> Iterator[dict[str, str]]:
+    with open(path, newline="", encoding="utf-8") as handle:
+        yield from csv.DictReader(handle)
+
+
+def _money(text: str) -> float:
+    return float(Decimal(text).quantize(Decimal("0.01")))
+
+
+def read_events(path: Path, timezone: str = DEFAULT_TIMEZONE) -> list[SourceEvent]:
+    """Map the Olist files in ``path`` onto event contracts, sorted by event time.
+
+    :param path: the dataset folder (or its ``sample/`` subfolder).
+    :param timezone: IANA zone of the dataset's offset-less timestamps.
+    :raises SourceError: missing files, an unknown time zone or an unparseable timestamp.
+    """
+    folder, tz = _folder(Path(path)), zone(timezone)
+    items: dict[str, list[dict[str, Any]]] = defaultdict(list)
+    for row in _rows(folder / ITEMS):
+        items[row["order_id"]].append(
+            {
+                "product_id": row["product_id"],
+                "seller_id": row["seller_id"],
+                "quantity": 1,
+                "price": _money(row["price"]),
+                "freight": _money(row["freight_value"]),
+            }
+        )
+    orders = {row["order_id"]: row for row in _rows(folder / ORDERS)}
+    events: list[SourceEvent] = []
+    for order_id, order in orders.items():
+        placed = local_time(order["order_purchase_timestamp"], tz)
+        lines = sorted(items.get(order_id, []), key=lambda i: (i["product_id"], i["price"]))
+        total = sum(Decimal(str(i["price"])) + Decimal(str(i["freight"])) for i in lines)
+        base = {"order_id": order_id, "customer_id": order["customer_id"], "currency": CURRENCY}
+        events.append(
+            SourceEvent(
+                placed,
+                "order_placed",
+                base | {"status": "created", "items": lines, "total": float(total)},
+                f"olist:order_placed:{order_id}",
+            )
+        )
+        if order["order_status"] in CANCELED_STATUSES:
+            stamps = [
+                order[c]
+                for c in (
+                    "order_approved_at",
+                    "order_delivered_carrier_date",
+                    "order_delivered_customer_date",
+                )
+                if order[c]
+            ]
+            when = max((local_time(s, tz) for s in stamps), default=placed)
+            events.append(
+                SourceEvent(
+                    when,
+                    "order_canceled",
+                    base | {"status": order["order_status"], "items": lines, "total": float(total)},
+                    f"olist:order_canceled:{order_id}",
+                )
+            )
+    for row in _rows(folder / PAYMENTS):
+        if row["order_id"] not in orders:
+            raise SourceError(f"payment for unknown order {row['order_id']!r} in {PAYMENTS}")
+        order = orders[row["order_id"]]
+        approved = order["order_approved_at"]
+        events.append(
+            SourceEvent(
+                local_time(approved or order["order_purchase_timestamp"], tz),
+                "payment",
+                {
+                    "payment_id": f"{row['order_id']}-{row['payment_sequential']}",
+                    "order_id": row["order_id"],
+                    "customer_id": order["customer_id"],
+                    "method": row["payment_type"],
+                    "installments": int(row["payment_installments"]),
+                    "amount": _money(row["payment_value"]),
+                    "currency": CURRENCY,
+                    "status": "authorized" if approved else "failed",
+                },
+                f"olist:payment:{row['order_id']}:{row['payment_sequential']}",
+            )
+        )
+    events.sort(key=lambda e: (e.event_time, e.source_ref))
+    return events
+
+
+def read_customers(path: Path) -> list[dict[str, str | None]]:
+    """Rows of the customers dimension from ``olist_customers_dataset.csv``.
+
+    :returns: dicts with ``customer_id``, ``customer_unique_id``, ``zip_code_prefix``,
+        ``city``, ``state``, ``country`` (``BR``), ``source`` (``olist``); all strings.
+    :raises SourceError: the folder is not an Olist dataset.
+    """
+    return [
+        {
+            "customer_id": row["customer_id"],
+            "customer_unique_id": row["customer_unique_id"],
+            "zip_code_prefix": row["customer_zip_code_prefix"],
+            "city": row["customer_city"],
+            "state": row["customer_state"],
+            "country": "BR",
+            "source": "olist",
+        }
+        for row in _rows(_folder(Path(path)) / CUSTOMERS)
+    ]

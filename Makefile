@@ -39,7 +39,7 @@ $(VENV_STAMP): pyproject.toml uv.lock | $(UV)
 # Maven resumes from its local repository; -U retries downloads that failed before.
 $(JARS_STAMP): $(POMS) | prereqs
 	rm -rf $(STATE)/jars
-	mvn -B -q -U -f include/maven/pom.xml package
+	mvn -B -q -U -Dstyle.color=never -f include/maven/pom.xml package
 	@touch $@
 
 setup: prereqs $(VENV_STAMP) $(JARS_STAMP) ## Python environment (uv.lock) and JVM jars (Maven)

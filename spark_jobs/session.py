@@ -114,6 +114,9 @@ def build_spark_session(
     # Python workers must run the interpreter that has this project installed.
     os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
     os.environ.setdefault("PYSPARK_DRIVER_PYTHON", sys.executable)
+    # The platform runs on loopback; without this Spark warns that the hostname resolves
+    # to a loopback address and guesses an interface.
+    os.environ.setdefault("SPARK_LOCAL_IP", "127.0.0.1")
     conf = spark_conf(app_name, settings)
     conf.update(extra_conf or {})
     builder = SparkSession.builder

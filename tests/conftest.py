@@ -107,3 +107,49 @@ def delta_dir(tmp_path: Path) -> Path:
     path = tmp_path / "delta"
     path.mkdir()
     return path
+
+
+#: Real datasets live beside the repository (never copied into it); see ../shared/datasets.
+DATASETS = PROJECT_ROOT.parent / "shared" / "datasets"
+
+
+@pytest.fixture(scope="session")
+def olist_path() -> Path:
+    """The Olist sample folder; the test is skipped where the datasets are not present."""
+    path = DATASETS / "olist_ecommerce" / "sample"
+    if not path.is_dir():
+        pytest.skip(f"Olist sample not found at {path}")
+    return path
+
+
+@pytest.fixture(scope="session")
+def uci_path() -> Path:
+    """The UCI Online Retail by-day folder; skipped where absent."""
+    path = DATASETS / "uci_online_retail_by_day"
+    if not path.is_dir():
+        pytest.skip(f"UCI Online Retail not found at {path}")
+    return path
+
+
+def consume_all(bootstrap: str, topics: list[str], idle_s: float = 3.0) -> list[object]:
+    """Read every record of ``topics`` from the beginning until none arrives for ``idle_s``."""
+    from kafka import KafkaConsumer
+
+    consumer = KafkaConsumer(
+        *topics,
+        bootstrap_servers=bootstrap,
+        auto_offset_reset="earliest",
+        enable_auto_commit=False,
+        group_id=None,
+        consumer_timeout_ms=int(idle_s * 1000),
+    )
+    try:
+        return list(consumer)
+    finally:
+        consumer.close()
+
+
+def cli_env(bootstrap: str, **extra: str) -> dict[str, str]:
+    """Environment for running ``ingestctl`` against the test broker."""
+    host, port = bootstrap.rsplit(":", 1)
+    return os.environ | {"INGEST_KAFKA__HOST": host, "INGEST_KAFKA__PORT": port} | extra

@@ -385,8 +385,9 @@ def generate(
     _send(
         "generator",
         events,
-        speed=speed if speed is not None else (None if as_fast_as_possible else 1.0),
-        as_fast_as_possible=False,
+        # Real time by default: one source second per wall second, i.e. --rate events/s.
+        speed=1.0 if speed is None and not as_fast_as_possible else speed,
+        as_fast_as_possible=as_fast_as_possible,
         shift_to_now=False,
         partitions=partitions,
         allow_partition_mismatch=allow_partition_mismatch,

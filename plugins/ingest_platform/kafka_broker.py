@@ -279,7 +279,13 @@ class KafkaBroker:
         cluster_id = base64.urlsafe_b64encode(uuid.uuid4().bytes).decode().rstrip("=")
         self.log_dir.mkdir(parents=True, exist_ok=True)
         command = self._java_command(
-            STORAGE_TOOL_CLASS, "format", "-t", cluster_id, "-c", str(self.config_path)
+            # `--cluster-id=ID`, not `-t ID`: about one id in 64 starts with "-", which the
+            # tool's argument parser would take for an option.
+            STORAGE_TOOL_CLASS,
+            "format",
+            f"--cluster-id={cluster_id}",
+            "-c",
+            str(self.config_path),
         )
         result = subprocess.run(command, capture_output=True, text=True, check=False)
         if result.returncode != 0:

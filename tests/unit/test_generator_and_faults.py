@@ -1,0 +1,131 @@
+"""The synthetic generator's determinism and the fault injector's accounting."""
+
+from __future__ import annotations
+
+import json
+from collections import Counter
+from datetime import UTC, datetime, timedelta
+
+import pytest
+
+from ingest_platform.producer import encode_value
+from ingest_platform.replay.faults import (
+    MALFORMED_REASONS,
+    DelayDistribution,
+    FaultConfig,
+    FaultCounts,
+    inject,
+)
+from ingest_platform.replay.generator import generate_events
+
+pytestmark = pytest.mark.unit
+START = datetime(2026, 1, 1, 12, 0, tzinfo=UTC)
+
+
+def _stream(seed: int, count: int = 2000) -> list[tuple]:
+    return [
+        (e.topic, e.key, encode_value(e.to_value()))
+        for e in generate_events(count, seed=seed, start=START)
+    ]
+
+
+def test_same_seed_same_stream_other_seed_other_stream() -> None:
+    assert _stream(7) == _stream(7)
+    assert _stream(7) != _stream(8)
+
+
+def test_stream_is_in_event_time_order_and_has_every_event_type() -> None:
+    events = list(generate_events(20000, seed=1, start=START, rate=100))
+    times = [e.event_time for e in events]
+    assert times == sorted(times)
+    assert times[0] >= START
+    assert set(Counter(e.event_type for e in events)) == {
+        "customer_activity", "order_placed", "payment", "refund",
+    }  # fmt: skip
+    sessions = Counter(
+        e.payload.get("session_id") for e in events if e.topic == "customer_activity"
+    )
+    assert max(sessions.values()) > 1  # activity comes in sessions
+
+
+def _inject(config: FaultConfig, count: int = 3000):
+    counts = FaultCounts()
+    events = list(generate_events(count, seed=3, start=START))
+    return events, list(inject(events, config, counts)), counts
+
+
+def test_fault_counts_match_the_messages_produced() -> None:
+    config = FaultConfig(
+        duplicate_rate=0.05, late_rate=0.05, out_of_order_rate=0.05,
+        malformed_rate=0.09, drift_rate=0.04, oversize_count=2, seed=11,
+    )  # fmt: skip
+    events, scheduled, counts = _inject(config)
+    tags = Counter(s.message.tag for s in scheduled)
+    assert tags["event"] == len(events)  # nothing removed
+    assert tags["duplicate"] == counts.duplicates > 0
+    assert tags["oversize"] == counts.oversize == 2
+    malformed = Counter(t.split(":", 1)[1] for t in tags if t.startswith("malformed:"))
+    malformed = Counter({r: tags[f"malformed:{r}"] for r in malformed})
+    assert malformed == counts.malformed
+    assert set(malformed) == set(MALFORMED_REASONS)  # every quarantine reason is exercised
+    assert counts.late > 0
+    assert counts.out_of_order > 0
+    assert counts.drift_extra_field + counts.drift_missing_optional_field > 0
+    sent_ids = [s.message.value["event_id"] for s in scheduled if s.message.tag == "event"]
+    assert sorted(sent_ids) == sorted(e.event_id for e in events)
+    send_times = [s.send_time for s in scheduled]
+    assert send_times == sorted(send_times)
+
+
+def test_late_events_arrive_after_the_stream_moved_past_their_delay() -> None:
+    config = FaultConfig(late_rate=0.05, late_delay=DelayDistribution.parse("fixed:20"), seed=2)
+    events, scheduled, counts = _inject(config)
+    assert counts.late > 10
+    position = {s.message.value["event_id"]: i for i, s in enumerate(scheduled)}
+    by_id = {e.event_id: e for e in events}
+    late = set(counts.late_event_ids)
+    for late_id in late:
+        due = by_id[late_id].event_time + timedelta(seconds=20)
+        # Held back: every on-time event that happened before its due time was sent first.
+        earlier = [e.event_id for e in events if e.event_time < due and e.event_id not in late]
+        assert all(position[i] < position[late_id] for i in earlier)
+        # ...and it really moved: some event that happened after it was sent before it.
+        own = by_id[late_id].event_time
+        assert any(
+            by_id[s.message.value["event_id"]].event_time > own
+            for s in scheduled[: position[late_id]]
+        )
+
+
+def test_malformed_records_are_what_their_reason_says() -> None:
+    _, scheduled, _ = _inject(
+        FaultConfig(malformed_rate=1.0, seed=4), count=len(MALFORMED_REASONS) * 3
+    )
+    for item in scheduled:
+        tag, value = item.message.tag, encode_value(item.message.value)
+        if not tag.startswith("malformed:"):
+            continue
+        reason = tag.split(":", 1)[1]
+        if reason == "invalid_utf8":
+            with pytest.raises(UnicodeDecodeError):
+                value.decode("utf-8")
+        elif reason == "malformed_json":
+            with pytest.raises(json.JSONDecodeError):
+                json.loads(value)
+        elif reason == "not_an_object":
+            assert not isinstance(json.loads(value), dict)
+        elif reason == "empty_value":
+            assert not value
+        elif reason == "unsupported_schema_version":
+            assert json.loads(value)["schema_version"] == 99
+
+
+@pytest.mark.parametrize("spec", ["exp", "uniform:5", "fixed:-1", "normal:3:4", "uniform:9:1"])
+def test_bad_delay_specs_are_refused(spec: str) -> None:
+    with pytest.raises(ValueError, match="late delay"):
+        DelayDistribution.parse(spec)
+
+
+def test_rates_outside_0_1_are_refused() -> None:
+    with pytest.raises(ValueError, match="duplicate_rate must be between 0 and 1"):
+        FaultConfig(duplicate_rate=1.5)

@@ -18,7 +18,7 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from spark_jobs.catalog import get_catalog
+from spark_jobs.catalog import KafkaSourceSpec, get_catalog
 from spark_jobs.settings import get_settings
 from spark_jobs.triggers import TriggerError, TriggerSpec, parse_trigger
 
@@ -89,6 +89,7 @@ def start(
     job = catalog.job(JOB_NAME)
     table = catalog.table(job.sink)
     settings = get_settings()
+    assert isinstance(job.source, KafkaSourceSpec)
     reader = (
         spark.readStream.format("kafka")
         .option("kafka.bootstrap.servers", bootstrap_servers or settings.kafka.bootstrap_servers)

@@ -67,6 +67,13 @@ class KafkaSourceSpec(BaseModel):
         return self
 
 
+class DeltaSourceSpec(BaseModel):
+    """A job reading a declared Delta table as a stream."""
+
+    kind: Literal["delta"]
+    table: str
+
+
 class JobSpec(BaseModel):
     """One Spark job: its source, its sink table, its trigger and how it is run.
 
@@ -74,20 +81,33 @@ class JobSpec(BaseModel):
         (AvailableNow, run by a DAG).
     :param default_trigger: see :func:`spark_jobs.triggers.parse_trigger`.
     :param max_offsets_per_trigger: Kafka records per micro-batch at most.
+    :param settings: job-specific settings (watermark delays and the like), as strings.
     """
 
     name: str = Field(pattern=_NAME)
     description: str = ""
-    source: KafkaSourceSpec
+    source: KafkaSourceSpec | DeltaSourceSpec = Field(discriminator="kind")
     sink: str
     mode: Literal["always_on", "scheduled"]
     default_trigger: str
     max_offsets_per_trigger: int | None = Field(default=None, ge=1)
+    settings: dict[str, str] = {}
 
-    def checkpoint(self, settings: PlatformSettings | None = None) -> Path:
-        """Absolute checkpoint folder, owned by this job alone: ``<checkpoint_dir>/<name>``."""
+    def checkpoint(
+        self, settings: PlatformSettings | None = None, query: str | None = None
+    ) -> Path:
+        """Absolute checkpoint folder, owned by this job alone: ``<checkpoint_dir>/<name>``,
+        or ``<checkpoint_dir>/<name>/<query>`` for one of a job's several queries."""
         settings = settings or get_settings()
-        return settings.storage.checkpoint_path / self.name
+        base = settings.storage.checkpoint_path / self.name
+        return base / query if query else base
+
+    def setting(self, key: str) -> str:
+        """Return a job setting; :raises KeyError: naming the job and the missing key."""
+        try:
+            return self.settings[key]
+        except KeyError:
+            raise KeyError(f"job {self.name!r} has no setting {key!r}") from None
 
 
 class Catalog(BaseModel):
@@ -113,6 +133,8 @@ class Catalog(BaseModel):
         for job in self.jobs.values():
             if job.sink not in self.tables:
                 raise ValueError(f"job {job.name!r} writes undeclared table {job.sink!r}")
+            if isinstance(job.source, DeltaSourceSpec) and job.source.table not in self.tables:
+                raise ValueError(f"job {job.name!r} reads undeclared table {job.source.table!r}")
         return self
 
     def table(self, name: str) -> TableSpec:

@@ -126,6 +126,7 @@ def run_demo(events: int = 400, *, echo: Callable[[str], None] = print) -> DemoR
     from ingest_platform.topics import ensure_topics
     from spark_jobs import bronze_ingest
     from spark_jobs.catalog import get_catalog
+    from spark_jobs.contracts import TOPICS
     from spark_jobs.session import build_spark_session
     from spark_jobs.settings import get_settings
     from spark_jobs.triggers import TriggerSpec
@@ -134,9 +135,10 @@ def run_demo(events: int = 400, *, echo: Callable[[str], None] = print) -> DemoR
     catalog = get_catalog()
     job = catalog.job(bronze_ingest.JOB_NAME)
     echo(KafkaBroker(settings.kafka).up().describe())
-    ensure_topics(settings.kafka.bootstrap_servers, job.source.topics)
+    topics = list(TOPICS)
+    ensure_topics(settings.kafka.bootstrap_servers, topics)
     result = produce(settings.kafka.bootstrap_servers, sample_events(events))
-    echo(f"produced {result.acknowledged} events to {', '.join(job.source.topics)}")
+    echo(f"produced {result.acknowledged} events to {', '.join(topics)}")
     echo("running bronze_ingest (trigger: available-now) ...")
     spark = build_spark_session("demo_bronze_ingest")
     query = bronze_ingest.start(spark, trigger=TriggerSpec("available-now"))

@@ -56,3 +56,19 @@ def test_invalid_topic_name_is_refused() -> None:
 def test_table_name_must_carry_its_layer() -> None:
     with pytest.raises(ValidationError, match="must be named silver_<entity>"):
         Catalog.model_validate({"tables": {"orders": {"layer": "silver"}}, "jobs": {}})
+
+
+def test_bronze_subscribes_to_exactly_the_contract_topics() -> None:
+    from spark_jobs.catalog import KafkaSourceSpec
+    from spark_jobs.contracts import TOPICS
+
+    source = get_catalog().job("bronze_ingest").source
+    assert isinstance(source, KafkaSourceSpec)
+    assert sorted(source.topics) == sorted(TOPICS)
+
+
+def test_every_contract_lands_in_a_declared_silver_table() -> None:
+    from spark_jobs.contracts import CONTRACTS
+
+    for contract in CONTRACTS.values():
+        assert get_catalog().table(contract.silver_table).layer == "silver"

@@ -1,0 +1,296 @@
+"""Silver transforms: parse Bronze records against the event contracts, decide which are
+usable, and split what is not. Pure DataFrame -> DataFrame functions: no I/O, no clock (the
+caller passes ``now``), testable on a local session without Kafka.
+
+Parsing goes through Spark 4's VARIANT type (``try_parse_json``, ``try_variant_get``), which
+never raises on bad data, so ANSI mode stays on.
+
+Quarantine reasons, checked in this order (the first that applies is recorded):
+
+==============================  ==============================================================
+``empty_value``                 null value (Kafka tombstone) or zero bytes
+``invalid_utf8``                value bytes are not UTF-8
+``malformed_json``              not JSON
+``not_an_object``               JSON array, scalar or ``null``
+``missing_required_field``      an envelope field, or a payload field the contract requires,
+                                is absent or null
+``type_mismatch``               a field has the wrong JSON type (e.g. ``"amount": "twelve"``)
+                                or ``event_time`` is not an ISO-8601 timestamp
+``unknown_event_type``          ``event_type`` is not a contract event type of this topic
+``unsupported_schema_version``  ``schema_version`` is not 1
+``invalid_value``               negative money, more than 2 decimals, unknown currency code,
+                                an unknown payment status, an event time without offset or
+                                more than ``max_future_skew`` ahead of ``now``
+==============================  ==============================================================
+"""
+
+from __future__ import annotations
+
+from datetime import datetime, timedelta
+from functools import reduce
+from typing import TYPE_CHECKING
+
+from spark_jobs.contracts import (
+    CONTRACTS,
+    CURRENCIES,
+    ENVELOPE_FIELDS,
+    PAYMENT_STATUSES,
+    SCHEMA_VERSION,
+    payload_schema,
+)
+
+if TYPE_CHECKING:
+    from pyspark.sql import Column, DataFrame
+
+QUARANTINE_REASONS = (
+    "empty_value",
+    "invalid_utf8",
+    "malformed_json",
+    "not_an_object",
+    "missing_required_field",
+    "type_mismatch",
+    "unknown_event_type",
+    "unsupported_schema_version",
+    "invalid_value",
+)
+#: Bronze columns carried into Silver rows for lineage.
+COORDINATES = ("topic", "partition", "offset", "kafka_timestamp")
+_INTEGRAL = "^(TINYINT|SMALLINT|INT|BIGINT)$"
+_NUMERIC = "^(TINYINT|SMALLINT|INT|BIGINT|DECIMAL.*|DOUBLE|FLOAT)$"
+_OFFSET_SUFFIX = r"(Z|z|[+-]\d\d(:?\d\d)?)$"
+
+
+def _first_reason(checks: list[tuple[str, Column, Column]]) -> tuple[Column, Column]:
+    """``CASE WHEN`` over (reason, condition, detail) triples: the first match wins."""
+    from pyspark.sql import functions as F
+
+    reason = reduce(
+        lambda acc, c: acc.when(c[1], F.lit(c[0])), checks[1:],
+        F.when(checks[0][1], F.lit(checks[0][0])),
+    )  # fmt: skip
+    detail = reduce(
+        lambda acc, c: acc.when(c[1], c[2]), checks[1:], F.when(checks[0][1], checks[0][2])
+    )
+    return reason, detail
+
+
+def parse_topic(
+    bronze: DataFrame, topic: str, *, now: datetime, max_future_skew: timedelta
+) -> DataFrame:
+    """Parse the Bronze records of one topic against its contracts.
+
+    :param bronze: Bronze rows (see :func:`spark_jobs.bronze_ingest.to_bronze`) of ``topic``.
+    :param topic: one of :data:`spark_jobs.contracts.TOPICS`.
+    :param now: the batch's processing time (UTC); events more than ``max_future_skew`` after
+        it are ``invalid_value``.
+    :param max_future_skew: tolerated clock skew of producers.
+    :returns: one row per input row: ``topic``, ``partition``, ``offset``,
+        ``kafka_timestamp``, ``key`` binary, ``value`` binary, ``reason`` string (null when
+        usable), ``detail`` string, the envelope (``event_id``, ``event_type``,
+        ``schema_version`` int, ``event_time`` timestamp in UTC, ``event_date`` date), the
+        payload fields typed as in :data:`spark_jobs.contracts.PAYLOAD_DDL` (money
+        ``decimal(18,2)``, currency upper-case), ``_rescued_data`` string (JSON object of the
+        fields the contract does not know, or null) and ``payload_hash`` string (SHA-256 of
+        the typed event, for duplicate conflicts).
+    """
+    from pyspark.sql import functions as F
+    from pyspark.sql.types import ArrayType, DecimalType, IntegerType, StringType
+
+    schema = payload_schema(topic)
+    contracts = [c for c in CONTRACTS.values() if c.topic == topic]
+    event_types = sorted(c.event_type for c in contracts)
+    required_payload = sorted({f for c in contracts for f in c.required})
+    money_fields = sorted({f for c in contracts for f in c.money_fields})
+    known = [f.name for f in schema.fields]
+
+    text = F.col("value").cast("string")
+    v = F.try_parse_json(text)
+    df = bronze.select(*COORDINATES, "key", "value", text.alias("_text"), v.alias("_v"))
+    v = F.col("_v")
+
+    def raw(field: str) -> Column:
+        return F.variant_get(v, f"$.{field}", "variant")
+
+    def absent(field: str) -> Column:
+        return raw(field).isNull() | F.is_variant_null(raw(field))
+
+    typed: dict[str, Column] = {}
+    mismatch: list[tuple[str, Column]] = []
+    for field in schema.fields:
+        ddl = field.dataType.simpleString()
+        value = F.try_variant_get(v, f"$.{field.name}", ddl)
+        kind = F.schema_of_variant(raw(field.name))
+        if isinstance(field.dataType, StringType):
+            ok = kind == "STRING"
+        elif isinstance(field.dataType, IntegerType):
+            ok = kind.rlike(_INTEGRAL) & value.isNotNull()
+        elif isinstance(field.dataType, DecimalType):
+            ok = kind.rlike(_NUMERIC) & value.isNotNull()
+        elif isinstance(field.dataType, ArrayType):
+            ok = kind.startswith("ARRAY") & value.isNotNull()
+        else:  # pragma: no cover - the contracts use only the types above
+            raise TypeError(f"unsupported contract type {ddl} for {field.name}")
+        typed[field.name] = value
+        mismatch.append((field.name, ~absent(field.name) & ~ok))
+
+    event_time_text = typed["event_time"]
+    event_time = F.try_to_timestamp(event_time_text)
+    not_object = v.isNotNull() & ~F.schema_of_variant(v).startswith("OBJECT")
+    missing_envelope = [f for f in ENVELOPE_FIELDS]
+
+    def names_where(pairs: list[tuple[str, Column]]) -> Column:
+        return F.concat_ws(", ", *[F.when(cond, F.lit(name)) for name, cond in pairs])
+
+    def any_of(pairs: list[tuple[str, Column]]) -> Column:
+        return reduce(lambda a, b: a | b, [cond for _, cond in pairs])
+
+    env_missing = [(f, absent(f)) for f in missing_envelope]
+    env_mismatch = [(f, c) for f, c in mismatch if f in ENVELOPE_FIELDS]
+    env_mismatch.append(("event_time", ~absent("event_time") & event_time.isNull()))
+    payload_missing = [(f, absent(f)) for f in required_payload]
+    payload_mismatch = [(f, c) for f, c in mismatch if f not in ENVELOPE_FIELDS]
+
+    currency = F.upper(typed["currency"])
+    invalid: list[tuple[str, Column]] = [
+        ("event_time without offset", ~event_time_text.rlike(_OFFSET_SUFFIX)),
+        (
+            f"event_time more than {max_future_skew} ahead",
+            event_time > F.lit(now + max_future_skew),
+        ),
+        ("unknown currency", ~currency.isin(*sorted(CURRENCIES))),
+    ]
+    for money in money_fields:
+        exact = F.try_variant_get(v, f"$.{money}", "decimal(38,10)")
+        invalid.append((f"negative {money}", typed[money] < 0))
+        invalid.append((f"{money} has more than 2 decimals", exact != typed[money]))
+    if "status" in typed and topic == "payments":
+        invalid.append(("unknown payment status", ~typed["status"].isin(*PAYMENT_STATUSES)))
+
+    checks: list[tuple[str, Column, Column]] = [
+        ("empty_value", F.col("value").isNull() | (F.length("value") == 0), F.lit("no bytes")),
+        ("invalid_utf8", ~F.is_valid_utf8(text), F.lit("value is not UTF-8")),
+        ("malformed_json", v.isNull(), F.concat(F.lit("not JSON: "), F.left(text, F.lit(80)))),
+        ("not_an_object", not_object, F.concat(F.lit("JSON "), F.schema_of_variant(v))),
+        ("missing_required_field", any_of(env_missing),
+         F.concat(F.lit("missing: "), names_where(env_missing))),
+        ("type_mismatch", any_of(env_mismatch),
+         F.concat(F.lit("wrong type: "), names_where(env_mismatch))),
+        ("unknown_event_type", ~typed["event_type"].isin(*event_types),
+         F.concat(F.lit("event_type "), typed["event_type"],
+                  F.lit(f" is not one of {', '.join(event_types)} on topic {topic}"))),
+        ("unsupported_schema_version", typed["schema_version"] != SCHEMA_VERSION,
+         F.concat(F.lit("schema_version "), typed["schema_version"].cast("string"))),
+        ("missing_required_field", any_of(payload_missing),
+         F.concat(F.lit("missing: "), names_where(payload_missing))),
+        ("type_mismatch", any_of(payload_mismatch),
+         F.concat(F.lit("wrong type: "), names_where(payload_mismatch))),
+        ("invalid_value", any_of([(d, F.coalesce(c, F.lit(False))) for d, c in invalid]),
+         names_where([(d, F.coalesce(c, F.lit(False))) for d, c in invalid])),
+    ]  # fmt: skip
+    reason, detail = _first_reason(checks)
+
+    fields = {**typed, "currency": currency, "event_time": event_time}
+    as_map = F.from_json(F.col("_text"), "map<string,string>")
+    unknown = F.map_filter(as_map, lambda k, _: ~k.isin(*known))
+    rescued = F.when(F.size(unknown) > 0, F.to_json(unknown))
+    parsed = df.select(
+        *COORDINATES,
+        "key",
+        "value",
+        reason.alias("reason"),
+        detail.alias("detail"),
+        *[fields[name].alias(name) for name in known],
+        rescued.alias("_rescued_data"),
+    )
+    payload_cols = [c for c in known if c != "event_id"] + ["_rescued_data"]
+    return parsed.withColumn("event_date", F.to_date("event_time")).withColumn(
+        "payload_hash", F.sha2(F.to_json(F.struct(*payload_cols)), 256)
+    )
+
+
+def quarantine_rows(parsed: DataFrame) -> DataFrame:
+    """The unusable rows, shaped for ``silver_quarantine``.
+
+    :returns: ``topic``, ``partition``, ``offset``, ``kafka_timestamp``, ``key`` binary,
+        ``value`` binary (raw, as in Bronze), ``reason`` string, ``detail`` string,
+        ``event_id`` string (when it could be read).
+    """
+    return parsed.where("reason IS NOT NULL").select(
+        *COORDINATES, "key", "value", "reason", "detail", "event_id"
+    )
+
+
+def usable_rows(parsed: DataFrame) -> DataFrame:
+    """The rows that passed every check (``reason`` is null), without raw bytes."""
+    return parsed.where("reason IS NULL").drop("reason", "detail", "key", "value")
+
+
+def split_late(usable: DataFrame, watermark: datetime | None) -> tuple[DataFrame, DataFrame]:
+    """Split usable rows into on-time and late rows against ``watermark``.
+
+    A row is late when its ``event_time`` is before the watermark in force at the start of
+    the micro-batch (Spark's rule for stateful operators); ``None`` means no watermark yet.
+
+    :returns: ``(on_time, late)``; ``late`` has ``watermark`` timestamp and
+        ``lateness_seconds`` double (watermark minus event time) added.
+    """
+    from pyspark.sql import functions as F
+
+    if watermark is None:
+        return usable, usable.limit(0).withColumn("watermark", F.lit(None).cast("timestamp"))\
+            .withColumn("lateness_seconds", F.lit(None).cast("double"))  # fmt: skip
+    mark = F.lit(watermark).cast("timestamp")
+    late = usable.where(F.col("event_time") < mark)
+    return usable.where(F.col("event_time") >= mark), late.withColumn("watermark", mark).withColumn(
+        "lateness_seconds",
+        F.unix_micros(mark).cast("double") / 1e6
+        - F.unix_micros(F.col("event_time")).cast("double") / 1e6,
+    )
+
+
+def deduplicate(on_time: DataFrame, seen: DataFrame) -> tuple[DataFrame, DataFrame, DataFrame]:
+    """Keep the first occurrence of each ``event_id``.
+
+    "First" is the earliest arrival: an id already in ``seen`` (kept by an earlier batch)
+    wins; inside the batch, the lowest (``kafka_timestamp``, ``partition``, ``offset``).
+
+    :param on_time: usable, on-time rows of one batch (see :func:`parse_topic`).
+    :param seen: ``event_id`` string, ``payload_hash`` string: ids kept by earlier batches
+        and still inside the deduplication horizon.
+    :returns: ``(first, duplicates, conflicts)``: the rows to write to Silver; every dropped
+        duplicate (``first_payload_hash`` added); the duplicates whose payload differs from
+        the first one kept.
+    """
+    from pyspark.sql import Window
+    from pyspark.sql import functions as F
+
+    order = Window.partitionBy("event_id").orderBy("kafka_timestamp", "partition", "offset")
+    ranked = on_time.withColumn("_rank", F.row_number().over(order)).withColumn(
+        "_batch_first_hash", F.first("payload_hash").over(order)
+    )
+    prior = seen.select("event_id", F.col("payload_hash").alias("_seen_hash"))
+    joined = ranked.join(F.broadcast(prior), "event_id", "left")
+    is_first = (F.col("_rank") == 1) & F.col("_seen_hash").isNull()
+    first_hash = F.coalesce(F.col("_seen_hash"), F.col("_batch_first_hash"))
+    first = joined.where(is_first).drop("_rank", "_batch_first_hash", "_seen_hash")
+    duplicates = joined.where(~is_first).withColumn("first_payload_hash", first_hash)
+    duplicates = duplicates.drop("_rank", "_batch_first_hash", "_seen_hash")
+    conflicts = duplicates.where(F.col("payload_hash") != F.col("first_payload_hash"))
+    return first, duplicates, conflicts
+
+
+def enrich_with_customers(events: DataFrame, customers: DataFrame) -> DataFrame:
+    """Add the customer's ``customer_city``, ``customer_state`` and ``customer_country``.
+
+    A stream-static join: ``customers`` is the dimension as read for this micro-batch, so a
+    customer loaded before a batch starts is seen by that batch. Unknown customers (or a
+    null ``customer_id``) keep the event with null customer columns (left join).
+
+    :param customers: ``customer_id``, ``city``, ``state``, ``country`` strings, one row per id.
+    """
+    dim = customers.selectExpr(
+        "customer_id AS _cid", "city AS customer_city", "state AS customer_state",
+        "country AS customer_country",
+    )  # fmt: skip
+    joined = events.join(dim, events["customer_id"] == dim["_cid"], "left")
+    return joined.drop("_cid")

@@ -93,7 +93,10 @@ def start(
     reader = (
         spark.readStream.format("kafka")
         .option("kafka.bootstrap.servers", bootstrap_servers or settings.kafka.bootstrap_servers)
-        .option("subscribe", ",".join(topics or job.source.topics))
+        .option(
+            "subscribe",
+            ",".join(topics or [settings.kafka.topic(t) for t in job.source.topics]),
+        )
         .option("startingOffsets", starting_offsets)
         # Lost data (topic recreated, offsets aged out) fails the query loudly.
         .option("failOnDataLoss", "true")

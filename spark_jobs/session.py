@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import os
 import sys
+import time
 from collections.abc import Mapping
 from pathlib import Path
 from typing import TYPE_CHECKING
@@ -111,6 +112,10 @@ def build_spark_session(
     """
     from pyspark.sql import SparkSession
 
+    # Spark hands timestamps to Python as naive local times: make "local" UTC, the session
+    # time zone, so that driver-side datetimes and Spark agree.
+    os.environ["TZ"] = "UTC"
+    time.tzset()
     # Python workers must run the interpreter that has this project installed.
     os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
     os.environ.setdefault("PYSPARK_DRIVER_PYTHON", sys.executable)

@@ -60,6 +60,8 @@ class KafkaSettings(BaseModel):
     :param data_dir: broker data and logs; relative paths are below :func:`ingest_home`.
     :param heap: JVM heap for the broker (``-Xmx``), e.g. ``512m``.
     :param start_timeout_s: seconds to wait for the broker to answer a metadata request.
+    :param topic_prefix: prepended to every contract topic name (``orders`` ->
+        ``<prefix>orders``): isolates environments or test runs sharing one cluster.
     """
 
     host: str = "127.0.0.1"
@@ -68,6 +70,17 @@ class KafkaSettings(BaseModel):
     data_dir: Path = Path("kafka")
     heap: str = Field("512m", pattern=r"^\d+[kmgKMG]$")
     start_timeout_s: float = Field(90.0, gt=0)
+    topic_prefix: str = Field("", pattern=r"^[A-Za-z0-9._-]*$")
+
+    def topic(self, name: str) -> str:
+        """The Kafka topic that carries contract topic ``name`` here."""
+        return self.topic_prefix + name
+
+    def contract_topic(self, kafka_topic: str) -> str | None:
+        """The contract topic of a Kafka topic name, or None if it is not one of ours."""
+        if not kafka_topic.startswith(self.topic_prefix):
+            return None
+        return kafka_topic[len(self.topic_prefix) :]
 
     @property
     def bootstrap_servers(self) -> str:

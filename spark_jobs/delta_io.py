@@ -1,0 +1,91 @@
+"""Delta and checkpoint I/O shared by the jobs: idempotent writes and checkpoint reading.
+
+Exactly-once in ``foreachBatch`` rests on Delta's idempotent writes: every write carries
+``txnAppId`` (the streaming query's id) and ``txnVersion`` (the batch id), and Delta skips a
+write whose version it has already committed for that application id. A replayed batch
+(after a crash between the write and the checkpoint commit) therefore writes nothing twice.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Sequence
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from pyspark.sql import DataFrame, SparkSession
+
+
+def append_idempotent(
+    df: DataFrame,
+    path: Path,
+    *,
+    app_id: str,
+    version: int,
+    partition_by: Sequence[str] = (),
+) -> None:
+    """Append ``df`` to the Delta table at ``path`` once per (``app_id``, ``version``).
+
+    Creates the table (with ``partition_by``) on first write; new columns are merged into
+    the schema (``mergeSchema``) so that adding a contract field does not stop the job.
+    """
+    writer = (
+        df.write.format("delta")
+        .mode("append")
+        .option("txnAppId", app_id)
+        .option("txnVersion", str(version))
+        .option("mergeSchema", "true")
+    )
+    if partition_by:
+        writer = writer.partitionBy(*partition_by)
+    writer.save(str(path))
+
+
+def table_exists(path: Path | str) -> bool:
+    """Whether a Delta table exists at ``path`` (its ``_delta_log`` has a commit)."""
+    log = Path(path) / "_delta_log"
+    return log.is_dir() and any(log.glob("*.json"))
+
+
+def read_table(spark: SparkSession, path: Path | str) -> DataFrame | None:
+    """The Delta table at ``path``, or None when it does not exist yet."""
+    return spark.read.format("delta").load(str(path)) if table_exists(path) else None
+
+
+def checkpoint_query_id(checkpoint: Path | str) -> str:
+    """The streaming query id recorded in ``<checkpoint>/metadata``.
+
+    :raises FileNotFoundError: the checkpoint has no ``metadata`` file (no query ran yet).
+    """
+    return str(json.loads((Path(checkpoint) / "metadata").read_text())["id"])
+
+
+def _latest(folder: Path) -> tuple[int, Path] | None:
+    if not folder.is_dir():
+        return None
+    batches = [(int(p.name), p) for p in folder.iterdir() if p.name.isdigit()]
+    return max(batches) if batches else None
+
+
+def last_committed_batch(checkpoint: Path) -> int | None:
+    """The id of the newest batch with a ``commits/`` entry, or None."""
+    latest = _latest(Path(checkpoint) / "commits")
+    return latest[0] if latest else None
+
+
+def committed_offsets(checkpoint: Path) -> dict[str, Any] | None:
+    """Offsets and metadata of the newest *committed* batch.
+
+    An offsets file has a version line, a metadata JSON line (``batchWatermarkMs``,
+    ``batchTimestampMs``, confs) and one JSON line per source (for Kafka:
+    ``{"topic": {"partition": next offset}}``).
+
+    :returns: ``{"batch_id", "metadata", "sources"}`` or None if nothing was committed.
+    """
+    batch = last_committed_batch(checkpoint)
+    if batch is None:
+        return None
+    lines = (Path(checkpoint) / "offsets" / str(batch)).read_text().splitlines()
+    sources = [json.loads(line) if line.strip() not in ("", "-") else None for line in lines[2:]]
+    return {"batch_id": batch, "metadata": json.loads(lines[1]), "sources": sources}

@@ -1,0 +1,224 @@
+"""gold_aggregate: Silver -> Gold, in event time, as one Spark application with one
+streaming query (and one checkpoint) per Gold table:
+
+==================================  ======================================================
+``gold_payment_totals_5m``          tumbling 5-minute windows per currency, append mode
+``gold_payment_totals_10m_sliding`` 10-minute windows sliding every 5 minutes, append
+``gold_payment_success_rate_15m``   15-minute windows per payment method, append
+``gold_customer_sessions``          session windows per customer (gap 10 min), append
+``gold_customer_metrics``           running order count and spend per customer, MERGE
+==================================  ======================================================
+
+Windowed tables use append mode: a window is written once, when the watermark (10 minutes
+for payments, 30 for sessions; ``include/pipeline.yaml``) has passed its end, so every row
+in them is final. The watermark lives in each query's checkpoint and carries over between
+AvailableNow runs. Events that arrive later than that are in ``silver_late_events``; the
+late-corrections job folds them in.
+
+``gold_customer_metrics`` is upserted by MERGE in ``foreachBatch``; the MERGE carries Delta's
+``txnAppId``/``txnVersion`` session settings (in a session of its own, so concurrent queries
+do not share them), so a replayed batch is not counted twice.
+
+Run::
+
+    python -m spark_jobs.gold_aggregate --trigger available-now
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+from collections.abc import Callable, Sequence
+from typing import TYPE_CHECKING
+
+from spark_jobs.catalog import get_catalog
+from spark_jobs.delta_io import checkpoint_query_id, table_exists
+from spark_jobs.settings import PlatformSettings, get_settings
+from spark_jobs.triggers import TriggerError, TriggerSpec, parse_trigger
+
+if TYPE_CHECKING:
+    from pyspark.sql import DataFrame, SparkSession
+    from pyspark.sql.streaming import StreamingQuery
+
+JOB_NAME = "gold_aggregate"
+REAL_TIME_REFUSAL = (
+    "gold_aggregate runs stateful aggregations into Delta; Spark 4.2's real-time mode "
+    "supports only stateless queries with Kafka, foreach, console or memory sinks"
+)
+WINDOWED_TABLES = (
+    "gold_payment_totals_5m",
+    "gold_payment_totals_10m_sliding",
+    "gold_payment_success_rate_15m",
+    "gold_customer_sessions",
+)
+
+
+def windowed_definitions(
+    settings: dict[str, str],
+) -> dict[str, tuple[str, str, Callable[[DataFrame], DataFrame]]]:
+    """Gold table -> (Silver source table, watermark delay, aggregation)."""
+    from spark_jobs.transforms import gold
+
+    pay_wm, session_wm = settings["payments_watermark"], settings["sessions_watermark"]
+    gap = settings["session_gap"]
+    return {
+        "gold_payment_totals_5m": (
+            "silver_payments", pay_wm, lambda df: gold.payment_totals(df, "5 minutes"),
+        ),
+        "gold_payment_totals_10m_sliding": (
+            "silver_payments", pay_wm,
+            lambda df: gold.payment_totals(df, "10 minutes", "5 minutes"),
+        ),
+        "gold_payment_success_rate_15m": (
+            "silver_payments", pay_wm, lambda df: gold.payment_success_rate(df, "15 minutes"),
+        ),
+        "gold_customer_sessions": (
+            "silver_customer_activity", session_wm,
+            lambda df: gold.customer_sessions(df, gap),
+        ),
+    }  # fmt: skip
+
+
+class CustomerMetricsMerge:
+    """``foreachBatch`` MERGE of per-customer increments into ``gold_customer_metrics``."""
+
+    def __init__(self, spark: SparkSession, path: str, checkpoint: str) -> None:
+        # A session of its own: the txn settings below must not leak into other queries.
+        self.spark = spark.newSession()
+        self.path = path
+        self.checkpoint = checkpoint
+
+    def __call__(self, batch: DataFrame, batch_id: int) -> None:
+        """Add the batch's increments (see :func:`customer_metrics_increment`) by MERGE."""
+        from delta.tables import DeltaTable
+
+        from spark_jobs.transforms.gold import customer_metrics_increment
+
+        increment = customer_metrics_increment(batch)
+        if not table_exists(self.path):
+            increment.limit(0).write.format("delta").save(self.path)
+        app_id = f"{JOB_NAME}-customer-metrics-{checkpoint_query_id(self.checkpoint)}"
+        self.spark.conf.set("spark.databricks.delta.write.txnAppId", app_id)
+        self.spark.conf.set("spark.databricks.delta.write.txnVersion", str(batch_id))
+        try:
+            (
+                DeltaTable.forPath(self.spark, self.path)
+                .alias("t")
+                .merge(
+                    increment.alias("s"),
+                    "t.customer_id = s.customer_id AND t.currency = s.currency",
+                )
+                .whenMatchedUpdate(
+                    set={
+                        "order_count": "t.order_count + s.order_count",
+                        "spend": "t.spend + s.spend",
+                        "last_order_time": "greatest(t.last_order_time, s.last_order_time)",
+                    }
+                )
+                .whenNotMatchedInsertAll()
+                .execute()
+            )
+        finally:
+            self.spark.conf.unset("spark.databricks.delta.write.txnAppId")
+            self.spark.conf.unset("spark.databricks.delta.write.txnVersion")
+
+
+def start(
+    spark: SparkSession,
+    *,
+    trigger: TriggerSpec,
+    settings: PlatformSettings | None = None,
+    tables: Sequence[str] | None = None,
+) -> list[StreamingQuery]:
+    """Start one streaming query per Gold table whose Silver source exists.
+
+    :param tables: a subset of Gold tables (default: all).
+    :raises TriggerError: a real-time trigger.
+    :returns: the started queries (possibly none, when Silver is still empty).
+    """
+    from pyspark.sql import functions as F
+
+    if trigger.kind == "real-time":
+        raise TriggerError(REAL_TIME_REFUSAL)
+    settings = settings or get_settings()
+    catalog = get_catalog()
+    job = catalog.job(JOB_NAME)
+    wanted = set(tables or [*WINDOWED_TABLES, "gold_customer_metrics"])
+    queries = []
+
+    def source(table: str) -> DataFrame | None:
+        path = catalog.table(table).path(settings)
+        return spark.readStream.format("delta").load(str(path)) if table_exists(path) else None
+
+    for table, (silver, delay, aggregate) in windowed_definitions(job.settings).items():
+        stream = source(silver) if table in wanted else None
+        if stream is None:
+            continue
+        out = aggregate(stream.withWatermark("event_time", delay))
+        writer = (
+            out.writeStream.format("delta")
+            .outputMode("append")
+            .option("checkpointLocation", str(job.checkpoint(settings, table)))
+            .queryName(f"{JOB_NAME}.{table}")
+        )
+        queries.append(trigger.apply(writer).start(str(catalog.table(table).path(settings))))
+    orders = source("silver_orders") if "gold_customer_metrics" in wanted else None
+    if orders is not None:
+        checkpoint = str(job.checkpoint(settings, "gold_customer_metrics"))
+        merge = CustomerMetricsMerge(
+            spark, str(catalog.table("gold_customer_metrics").path(settings)), checkpoint
+        )
+        writer = (
+            orders.select("event_type", "customer_id", "currency", "total", "event_time")
+            .where(F.col("event_type") == "order_placed")
+            .writeStream.foreachBatch(merge)
+            .option("checkpointLocation", checkpoint)
+            .queryName(f"{JOB_NAME}.gold_customer_metrics")
+        )
+        queries.append(trigger.apply(writer).start())
+    return queries
+
+
+def run(
+    spark: SparkSession, *, trigger: TriggerSpec, settings: PlatformSettings | None = None
+) -> int:
+    """Run every Gold query to completion (AvailableNow) and check Gold against Silver.
+
+    :returns: number of queries run.
+    :raises pyspark.errors.StreamingQueryException: a query failed.
+    :raises spark_jobs.late_corrections.GoldReconciliationError: final windows disagree with
+        a batch recomputation from Silver.
+    """
+    from spark_jobs.late_corrections import reconcile_payment_totals
+
+    queries = start(spark, trigger=trigger, settings=settings)
+    for query in queries:
+        query.awaitTermination()
+    reconcile_payment_totals(spark, settings=settings, include_late=False)
+    return len(queries)
+
+
+def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
+    """Parse the command line; a bad value exits 2 with a message saying what is wrong."""
+    job = get_catalog().job(JOB_NAME)
+    parser = argparse.ArgumentParser(prog=JOB_NAME, description=__doc__.splitlines()[0])
+    parser.add_argument("--trigger", default=job.default_trigger)
+    args = parser.parse_args(argv)
+    try:
+        args.trigger = parse_trigger(args.trigger, real_time_refusal=REAL_TIME_REFUSAL)
+    except TriggerError as error:
+        parser.error(str(error))
+    return args
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    """spark-submit entry point."""
+    from spark_jobs.session import build_spark_session
+
+    args = parse_args(argv)
+    run(build_spark_session(JOB_NAME), trigger=args.trigger)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

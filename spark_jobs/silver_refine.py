@@ -1,0 +1,385 @@
+"""silver_refine: ``bronze_events`` (Delta stream) -> one Silver table per event type.
+
+Each micro-batch, in ``foreachBatch``:
+
+1. parse every record against its topic's contracts (:mod:`spark_jobs.transforms.silver`);
+   unusable records go to ``silver_quarantine`` with raw bytes, coordinates, reason, detail;
+2. usable events older than the watermark in force at the start of the batch go to
+   ``silver_late_events`` with how late they were;
+3. on-time events are deduplicated on ``event_id`` against the ids kept by earlier batches
+   within the deduplication horizon (the watermark, 30 minutes by default) and inside the
+   batch; a duplicate whose payload differs from the kept one is recorded in
+   ``silver_dedup_conflicts``;
+4. orders and payments are enriched with the customers dimension (read fresh each batch);
+5. the counts must balance: read = written + quarantined + duplicates + late, else the run
+   fails with the numbers; they are recorded in ``silver_reconciliation`` with the watermark.
+
+Why not ``dropDuplicatesWithinWatermark``: it drops late rows and duplicates silently, so
+they could not be written to ``silver_late_events``, conflicts could not be recorded and the
+counts could not be reconciled. The same rule is kept explicitly instead, with its state in
+Delta (``silver_event_ids``, and the watermark in ``silver_reconciliation``) so that it
+carries over restarts and AvailableNow runs. Every write passes ``txnAppId`` (the query id)
+and ``txnVersion`` (the batch id), and a batch reads state only from *earlier* batches, so a
+batch replayed after a crash makes the same decisions and writes nothing twice.
+
+Run::
+
+    python -m spark_jobs.silver_refine --trigger available-now
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+from collections.abc import Sequence
+from dataclasses import dataclass
+from datetime import UTC, datetime, timedelta
+from typing import TYPE_CHECKING, Any
+
+from spark_jobs.catalog import Catalog, get_catalog
+from spark_jobs.contracts import TOPICS
+from spark_jobs.delta_io import append_idempotent, checkpoint_query_id, read_table, table_exists
+from spark_jobs.settings import PlatformSettings, get_settings
+from spark_jobs.triggers import TriggerError, TriggerSpec, parse_trigger
+
+if TYPE_CHECKING:
+    from pyspark.sql import DataFrame, SparkSession
+    from pyspark.sql.streaming import StreamingQuery
+
+JOB_NAME = "silver_refine"
+REAL_TIME_REFUSAL = (
+    "silver_refine writes Delta tables and keeps deduplication state; Spark 4.2's real-time "
+    "mode supports only stateless queries with Kafka, foreach, console or memory sinks"
+)
+
+
+class ReconciliationError(RuntimeError):
+    """A micro-batch's counts do not balance; the message has every number."""
+
+
+def parse_interval(text: str) -> timedelta:
+    """``"30 minutes"`` -> ``timedelta(minutes=30)`` (units: seconds, minutes, hours, days).
+
+    :raises ValueError: not ``<number> <unit>``.
+    """
+    number, _, unit = text.strip().partition(" ")
+    unit = unit.strip().rstrip("s")
+    if not number.isdigit() or unit not in ("second", "minute", "hour", "day"):
+        raise ValueError(f"interval {text!r} is not '<number> seconds|minutes|hours|days'")
+    return timedelta(**{f"{unit}s": int(number)})
+
+
+@dataclass
+class BatchCounts:
+    """One micro-batch's reconciliation: ``read == written + quarantined + duplicates + late``."""
+
+    read: int = 0
+    written: int = 0
+    quarantined: int = 0
+    duplicates: int = 0
+    late: int = 0
+    conflicts: int = 0
+
+    def check(self, batch_id: int) -> None:
+        """:raises ReconciliationError: the counts do not balance."""
+        accounted = self.written + self.quarantined + self.duplicates + self.late
+        if accounted != self.read:
+            raise ReconciliationError(
+                f"silver_refine batch {batch_id}: read {self.read} records but accounted for "
+                f"{accounted} (written {self.written} + quarantined {self.quarantined} + "
+                f"duplicates {self.duplicates} + late {self.late})"
+            )
+
+
+class SilverBatchWriter:
+    """The ``foreachBatch`` function of silver_refine (see the module docstring)."""
+
+    def __init__(self, spark: SparkSession, catalog: Catalog, settings: PlatformSettings) -> None:
+        job = catalog.job(JOB_NAME)
+        self.spark = spark
+        self.catalog = catalog
+        self.settings = settings
+        self.checkpoint = job.checkpoint(settings)
+        self.delay = parse_interval(job.setting("dedup_watermark"))
+        self.max_future_skew = parse_interval(job.setting("max_future_skew"))
+        self._app_id: str | None = None
+
+    def path(self, table: str) -> Any:
+        """Delta path of a declared table."""
+        return self.catalog.table(table).path(self.settings)
+
+    def app_id(self) -> str:
+        """``txnAppId`` of every write: the job and its streaming query id (a new checkpoint
+        is a new query, whose batch ids restart at 0, so it needs its own application id)."""
+        if self._app_id is None:
+            self._app_id = f"{JOB_NAME}-{checkpoint_query_id(self.checkpoint)}"
+        return self._app_id
+
+    def _append(self, df: DataFrame, table: str, batch_id: int) -> None:
+        spec = self.catalog.table(table)
+        append_idempotent(
+            df, self.path(table), app_id=self.app_id(), version=batch_id,
+            partition_by=spec.partition_by,
+        )  # fmt: skip
+
+    def _state(self, batch_id: int) -> tuple[datetime | None, datetime | None]:
+        """(max event time, watermark) after the newest batch *before* ``batch_id``."""
+        from pyspark.sql import functions as F
+
+        recon = read_table(self.spark, self.path("silver_reconciliation"))
+        if recon is None:
+            return None, None
+        row = (
+            recon.where((F.col("job") == JOB_NAME) & (F.col("batch_id") < batch_id))
+            .orderBy(F.col("batch_id").desc())
+            .select("max_event_time", "watermark")
+            .first()
+        )
+        return (row.max_event_time, row.watermark) if row else (None, None)
+
+    def _seen(self, batch_id: int, watermark: datetime | None) -> DataFrame:
+        from pyspark.sql import functions as F
+
+        seen = read_table(self.spark, self.path("silver_event_ids"))
+        if seen is None:
+            return self.spark.createDataFrame([], "event_id string, payload_hash string")
+        seen = seen.where(F.col("batch_id") < batch_id)
+        if watermark is not None:
+            seen = seen.where(F.col("event_time") >= F.lit(watermark))
+        return seen.select("event_id", "payload_hash")
+
+    def _customers(self) -> DataFrame:
+        customers = read_table(self.spark, self.path("silver_customers"))
+        if customers is None:
+            return self.spark.createDataFrame(
+                [], "customer_id string, city string, state string, country string"
+            )
+        return customers
+
+    def __call__(self, batch: DataFrame, batch_id: int) -> None:
+        """Process one micro-batch of Bronze rows (schema of ``bronze_events``)."""
+        from pyspark.sql import functions as F
+
+        from spark_jobs.contracts import CONTRACTS
+        from spark_jobs.transforms.silver import (
+            COORDINATES,
+            deduplicate,
+            enrich_with_customers,
+            parse_topic,
+            quarantine_rows,
+            split_late,
+            usable_rows,
+        )
+
+        batch = batch.persist()
+        try:
+            per_topic = {r.topic: r["count"] for r in batch.groupBy("topic").count().collect()}
+            counts = BatchCounts(read=sum(per_topic.values()))
+            if counts.read == 0:
+                return
+            # Deterministic "now" for the future-skew rule: a replayed batch decides the same.
+            now = batch.agg(F.max("ingestion_time")).collect()[0][0].replace(tzinfo=UTC)
+            max_event_time, watermark = self._state(batch_id)
+            seen = self._seen(batch_id, watermark).persist()
+            customers = self._customers().persist()
+            batch_max: list[datetime] = []
+            quarantined: list[DataFrame] = []
+            for kafka_topic in per_topic:
+                topic = self.settings.kafka.contract_topic(kafka_topic)
+                rows = batch.where(F.col("topic") == kafka_topic)
+                if topic not in TOPICS:
+                    quarantined.append(
+                        rows.select(*COORDINATES, "key", "value")
+                        .withColumn("reason", F.lit("unknown_event_type"))
+                        .withColumn("detail", F.lit(f"topic {kafka_topic} has no contract"))
+                        .withColumn("event_id", F.lit(None).cast("string"))
+                    )
+                    continue
+                parsed = parse_topic(
+                    rows, topic, now=now, max_future_skew=self.max_future_skew
+                ).persist()
+                quarantined.append(quarantine_rows(parsed))
+                on_time, late = split_late(usable_rows(parsed), watermark)
+                first, duplicates, conflicts = deduplicate(on_time, seen)
+                first = first.persist()
+                if topic in ("orders", "payments"):
+                    first = enrich_with_customers(first, customers)
+                table = next(c.silver_table for c in CONTRACTS.values() if c.topic == topic)
+                n_first = first.count()
+                if n_first:
+                    self._append(first.drop("payload_hash"), table, batch_id)
+                    self._append(
+                        first.select(
+                            "event_id", "payload_hash", "event_time", "event_date",
+                            F.lit(batch_id).cast("long").alias("batch_id"),
+                        ),
+                        "silver_event_ids", batch_id,
+                    )  # fmt: skip
+                    top = first.agg(F.max("event_time")).collect()[0][0]
+                    batch_max.append(top)
+                late_rows = late.select(
+                    "event_id", "event_type", *COORDINATES, "event_time", "watermark",
+                    "lateness_seconds",
+                    F.to_json(F.struct(*[c for c in late.columns if c not in (
+                        "watermark", "lateness_seconds", *COORDINATES)])).alias("payload_json"),
+                    F.lit(batch_id).cast("long").alias("batch_id"),
+                ).persist()  # fmt: skip
+                n_late = late_rows.count()
+                if n_late:
+                    self._append(late_rows, "silver_late_events", batch_id)
+                conflict_rows = conflicts.select(
+                    "event_id", *COORDINATES, "payload_hash", "first_payload_hash",
+                    F.lit(batch_id).cast("long").alias("batch_id"),
+                ).persist()  # fmt: skip
+                n_conflicts = conflict_rows.count()
+                if n_conflicts:
+                    self._append(conflict_rows, "silver_dedup_conflicts", batch_id)
+                counts.written += n_first
+                counts.late += n_late
+                counts.duplicates += duplicates.count()
+                counts.conflicts += n_conflicts
+                first.unpersist()
+                parsed.unpersist()
+            quarantine = quarantined[0]
+            for more in quarantined[1:]:
+                quarantine = quarantine.unionByName(more)
+            quarantine = quarantine.withColumn("batch_id", F.lit(batch_id).cast("long")).persist()
+            counts.quarantined = quarantine.count()
+            if counts.quarantined:
+                self._append(quarantine, "silver_quarantine", batch_id)
+            counts.check(batch_id)
+            candidates = [t for t in (max_event_time, *batch_max) if t is not None]
+            new_max = max(candidates) if candidates else None
+            new_watermark = new_max - self.delay if new_max else None
+            if watermark and new_watermark and new_watermark < watermark:
+                new_watermark = watermark  # a watermark never moves back
+            record = self.spark.createDataFrame(
+                [(JOB_NAME, batch_id, counts.read, counts.written, counts.quarantined,
+                  counts.duplicates, counts.late, counts.conflicts, new_max, new_watermark,
+                  now)],
+                "job string, batch_id long, records_read long, records_written long, "
+                "records_quarantined long, duplicates_dropped long, late_events long, "
+                "dedup_conflicts long, max_event_time timestamp, watermark timestamp, "
+                "batch_time timestamp",
+            )  # fmt: skip
+            # Written last: a batch is recorded only once everything else is in.
+            self._append(record, "silver_reconciliation", batch_id)
+            seen.unpersist()
+            customers.unpersist()
+        finally:
+            batch.unpersist()
+
+
+def load_customers(spark: SparkSession, settings: PlatformSettings | None = None) -> int:
+    """Load the customers dimension from ``<landing_dir>/customers/*.parquet`` (written by
+    ``ingestctl replay``) into ``silver_customers`` by MERGE on ``customer_id``.
+
+    Idempotent: loading the same files twice changes nothing. A customer in several files
+    takes the values of the file loaded last (files in name order).
+
+    :returns: rows in the landing files (0 when there are none).
+    """
+    from delta.tables import DeltaTable
+    from pyspark.sql import functions as F
+
+    settings = settings or get_settings()
+    files = sorted((settings.storage.landing_path / "customers").glob("*.parquet"))
+    if not files:
+        return 0
+    columns = ["customer_id", "customer_unique_id", "zip_code_prefix", "city", "state",
+               "country", "source"]  # fmt: skip
+    frames = []
+    for order, file in enumerate(files):
+        df = spark.read.parquet(str(file))
+        for column in columns:
+            if column not in df.columns:
+                df = df.withColumn(column, F.lit(None).cast("string"))
+        frames.append(df.select(*columns).withColumn("_order", F.lit(order)))
+    incoming = frames[0]
+    for more in frames[1:]:
+        incoming = incoming.unionByName(more)
+    from pyspark.sql import Window
+
+    latest = Window.partitionBy("customer_id").orderBy(F.col("_order").desc())
+    incoming = (
+        incoming.where(F.col("customer_id").isNotNull())
+        .withColumn("_rank", F.row_number().over(latest))
+        .where("_rank = 1")
+        .drop("_rank", "_order")
+    )
+    path = get_catalog().table("silver_customers").path(settings)
+    if not table_exists(path):
+        incoming.limit(0).write.format("delta").save(str(path))
+    changed = " OR ".join(f"NOT (t.{c} <=> s.{c})" for c in columns[1:])
+    (
+        DeltaTable.forPath(spark, str(path))
+        .alias("t")
+        .merge(incoming.alias("s"), "t.customer_id = s.customer_id")
+        .whenMatchedUpdateAll(condition=changed)
+        .whenNotMatchedInsertAll()
+        .execute()
+    )
+    return sum(spark.read.parquet(str(f)).count() for f in files)
+
+
+def start(
+    spark: SparkSession, *, trigger: TriggerSpec, settings: PlatformSettings | None = None
+) -> StreamingQuery:
+    """Load the customers dimension, then start the silver_refine query and return it.
+
+    :raises TriggerError: a real-time trigger.
+    :raises FileNotFoundError: ``bronze_events`` does not exist yet (run bronze_ingest).
+    """
+    if trigger.kind == "real-time":
+        raise TriggerError(REAL_TIME_REFUSAL)
+    settings = settings or get_settings()
+    catalog = get_catalog()
+    job = catalog.job(JOB_NAME)
+    bronze = catalog.table("bronze_events").path(settings)
+    if not table_exists(bronze):
+        raise FileNotFoundError(f"no bronze_events table at {bronze}: run bronze_ingest first")
+    load_customers(spark, settings)
+    writer = SilverBatchWriter(spark, catalog, settings)
+    stream = spark.readStream.format("delta").option("maxFilesPerTrigger", 200).load(str(bronze))
+    query = (
+        stream.writeStream.foreachBatch(writer)
+        .option("checkpointLocation", str(job.checkpoint(settings)))
+        .queryName(JOB_NAME)
+    )
+    return trigger.apply(query).start()
+
+
+def run(
+    spark: SparkSession, *, trigger: TriggerSpec, settings: PlatformSettings | None = None
+) -> None:
+    """Start the query and wait for it; re-raise its failure (e.g. ReconciliationError)."""
+    query = start(spark, trigger=trigger, settings=settings)
+    query.awaitTermination()
+
+
+def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
+    """Parse the command line; a bad value exits 2 with a message saying what is wrong."""
+    job = get_catalog().job(JOB_NAME)
+    parser = argparse.ArgumentParser(prog=JOB_NAME, description=__doc__.splitlines()[0])
+    parser.add_argument("--trigger", default=job.default_trigger,
+                        help=f"available-now | processing-time=<interval> "
+                             f"(default: {job.default_trigger})")  # fmt: skip
+    args = parser.parse_args(argv)
+    try:
+        args.trigger = parse_trigger(args.trigger, real_time_refusal=REAL_TIME_REFUSAL)
+    except TriggerError as error:
+        parser.error(str(error))
+    return args
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    """spark-submit entry point."""
+    from spark_jobs.session import build_spark_session
+
+    args = parse_args(argv)
+    run(build_spark_session(JOB_NAME), trigger=args.trigger)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -150,15 +150,17 @@ def parse_topic(
     payload_missing = [(f, absent(f)) for f in required_payload]
     payload_mismatch = [(f, c) for f, c in mismatch if f not in ENVELOPE_FIELDS]
 
-    currency = F.upper(typed["currency"])
     invalid: list[tuple[str, Column]] = [
         ("event_time without offset", ~event_time_text.rlike(_OFFSET_SUFFIX)),
         (
             f"event_time more than {max_future_skew} ahead",
             event_time > F.lit(now + max_future_skew),
         ),
-        ("unknown currency", ~currency.isin(*sorted(CURRENCIES))),
     ]
+    fields = {**typed, "event_time": event_time}
+    if "currency" in typed:
+        fields["currency"] = F.upper(typed["currency"])
+        invalid.append(("unknown currency", ~fields["currency"].isin(*sorted(CURRENCIES))))
     for money in money_fields:
         exact = F.try_variant_get(v, f"$.{money}", "decimal(38,10)")
         invalid.append((f"negative {money}", typed[money] < 0))
@@ -189,7 +191,6 @@ def parse_topic(
     ]  # fmt: skip
     reason, detail = _first_reason(checks)
 
-    fields = {**typed, "currency": currency, "event_time": event_time}
     as_map = F.from_json(F.col("_text"), "map<string,string>")
     unknown = F.map_filter(as_map, lambda k, _: ~k.isin(*known))
     rescued = F.when(F.size(unknown) > 0, F.to_json(unknown))

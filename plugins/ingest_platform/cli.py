@@ -10,11 +10,14 @@ from __future__ import annotations
 from datetime import UTC, datetime
 from enum import StrEnum
 from pathlib import Path
-from typing import Annotated, Any
+from typing import TYPE_CHECKING, Annotated, Any
 
 import typer
 
 from spark_jobs.settings import KafkaSettings, get_settings
+
+if TYPE_CHECKING:
+    from ingest_platform.replay.runner import ReplaySummary
 
 app = typer.Typer(
     name="ingestctl",
@@ -54,6 +57,19 @@ def _kafka_settings(
     return get_settings().kafka.model_copy(update=overrides)
 
 
+@app.callback()
+def _check_settings() -> None:
+    """Refuse to run on invalid settings, naming the field (e.g. INGEST_KAFKA__PORT=abc)."""
+    from pydantic import ValidationError
+
+    try:
+        get_settings()
+    except (ValidationError, KeyError) as error:
+        raise _fail(
+            f"invalid platform settings (include/platform.yaml or INGEST_*): {error}"
+        ) from None
+
+
 def _fail(message: str) -> typer.Exit:
     typer.secho(message, err=True, fg=typer.colors.RED)
     return typer.Exit(code=1)
@@ -73,7 +89,7 @@ def kafka_up(
         broker = KafkaBroker(settings)
         typer.echo(f"kafka: starting on {settings.bootstrap_servers} ...", err=True)
         status = broker.up()
-    except BrokerError as error:
+    except (BrokerError, OSError) as error:
         raise _fail(str(error)) from None
     typer.echo(status.describe())
 
@@ -89,7 +105,7 @@ def kafka_down(
 
     try:
         stopped = KafkaBroker(_kafka_settings(port, controller_port, data_dir)).down()
-    except BrokerError as error:
+    except (BrokerError, OSError) as error:
         raise _fail(str(error)) from None
     typer.echo("kafka: stopped" if stopped else "kafka: was not running")
 
@@ -105,7 +121,7 @@ def kafka_status(
 
     try:
         status = KafkaBroker(_kafka_settings(port, controller_port, data_dir)).status()
-    except BrokerError as error:
+    except (BrokerError, OSError) as error:
         raise _fail(str(error)) from None
     typer.echo(status.describe())
     if not status.running:
@@ -236,8 +252,10 @@ def _send(
     allow_failures: bool,
     summary_json: Path | None,
     progress: bool,
-) -> None:
+) -> ReplaySummary:
     """Shared tail of `replay` and `generate`: validate, send, summarise, set the exit code."""
+    from kafka.errors import KafkaError
+
     from ingest_platform.replay import runner
     from ingest_platform.replay.faults import DelayDistribution, FaultConfig
     from ingest_platform.replay.model import SourceError
@@ -245,6 +263,8 @@ def _send(
 
     if speed is not None and as_fast_as_possible:
         raise _fail("--speed and --as-fast-as-possible exclude each other")
+    if summary_json is not None:
+        _check_writable(summary_json)
     try:
         config = FaultConfig(
             **faults | {"late_delay": DelayDistribution.parse(faults["late_delay"])}
@@ -263,17 +283,38 @@ def _send(
             topic_prefix=topic_prefix,
             progress=progress,
         )
-    except (ValueError, SourceError, TopicMismatchError) as error:
+    except (ValueError, SourceError, TopicMismatchError, OverflowError) as error:
         raise _fail(str(error)) from None
+    except KafkaError as error:
+        raise _fail(
+            f"Kafka at {get_settings().kafka.bootstrap_servers} refused or did not answer: "
+            f"{error} (is the broker up? `ingestctl kafka status`)"
+        ) from None
     typer.echo(summary.as_text())
     if summary_json:
         runner.write_summary_json(summary, summary_json)
         typer.echo(f"summary written to {summary_json}")
+    if summary.produce.interrupted:
+        typer.secho("interrupted: the counts above cover what was sent", err=True)
+        raise typer.Exit(code=130)
     if summary.produce.failed and not allow_failures:
         raise _fail(
             f"{summary.produce.failed} messages were not acknowledged (see above); "
             "--allow-failures accepts that"
         )
+    return summary
+
+
+def _check_writable(path: Path) -> None:
+    """Refuse a --summary-json path that cannot be written, before anything is sent."""
+    if path.is_dir():
+        raise _fail(f"--summary-json {path} is a directory")
+    try:
+        path.parent.mkdir(parents=True, exist_ok=True)
+        with open(path, "a"):
+            pass
+    except OSError as error:
+        raise _fail(f"--summary-json {path} cannot be written: {error}") from None
 
 
 @app.command("replay")
@@ -304,6 +345,13 @@ def replay(
     allow_failures: AllowFailuresOption = False,
     summary_json: SummaryOption = None,
     progress: ProgressOption = True,
+    dimension: Annotated[
+        bool,
+        typer.Option(
+            "--dimension/--no-dimension",
+            help="After a complete send, write the customers file to the landing folder.",
+        ),
+    ] = True,
 ) -> None:
     """Replay a real dataset into Kafka as contract events; load its customers dimension."""
     from ingest_platform.replay import olist, runner, uci_retail
@@ -315,10 +363,7 @@ def replay(
         customers = module.read_customers(path)
     except SourceError as error:
         raise _fail(str(error)) from None
-    landing = get_settings().storage.landing_path / "customers"
-    written = runner.write_dimension(customers, landing, source.value.replace("-", "_"))
-    typer.echo(f"customers dimension: {len(customers)} rows -> {written}")
-    _send(
+    summary = _send(
         source.value,
         events,
         speed=speed,
@@ -341,6 +386,12 @@ def replay(
             "seed": fault_seed,
         },
     )
+    if dimension and summary.produce.failed == 0:
+        # Only after every event was acknowledged: a refused or failed run leaves the
+        # dimension as it was.
+        landing = get_settings().storage.landing_path / "customers"
+        written = runner.write_dimension(customers, landing, source.value.replace("-", "_"))
+        typer.echo(f"customers dimension: {len(customers)} rows -> {written}")
 
 
 @app.command("generate")

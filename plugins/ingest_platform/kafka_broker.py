@@ -52,6 +52,10 @@ class PortInUseError(BrokerError):
     """A port the broker needs is held by a process this platform did not start."""
 
 
+class PortMismatchError(BrokerError):
+    """The running broker listens on another port than the settings name."""
+
+
 class BrokerStartError(BrokerError):
     """The broker process exited or did not answer in time; the message has its log tail."""
 
@@ -131,14 +135,29 @@ class KafkaBroker:
 
     # -- public API ----------------------------------------------------------------------
     def status(self) -> BrokerStatus:
-        """Report whether the broker this platform started is alive (no network call)."""
+        """Report whether the broker this platform started is alive (no network call).
+
+        The address is the one the running broker was started with (its rendered
+        ``server.properties``), which can differ from the current settings.
+        """
         process = self._own_process()
         return BrokerStatus(
             running=process is not None,
             pid=process.pid if process else None,
-            bootstrap_servers=self.settings.bootstrap_servers,
+            bootstrap_servers=(self._running_address() if process else None)
+            or self.settings.bootstrap_servers,
             data_dir=self.data_dir,
         )
+
+    def _running_address(self) -> str | None:
+        """``host:port`` of the PLAINTEXT listener in the rendered config, if readable."""
+        try:
+            for line in self.config_path.read_text().splitlines():
+                if line.startswith("advertised.listeners=PLAINTEXT://"):
+                    return line.split("//", 1)[1].split(",")[0].strip()
+        except OSError:
+            return None
+        return None
 
     def up(self) -> BrokerStatus:
         """Start the broker unless it already runs; return once it answers metadata requests.
@@ -151,6 +170,13 @@ class KafkaBroker:
         self.data_dir.mkdir(parents=True, exist_ok=True)
         with self._lock():
             current = self.status()
+            if current.running and current.bootstrap_servers != self.settings.bootstrap_servers:
+                raise PortMismatchError(
+                    f"the broker in {self.data_dir} (pid {current.pid}) runs on "
+                    f"{current.bootstrap_servers}, but the settings say "
+                    f"{self.settings.bootstrap_servers}: stop it first (`ingestctl kafka down`) "
+                    "or use the same port"
+                )
             if current.running:
                 self._wait_ready(current.pid)
                 return BrokerStatus(
@@ -159,6 +185,10 @@ class KafkaBroker:
                     bootstrap_servers=current.bootstrap_servers,
                     data_dir=self.data_dir,
                     already_running=True,
+                )
+            if self.settings.port == self.settings.controller_port:
+                raise BrokerStartError(
+                    f"client and controller ports are both {self.settings.port}: choose two"
                 )
             for port in (self.settings.port, self.settings.controller_port):
                 _ensure_port_free(self.settings.host, port)
@@ -217,6 +247,7 @@ class KafkaBroker:
     @contextlib.contextmanager
     def _lock(self) -> Iterator[None]:
         """Serialize up/down across processes (two terminals, parallel test sessions)."""
+        self.data_dir.mkdir(parents=True, exist_ok=True)
         with open(self.data_dir / ".lock", "w") as handle:
             fcntl.flock(handle, fcntl.LOCK_EX)
             try:

@@ -22,6 +22,8 @@ Record = tuple[str, str | None, Mapping[str, Any] | bytes | None]
 #: by the client, counted with its reason (MessageSizeTooLargeError) and never batched: left to
 #: the broker, one oversize record in a batch fails every record batched with it.
 MAX_REQUEST_BYTES = 1024 * 1024
+#: A record not acknowledged within this many milliseconds fails with KafkaTimeoutError.
+DELIVERY_TIMEOUT_MS = 30_000
 
 
 @dataclass(frozen=True)
@@ -60,10 +62,13 @@ class ProduceResult:
     :param failed_by_tag: tag -> records that failed.
     :param acknowledged_by_topic: topic -> acknowledged records.
     :param offsets: ``(topic, partition) -> highest acknowledged offset``.
+    :param interrupted: the run was stopped (Ctrl-C) before every record was handed over;
+        the counts cover what was sent until then.
     """
 
     attempted: int = 0
     acknowledged: int = 0
+    interrupted: bool = False
     failures: Counter[str] = field(default_factory=Counter)
     acknowledged_by_tag: Counter[str] = field(default_factory=Counter)
     failed_by_tag: Counter[str] = field(default_factory=Counter)
@@ -115,6 +120,11 @@ def produce(
         "linger_ms": 5,
         "retries": 5,
         "max_request_size": MAX_REQUEST_BYTES,
+        # Bounded waits: if the broker dies mid-run, every pending record fails within
+        # DELIVERY_TIMEOUT_MS (all at once) instead of each waiting in turn.
+        "delivery_timeout_ms": DELIVERY_TIMEOUT_MS,
+        "request_timeout_ms": 10_000,
+        "max_block_ms": DELIVERY_TIMEOUT_MS,
     }
     config.update(producer_config)
     producer = KafkaProducer(bootstrap_servers=bootstrap_servers, **config)
@@ -124,7 +134,7 @@ def produce(
     def resolve() -> None:
         for tag, future in pending:
             try:
-                metadata = future.get(timeout=120)
+                metadata = future.get(timeout=DELIVERY_TIMEOUT_MS / 1000 + 30)
             except KafkaError as error:
                 result._failure(tag, error)
                 continue
@@ -137,7 +147,7 @@ def produce(
         if on_resolved:
             on_resolved(result)
 
-    try:
+    def send_all() -> None:
         for record in records:
             message = record if isinstance(record, Message) else Message(*record)
             result.attempted += 1
@@ -147,17 +157,23 @@ def produce(
                     key=message.key.encode("utf-8") if message.key is not None else None,
                     value=encode_value(message.value),
                 )
-            except KafkaError as error:  # refused before sending
+            except KafkaError as error:  # refused before sending, e.g. record too large
                 result._failure(message.tag, error)
                 continue
             pending.append((message.tag, future))
             if len(pending) >= batch_flush:
-                producer.flush()
+                producer.flush(timeout=DELIVERY_TIMEOUT_MS / 1000 + 30)
                 resolve()
-        producer.flush()
+
+    try:
+        try:
+            send_all()
+        except KeyboardInterrupt:
+            result.interrupted = True  # report what was sent; the caller exits 130
+        producer.flush(timeout=DELIVERY_TIMEOUT_MS / 1000 + 30)
         resolve()
     finally:
-        producer.close()
+        producer.close(timeout=10)
     if result.failed and raise_on_failure:
         raise ProduceError(result)
     return result

@@ -125,3 +125,27 @@ def test_cluster_id_starting_with_a_dash_still_formats(
         )
     finally:
         broker.down()
+
+
+def test_status_reports_the_running_port_and_up_refuses_another(tmp_path: Path) -> None:
+    from ingest_platform.kafka_broker import PortMismatchError
+
+    broker = _broker(tmp_path)
+    broker.up()
+    try:
+        moved = KafkaBroker(broker.settings.model_copy(update={"port": free_port()}))
+        status = moved.status()
+        assert status.running
+        assert status.bootstrap_servers == broker.settings.bootstrap_servers
+        with pytest.raises(PortMismatchError, match="stop it first"):
+            moved.up()
+    finally:
+        broker.down()
+
+
+def test_down_on_a_fresh_folder_says_not_running(tmp_path: Path) -> None:
+    env = os.environ | {"INGEST_KAFKA__DATA_DIR": str(tmp_path / "never-started")}
+    cli = Path(sys.executable).parent / "ingestctl"
+    result = subprocess.run([str(cli), "kafka", "down"], env=env, capture_output=True, text=True)
+    assert result.returncode == 0
+    assert "was not running" in result.stdout

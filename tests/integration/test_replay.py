@@ -185,3 +185,38 @@ def test_bad_parameters_are_refused_with_what_is_wrong(
     )
     assert result.returncode != 0
     assert message in result.stderr
+
+
+def test_broker_down_is_a_clear_error_not_a_traceback(tmp_path: Path) -> None:
+    from tests.conftest import free_port
+
+    dead = f"127.0.0.1:{free_port()}"
+    result = _run(["generate", "--count", "5", "--as-fast-as-possible"], dead, tmp_path)
+    assert result.returncode == 1
+    assert f"Kafka at {dead} refused or did not answer" in result.stderr
+    assert "Traceback" not in result.stderr
+
+
+def test_unwritable_summary_path_is_refused_before_sending(
+    kafka_bootstrap: str, tmp_path: Path
+) -> None:
+    prefix = _prefix()
+    args = ["generate", "--count", "5", "--as-fast-as-possible", "--topic-prefix", prefix,
+            "--summary-json", str(tmp_path)]  # fmt: skip
+    result = _run(args, kafka_bootstrap, tmp_path)
+    assert result.returncode == 1
+    assert "is a directory" in result.stderr
+    assert _values(kafka_bootstrap, prefix) == []
+
+
+def test_failed_replay_leaves_the_customers_dimension_alone(
+    kafka_bootstrap: str, uci_path: Path, tmp_path: Path
+) -> None:
+    args = ["replay", "uci-retail", str(uci_path), "--topic-prefix", _prefix()]
+    assert _run(args, kafka_bootstrap, tmp_path).returncode == 0
+    dimension = tmp_path / "landing" / "customers" / "uci_retail.parquet"
+    before = dimension.read_bytes()
+    refused = _run([*args[:2], str(uci_path / "2010-12-01.csv"), "--oversize-count", "1",
+                    "--topic-prefix", _prefix()], kafka_bootstrap, tmp_path)  # fmt: skip
+    assert refused.returncode == 1
+    assert dimension.read_bytes() == before

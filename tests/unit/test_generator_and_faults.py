@@ -129,3 +129,9 @@ def test_bad_delay_specs_are_refused(spec: str) -> None:
 def test_rates_outside_0_1_are_refused() -> None:
     with pytest.raises(ValueError, match="duplicate_rate must be between 0 and 1"):
         FaultConfig(duplicate_rate=1.5)
+
+
+def test_oversize_count_is_honoured_even_with_few_events() -> None:
+    _, scheduled, counts = _inject(FaultConfig(oversize_count=5), count=2)
+    assert counts.oversize == 5
+    assert sum(s.message.tag == "oversize" for s in scheduled) == 5

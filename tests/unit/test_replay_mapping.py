@@ -102,10 +102,65 @@ def test_bad_inputs_are_refused_with_a_reason(tmp_path) -> None:
     with pytest.raises(SourceError, match="no UCI Online Retail CSV files"):
         uci_retail.read_events(tmp_path)
     (tmp_path / "2010-12-01.csv").write_text("a,b\n1,2\n")
-    with pytest.raises(SourceError, match="lacks UCI Online Retail columns"):
+    with pytest.raises(SourceError, match="lacks columns"):
         uci_retail.read_events(tmp_path)
 
 
 def test_unknown_time_zone_is_refused(olist_path) -> None:
     with pytest.raises(SourceError, match="unknown time zone 'Mars/Olympus'"):
         olist.read_events(olist_path, timezone="Mars/Olympus")
+
+
+UCI_HEADER = "InvoiceNo,StockCode,Description,Quantity,InvoiceDate,UnitPrice,CustomerID,Country\n"
+
+
+@pytest.mark.parametrize(
+    ("row", "message"),
+    [
+        ("536365,85123A,X,abc,2010-12-01 08:26:00,2.55,17850.0,UK", "ValueError"),
+        ("536365,85123A,X,6,2010-12-01 08:26:00,NaN,17850.0,UK", "not a finite number"),
+        ("536365,85123A,X,6,2010-12-01 08:26:00,N/A,17850.0,UK", "not a number"),
+        ("536365,85123A,X,6,2010-12-01 08:26:00,2.55,ABC,UK", "CustomerID 'ABC'"),
+        ("536365,85123A,X,6", "wrong field count"),
+        (",85123A,X,6,2010-12-01 08:26:00,2.55,17850.0,UK", "empty InvoiceNo"),
+        ("536365,85123A,X,6,12/01/2010 8:26,2.55,17850.0,UK", "not a timestamp"),
+    ],
+)
+def test_a_bad_uci_row_is_refused_naming_file_and_line(tmp_path, row: str, message: str) -> None:
+    good = "536366,22633,Y,6,2010-12-01 08:28:00,1.85,17850.0,UK\n"
+    (tmp_path / "2010-12-01.csv").write_text(UCI_HEADER + good + row + "\n")
+    with pytest.raises(SourceError, match=message) as refused:
+        uci_retail.read_events(tmp_path)
+    assert "2010-12-01.csv:3" in str(refused.value)
+
+
+def test_uci_file_with_a_bom_is_read(tmp_path) -> None:
+    row = "536365,85123A,X,6,2010-12-01 08:26:00,2.55,17850.0,UK\n"
+    (tmp_path / "2010-12-01.csv").write_text("\ufeff" + UCI_HEADER + row, encoding="utf-8")
+    assert len(uci_retail.read_events(tmp_path)) == 1
+
+
+def _olist_copy(olist_path, tmp_path, name: str, edit) -> None:
+    import shutil
+
+    for file in olist_path.glob("*.csv"):
+        shutil.copy(file, tmp_path / file.name)
+    target = tmp_path / name
+    target.write_text(edit(target.read_text()))
+
+
+def test_olist_item_of_unknown_order_is_refused(olist_path, tmp_path) -> None:
+    _olist_copy(
+        olist_path,
+        tmp_path,
+        olist.ITEMS,
+        lambda t: t + "ffffffffffffffffffffffffffffffff,1,p,s,2018-01-01 00:00:00,1.00,1.00\n",
+    )
+    with pytest.raises(SourceError, match="item of unknown order"):
+        olist.read_events(tmp_path)
+
+
+def test_olist_duplicate_order_is_refused(olist_path, tmp_path) -> None:
+    _olist_copy(olist_path, tmp_path, olist.ORDERS, lambda t: t + t.splitlines()[1] + "\n")
+    with pytest.raises(SourceError, match="duplicate order_id"):
+        olist.read_events(tmp_path)

@@ -278,3 +278,10 @@ def inject(
     if swap is not None:
         yield swap
     yield from release(None)
+    # Fewer events than oversize messages asked for: send the rest at the end.
+    if events and counts.oversize < config.oversize_count:
+        last = events[-1]
+        blob = last.to_value(shift) | {"x_blob": "x" * OVERSIZE_BYTES}
+        for _ in range(config.oversize_count - counts.oversize):
+            yield schedule(now or last.event_time, Message(last.topic, last.key, blob, "oversize"))
+            counts.oversize += 1

@@ -2,9 +2,14 @@
 
 from __future__ import annotations
 
+import csv
 import uuid
+from collections.abc import Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
+from decimal import Decimal, InvalidOperation
+from pathlib import Path
 from typing import Any
 from zoneinfo import ZoneInfo, ZoneInfoNotFoundError
 
@@ -61,8 +66,52 @@ class SourceEvent:
         }
 
 
+def read_csv_rows(path: Path, required: tuple[str, ...]) -> Iterator[tuple[int, dict[str, str]]]:
+    """Yield ``(line number, row)`` of a UTF-8 CSV file (a BOM is accepted).
+
+    :raises SourceError: the file lacks a ``required`` column, is not UTF-8 or has a row
+        with fewer fields than the header; the message names the file and line.
+    """
+    try:
+        with open(path, newline="", encoding="utf-8-sig") as handle:
+            reader = csv.DictReader(handle)
+            missing = [c for c in required if c not in (reader.fieldnames or [])]
+            if missing:
+                raise SourceError(f"{path} lacks columns {missing}")
+            for row in reader:
+                if None in row.values() or None in row:
+                    raise SourceError(f"{path}:{reader.line_num}: row has the wrong field count")
+                yield reader.line_num, row
+    except UnicodeDecodeError as error:
+        raise SourceError(f"{path} is not UTF-8: {error}") from None
+
+
+@contextmanager
+def row_error(path: Path, line: int) -> Iterator[None]:
+    """Turn a bad value in one CSV row into a SourceError naming the file and line."""
+    try:
+        yield
+    except SourceError as error:
+        raise SourceError(f"{path}:{line}: {error}") from None
+    except (ValueError, ArithmeticError, KeyError, AttributeError, TypeError) as error:
+        raise SourceError(f"{path}:{line}: {type(error).__name__}: {error}") from None
+
+
+def finite_decimal(text: str, field: str) -> Decimal:
+    """Parse a money or quantity field; :raises SourceError: not a finite number."""
+    try:
+        value = Decimal(text.strip())
+    except InvalidOperation:
+        raise SourceError(f"{field} {text!r} is not a number") from None
+    if not value.is_finite():
+        raise SourceError(f"{field} {text!r} is not a finite number")
+    return value
+
+
 def zone(name: str) -> ZoneInfo:
     """Return the IANA time zone ``name``; :raises SourceError: if it is unknown."""
+    if not name.strip():
+        raise SourceError("empty time zone: use an IANA name such as Europe/London")
     try:
         return ZoneInfo(name)
     except (ZoneInfoNotFoundError, ValueError):

@@ -18,14 +18,21 @@ America/Sao_Paulo):
 
 from __future__ import annotations
 
-import csv
 from collections import defaultdict
 from collections.abc import Iterator
 from decimal import Decimal
 from pathlib import Path
 from typing import Any
 
-from ingest_platform.replay.model import SourceError, SourceEvent, local_time, zone
+from ingest_platform.replay.model import (
+    SourceError,
+    SourceEvent,
+    finite_decimal,
+    local_time,
+    read_csv_rows,
+    row_error,
+    zone,
+)
 
 ORDERS = "olist_orders_dataset.csv"
 PAYMENTS = "olist_order_payments_dataset.csv"
@@ -47,13 +54,29 @@ def _folder(path: Path) -> Path:
     raise SourceError(f"{path} is not an Olist dataset folder: no {ORDERS} in it or in sample/")
 
 
-def _rows(path: Path) -> Iterator[dict[str, str]]:
-    with open(path, newline="", encoding="utf-8") as handle:
-        yield from csv.DictReader(handle)
+_COLUMNS = {
+    ORDERS: ("order_id", "customer_id", "order_status", "order_purchase_timestamp",
+             "order_approved_at", "order_delivered_carrier_date",
+             "order_delivered_customer_date"),
+    PAYMENTS: ("order_id", "payment_sequential", "payment_type", "payment_installments",
+               "payment_value"),
+    ITEMS: ("order_id", "product_id", "seller_id", "price", "freight_value"),
+    CUSTOMERS: ("customer_id", "customer_unique_id", "customer_zip_code_prefix",
+                "customer_city", "customer_state"),
+}  # fmt: skip
 
 
-def _money(text: str) -> float:
-    return float(Decimal(text).quantize(Decimal("0.01")))
+def _rows(folder: Path, name: str) -> Iterator[tuple[Path, int, dict[str, str]]]:
+    path = folder / name
+    for line, row in read_csv_rows(path, _COLUMNS[name]):
+        yield path, line, row
+
+
+def _money(text: str, field: str) -> float:
+    value = finite_decimal(text, field)
+    if value != value.quantize(Decimal("0.01")):
+        raise SourceError(f"{field} {text!r} has more than 2 decimals")
+    return float(value)
 
 
 def read_events(path: Path, timezone: str = DEFAULT_TIMEZONE) -> list[SourceEvent]:
@@ -64,74 +87,96 @@ def read_events(path: Path, timezone: str = DEFAULT_TIMEZONE) -> list[SourceEven
     :raises SourceError: missing files, an unknown time zone or an unparseable timestamp.
     """
     folder, tz = _folder(Path(path)), zone(timezone)
+    orders: dict[str, dict[str, str]] = {}
+    order_lines: dict[str, int] = {}
+    for file, line, row in _rows(folder, ORDERS):
+        with row_error(file, line):
+            if not row["order_id"]:
+                raise SourceError("empty order_id")
+            if row["order_id"] in orders:
+                raise SourceError(f"duplicate order_id {row['order_id']!r}")
+            orders[row["order_id"]] = row
+            order_lines[row["order_id"]] = line
     items: dict[str, list[dict[str, Any]]] = defaultdict(list)
-    for row in _rows(folder / ITEMS):
-        items[row["order_id"]].append(
-            {
-                "product_id": row["product_id"],
-                "seller_id": row["seller_id"],
-                "quantity": 1,
-                "price": _money(row["price"]),
-                "freight": _money(row["freight_value"]),
-            }
-        )
-    orders = {row["order_id"]: row for row in _rows(folder / ORDERS)}
+    for file, line, row in _rows(folder, ITEMS):
+        with row_error(file, line):
+            if row["order_id"] not in orders:
+                raise SourceError(f"item of unknown order {row['order_id']!r}")
+            items[row["order_id"]].append(
+                {
+                    "product_id": row["product_id"],
+                    "seller_id": row["seller_id"],
+                    "quantity": 1,
+                    "price": _money(row["price"], "price"),
+                    "freight": _money(row["freight_value"], "freight_value"),
+                }
+            )
     events: list[SourceEvent] = []
     for order_id, order in orders.items():
-        placed = local_time(order["order_purchase_timestamp"], tz)
-        lines = sorted(items.get(order_id, []), key=lambda i: (i["product_id"], i["price"]))
-        total = sum(Decimal(str(i["price"])) + Decimal(str(i["freight"])) for i in lines)
-        base = {"order_id": order_id, "customer_id": order["customer_id"], "currency": CURRENCY}
-        events.append(
-            SourceEvent(
-                placed,
-                "order_placed",
-                base | {"status": "created", "items": lines, "total": float(total)},
-                f"olist:order_placed:{order_id}",
-            )
-        )
-        if order["order_status"] in CANCELED_STATUSES:
-            stamps = [
-                order[c]
-                for c in (
-                    "order_approved_at",
-                    "order_delivered_carrier_date",
-                    "order_delivered_customer_date",
-                )
-                if order[c]
-            ]
-            when = max((local_time(s, tz) for s in stamps), default=placed)
+        with row_error(folder / ORDERS, order_lines[order_id]):
+            events.extend(_order_events(order_id, order, items.get(order_id, []), tz))
+    for file, line, row in _rows(folder, PAYMENTS):
+        with row_error(file, line):
+            if row["order_id"] not in orders:
+                raise SourceError(f"payment of unknown order {row['order_id']!r}")
+            order = orders[row["order_id"]]
+            approved = order["order_approved_at"]
             events.append(
                 SourceEvent(
-                    when,
-                    "order_canceled",
-                    base | {"status": order["order_status"], "items": lines, "total": float(total)},
-                    f"olist:order_canceled:{order_id}",
+                    local_time(approved or order["order_purchase_timestamp"], tz),
+                    "payment",
+                    {
+                        "payment_id": f"{row['order_id']}-{row['payment_sequential']}",
+                        "order_id": row["order_id"],
+                        "customer_id": order["customer_id"],
+                        "method": row["payment_type"],
+                        "installments": int(row["payment_installments"]),
+                        "amount": _money(row["payment_value"], "payment_value"),
+                        "currency": CURRENCY,
+                        "status": "authorized" if approved else "failed",
+                    },
+                    f"olist:payment:{row['order_id']}:{row['payment_sequential']}",
                 )
             )
-    for row in _rows(folder / PAYMENTS):
-        if row["order_id"] not in orders:
-            raise SourceError(f"payment for unknown order {row['order_id']!r} in {PAYMENTS}")
-        order = orders[row["order_id"]]
-        approved = order["order_approved_at"]
+    events.sort(key=lambda e: (e.event_time, e.source_ref))
+    return events
+
+
+def _order_events(
+    order_id: str, order: dict[str, str], lines: list[dict[str, Any]], tz: Any
+) -> list[SourceEvent]:
+    """order_placed, and order_canceled for canceled/unavailable orders."""
+    placed = local_time(order["order_purchase_timestamp"], tz)
+    lines = sorted(lines, key=lambda i: (i["product_id"], i["price"]))
+    total = sum((Decimal(str(i["price"])) + Decimal(str(i["freight"])) for i in lines), Decimal(0))
+    base = {"order_id": order_id, "customer_id": order["customer_id"], "currency": CURRENCY}
+    events = [
+        SourceEvent(
+            placed,
+            "order_placed",
+            base | {"status": "created", "items": lines, "total": float(total)},
+            f"olist:order_placed:{order_id}",
+        )
+    ]
+    if order["order_status"] in CANCELED_STATUSES:
+        stamps = [
+            order[c]
+            for c in (
+                "order_approved_at",
+                "order_delivered_carrier_date",
+                "order_delivered_customer_date",
+            )
+            if order[c]
+        ]
+        when = max((local_time(s, tz) for s in stamps), default=placed)
         events.append(
             SourceEvent(
-                local_time(approved or order["order_purchase_timestamp"], tz),
-                "payment",
-                {
-                    "payment_id": f"{row['order_id']}-{row['payment_sequential']}",
-                    "order_id": row["order_id"],
-                    "customer_id": order["customer_id"],
-                    "method": row["payment_type"],
-                    "installments": int(row["payment_installments"]),
-                    "amount": _money(row["payment_value"]),
-                    "currency": CURRENCY,
-                    "status": "authorized" if approved else "failed",
-                },
-                f"olist:payment:{row['order_id']}:{row['payment_sequential']}",
+                when,
+                "order_canceled",
+                base | {"status": order["order_status"], "items": lines, "total": float(total)},
+                f"olist:order_canceled:{order_id}",
             )
         )
-    events.sort(key=lambda e: (e.event_time, e.source_ref))
     return events
 
 
@@ -152,5 +197,5 @@ def read_customers(path: Path) -> list[dict[str, str | None]]:
             "country": "BR",
             "source": "olist",
         }
-        for row in _rows(_folder(Path(path)) / CUSTOMERS)
+        for _, _, row in _rows(_folder(Path(path)), CUSTOMERS)
     ]

@@ -18,13 +18,20 @@ Mapping (times have no offset; read in ``timezone``, default Europe/London):
 
 from __future__ import annotations
 
-import csv
 from collections.abc import Iterator
 from decimal import Decimal
 from pathlib import Path
 from typing import Any
 
-from ingest_platform.replay.model import SourceError, SourceEvent, local_time, zone
+from ingest_platform.replay.model import (
+    SourceError,
+    SourceEvent,
+    finite_decimal,
+    local_time,
+    read_csv_rows,
+    row_error,
+    zone,
+)
 
 DEFAULT_TIMEZONE = "Europe/London"
 CURRENCY = "GBP"
@@ -39,22 +46,24 @@ def _files(path: Path) -> list[Path]:
     return files
 
 
-def _rows(path: Path) -> Iterator[dict[str, str]]:
+def _rows(path: Path) -> Iterator[tuple[Path, int, dict[str, str]]]:
     for file in _files(path):
-        with open(file, newline="", encoding="utf-8") as handle:
-            reader = csv.DictReader(handle)
-            missing = [c for c in COLUMNS if c not in (reader.fieldnames or [])]
-            if missing:
-                raise SourceError(f"{file} lacks UCI Online Retail columns {missing}")
-            yield from reader
+        for line, row in read_csv_rows(file, COLUMNS):
+            yield file, line, row
 
 
 def customer_id(text: str) -> str | None:
-    """``"17850.0"`` -> ``"17850"``; empty -> None."""
+    """``"17850.0"`` -> ``"17850"``; empty -> None.
+
+    :raises SourceError: not a whole number.
+    """
     text = text.strip()
     if not text:
         return None
-    return str(int(Decimal(text)))
+    value = finite_decimal(text, "CustomerID")
+    if value != value.to_integral_value():
+        raise SourceError(f"CustomerID {text!r} is not a whole number")
+    return str(int(value))
 
 
 def read_events(path: Path, timezone: str = DEFAULT_TIMEZONE) -> list[SourceEvent]:
@@ -63,24 +72,29 @@ def read_events(path: Path, timezone: str = DEFAULT_TIMEZONE) -> list[SourceEven
     :raises SourceError: no CSV files, missing columns, bad time zone or timestamp.
     """
     tz = zone(timezone)
-    invoices: dict[str, list[dict[str, str]]] = {}
-    for row in _rows(path):
-        invoices.setdefault(row["InvoiceNo"], []).append(row)
+    invoices: dict[str, list[dict[str, Any]]] = {}
+    for file, line, row in _rows(path):
+        with row_error(file, line):
+            if not row["InvoiceNo"].strip():
+                raise SourceError("empty InvoiceNo")
+            invoices.setdefault(row["InvoiceNo"], []).append(
+                {
+                    "when": local_time(row["InvoiceDate"], tz),
+                    "product_id": row["StockCode"],
+                    "quantity": int(row["Quantity"]),
+                    "price": finite_decimal(row["UnitPrice"], "UnitPrice"),
+                    "customer_id": customer_id(row["CustomerID"]),
+                }
+            )
     events = []
     for invoice, lines in invoices.items():
-        when = min(local_time(line["InvoiceDate"], tz) for line in lines)
+        when = min(line["when"] for line in lines)
         items: list[dict[str, Any]] = [
-            {
-                "product_id": line["StockCode"],
-                "quantity": int(line["Quantity"]),
-                "price": float(Decimal(line["UnitPrice"])),
-            }
-            for line in lines
+            {"product_id": i["product_id"], "quantity": i["quantity"], "price": float(i["price"])}
+            for i in lines
         ]
-        total = sum(
-            (Decimal(line["Quantity"]) * Decimal(line["UnitPrice"]) for line in lines), Decimal(0)
-        )
-        customer = customer_id(lines[0]["CustomerID"])
+        total = sum((i["quantity"] * i["price"] for i in lines), Decimal(0))
+        customer = lines[0]["customer_id"]
         payload: dict[str, Any]
         if invoice.startswith("C"):
             payload = {
@@ -113,8 +127,9 @@ def read_customers(path: Path) -> list[dict[str, str | None]]:
         and ``source`` (``uci_retail``); the first country seen wins.
     """
     seen: dict[str, dict[str, str | None]] = {}
-    for row in _rows(path):
-        cid = customer_id(row["CustomerID"])
+    for file, line, row in _rows(path):
+        with row_error(file, line):
+            cid = customer_id(row["CustomerID"])
         if cid is not None and cid not in seen:
             seen[cid] = {"customer_id": cid, "country": row.get("Country"), "source": "uci_retail"}
     return list(seen.values())

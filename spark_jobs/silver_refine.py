@@ -184,6 +184,10 @@ class SilverBatchWriter:
             customers = self._customers().persist()
             batch_max: list[datetime] = []
             quarantined: list[DataFrame] = []
+            ids: list[DataFrame] = []
+            lates: list[DataFrame] = []
+            conflict_list: list[DataFrame] = []
+            persisted: list[DataFrame] = []
             for kafka_topic in per_topic:
                 topic = self.settings.kafka.contract_topic(kafka_topic)
                 rows = batch.where(F.col("topic") == kafka_topic)
@@ -198,52 +202,50 @@ class SilverBatchWriter:
                 parsed = parse_topic(
                     rows, topic, now=now, max_future_skew=self.max_future_skew
                 ).persist()
+                persisted.append(parsed)
                 quarantined.append(quarantine_rows(parsed))
                 on_time, late = split_late(usable_rows(parsed), watermark)
                 first, duplicates, conflicts = deduplicate(on_time, seen)
-                first = first.persist()
                 if topic in ("orders", "payments"):
                     first = enrich_with_customers(first, customers)
-                table = next(c.silver_table for c in CONTRACTS.values() if c.topic == topic)
-                n_first = first.count()
+                first = first.persist()
+                persisted.append(first)
+                stats = first.agg(F.count("*").alias("n"), F.max("event_time").alias("top"))
+                n_first, top = stats.collect()[0]
                 if n_first:
+                    table = next(c.silver_table for c in CONTRACTS.values() if c.topic == topic)
                     self._append(first.drop("payload_hash"), table, batch_id)
-                    self._append(
-                        first.select(
-                            "event_id", "payload_hash", "event_time", "event_date",
-                            F.lit(batch_id).cast("long").alias("batch_id"),
-                        ),
-                        "silver_event_ids", batch_id,
-                    )  # fmt: skip
-                    top = first.agg(F.max("event_time")).collect()[0][0]
+                    ids.append(first.select("event_id", "payload_hash", "event_time", "event_date"))
                     batch_max.append(top)
                 late_rows = late.select(
                     "event_id", "event_type", *COORDINATES, "event_time", "watermark",
                     "lateness_seconds",
                     F.to_json(F.struct(*[c for c in late.columns if c not in (
                         "watermark", "lateness_seconds", *COORDINATES)])).alias("payload_json"),
-                    F.lit(batch_id).cast("long").alias("batch_id"),
                 ).persist()  # fmt: skip
-                n_late = late_rows.count()
-                if n_late:
-                    self._append(late_rows, "silver_late_events", batch_id)
+                persisted.append(late_rows)
+                lates.append(late_rows)
                 conflict_rows = conflicts.select(
-                    "event_id", *COORDINATES, "payload_hash", "first_payload_hash",
-                    F.lit(batch_id).cast("long").alias("batch_id"),
-                ).persist()  # fmt: skip
-                n_conflicts = conflict_rows.count()
+                    "event_id", *COORDINATES, "payload_hash", "first_payload_hash"
+                )
+                conflict_flag = F.col("payload_hash") != F.col("first_payload_hash")
+                n_dup, n_conflicts = duplicates.agg(
+                    F.count("*"), F.coalesce(F.sum(conflict_flag.cast("long")), F.lit(0))
+                ).collect()[0]
                 if n_conflicts:
-                    self._append(conflict_rows, "silver_dedup_conflicts", batch_id)
+                    conflict_list.append(conflict_rows)
                 counts.written += n_first
-                counts.late += n_late
-                counts.duplicates += duplicates.count()
+                counts.late += late_rows.count()
+                counts.duplicates += n_dup
                 counts.conflicts += n_conflicts
-                first.unpersist()
-                parsed.unpersist()
-            quarantine = quarantined[0]
-            for more in quarantined[1:]:
-                quarantine = quarantine.unionByName(more)
-            quarantine = quarantine.withColumn("batch_id", F.lit(batch_id).cast("long")).persist()
+            stamp = F.lit(batch_id).cast("long").alias("batch_id")
+            for frames, table in ((ids, "silver_event_ids"), (lates, "silver_late_events"),
+                                  (conflict_list, "silver_dedup_conflicts")):  # fmt: skip
+                if frames and (table != "silver_late_events" or counts.late):
+                    self._append(_union(frames).select("*", stamp), table, batch_id)
+            quarantine = (
+                _union(quarantined).withColumn("batch_id", F.lit(batch_id).cast("long")).persist()
+            )
             counts.quarantined = quarantine.count()
             if counts.quarantined:
                 self._append(quarantine, "silver_quarantine", batch_id)
@@ -264,10 +266,17 @@ class SilverBatchWriter:
             )  # fmt: skip
             # Written last: a batch is recorded only once everything else is in.
             self._append(record, "silver_reconciliation", batch_id)
-            seen.unpersist()
-            customers.unpersist()
+            for frame in (*persisted, seen, customers):
+                frame.unpersist()
         finally:
             batch.unpersist()
+
+
+def _union(frames: list[DataFrame]) -> DataFrame:
+    result = frames[0]
+    for more in frames[1:]:
+        result = result.unionByName(more, allowMissingColumns=True)
+    return result
 
 
 def load_customers(spark: SparkSession, settings: PlatformSettings | None = None) -> int:

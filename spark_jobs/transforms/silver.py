@@ -85,10 +85,10 @@ def parse_topic(
         it are ``invalid_value``.
     :param max_future_skew: tolerated clock skew of producers.
     :returns: one row per input row: ``topic``, ``partition``, ``offset``,
-        ``kafka_timestamp``, ``key`` binary, ``value`` binary, ``reason`` string (null when
-        usable), ``detail`` string, the envelope (``event_id``, ``event_type``,
-        ``schema_version`` int, ``event_time`` timestamp in UTC, ``event_date`` date), the
-        payload fields typed as in :data:`spark_jobs.contracts.PAYLOAD_DDL` (money
+        ``kafka_timestamp``, ``key`` binary, ``value`` binary, ``_quarantine_reason``
+        string (null when usable), ``_quarantine_detail`` string, the envelope (``event_id``,
+        ``event_type``, ``schema_version`` int, ``event_time`` timestamp in UTC,
+        ``event_date`` date), the payload fields typed as in :data:`spark_jobs.contracts.PAYLOAD_DDL` (money
         ``decimal(18,2)``, currency upper-case), ``_rescued_data`` string (JSON object of the
         fields the contract does not know, or null) and ``payload_hash`` string (SHA-256 of
         the typed event, for duplicate conflicts).
@@ -198,8 +198,9 @@ def parse_topic(
         *COORDINATES,
         "key",
         "value",
-        reason.alias("reason"),
-        detail.alias("detail"),
+        # Not "reason": refunds have a payload field of that name.
+        reason.alias("_quarantine_reason"),
+        detail.alias("_quarantine_detail"),
         *[fields[name].alias(name) for name in known],
         rescued.alias("_rescued_data"),
     )
@@ -216,14 +217,23 @@ def quarantine_rows(parsed: DataFrame) -> DataFrame:
         ``value`` binary (raw, as in Bronze), ``reason`` string, ``detail`` string,
         ``event_id`` string (when it could be read).
     """
-    return parsed.where("reason IS NOT NULL").select(
-        *COORDINATES, "key", "value", "reason", "detail", "event_id"
+    from pyspark.sql import functions as F
+
+    return parsed.where("_quarantine_reason IS NOT NULL").select(
+        *COORDINATES,
+        "key",
+        "value",
+        F.col("_quarantine_reason").alias("reason"),
+        F.col("_quarantine_detail").alias("detail"),
+        "event_id",
     )
 
 
 def usable_rows(parsed: DataFrame) -> DataFrame:
-    """The rows that passed every check (``reason`` is null), without raw bytes."""
-    return parsed.where("reason IS NULL").drop("reason", "detail", "key", "value")
+    """The rows that passed every check, without raw bytes or quarantine columns."""
+    return parsed.where("_quarantine_reason IS NULL").drop(
+        "_quarantine_reason", "_quarantine_detail", "key", "value"
+    )
 
 
 def split_late(usable: DataFrame, watermark: datetime | None) -> tuple[DataFrame, DataFrame]:

@@ -88,8 +88,9 @@ def parse_topic(
         ``kafka_timestamp``, ``key`` binary, ``value`` binary, ``_quarantine_reason``
         string (null when usable), ``_quarantine_detail`` string, the envelope (``event_id``,
         ``event_type``, ``schema_version`` int, ``event_time`` timestamp in UTC,
-        ``event_date`` date), the payload fields typed as in :data:`spark_jobs.contracts.PAYLOAD_DDL` (money
-        ``decimal(18,2)``, currency upper-case), ``_rescued_data`` string (JSON object of the
+        ``event_date`` date), the payload fields typed as in
+        :data:`spark_jobs.contracts.PAYLOAD_DDL` (money ``decimal(18,2)``, currency
+        upper-case), ``_rescued_data`` string (JSON object of the
         fields the contract does not know, or null) and ``payload_hash`` string (SHA-256 of
         the typed event, for duplicate conflicts).
     """

@@ -16,7 +16,7 @@ import argparse
 import sys
 from collections.abc import Sequence
 from pathlib import Path
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 from spark_jobs.catalog import KafkaSourceSpec, get_catalog
 from spark_jobs.settings import get_settings
@@ -57,6 +57,96 @@ def to_bronze(kafka_records: DataFrame) -> DataFrame:
     ).withColumn("ingestion_date", F.to_date("ingestion_time"))
 
 
+class DataLossError(RuntimeError):
+    """Kafka no longer holds offsets the checkpoint needs (retention, recreated topic).
+
+    :param gaps: one dict per partition: ``topic``, ``partition``, ``first_missing_offset``,
+        ``last_missing_offset`` (None when unknown), ``reason``.
+    """
+
+    def __init__(self, gaps: list[dict[str, Any]]) -> None:
+        self.gaps = gaps
+        lines = "; ".join(
+            f"{g['topic']}[{g['partition']}] offsets {g['first_missing_offset']}.."
+            f"{'?' if g['last_missing_offset'] is None else g['last_missing_offset']} "
+            f"({g['reason']})"
+            for g in gaps
+        )
+        super().__init__(
+            f"Kafka lost data bronze_ingest has not read: {lines}. Nothing was written. To "
+            "accept the loss and record it in bronze_kafka_gaps, run with --accept-data-loss; "
+            "or restore the topic's data."
+        )
+
+
+def find_gaps(
+    checkpoint: Path, bootstrap_servers: str, topics: Sequence[str]
+) -> list[dict[str, Any]]:
+    """Compare the checkpoint's committed offsets with what Kafka still holds.
+
+    :returns: one gap per partition whose next offset to read is no longer available: below
+        the partition's earliest offset (retention) or above its end (topic recreated).
+    """
+    from kafka import KafkaConsumer, TopicPartition
+
+    from spark_jobs.delta_io import committed_offsets
+
+    committed = committed_offsets(checkpoint)
+    if committed is None or not committed["sources"] or committed["sources"][0] is None:
+        return []
+    offsets: dict[str, dict[str, int]] = committed["sources"][0]
+    wanted = [
+        TopicPartition(topic, int(partition))
+        for topic, partitions in offsets.items()
+        if topic in topics
+        for partition in partitions
+    ]
+    if not wanted:
+        return []
+    consumer = KafkaConsumer(bootstrap_servers=bootstrap_servers, enable_auto_commit=False)
+    try:
+        existing = consumer.topics()
+        present = [tp for tp in wanted if tp.topic in existing]
+        earliest = consumer.beginning_offsets(present) if present else {}
+        latest = consumer.end_offsets(present) if present else {}
+    finally:
+        consumer.close()
+    gaps = []
+    for tp in wanted:
+        next_offset = int(offsets[tp.topic][str(tp.partition)])
+        if tp not in earliest:
+            gaps.append(_gap(tp, next_offset, None, "topic or partition no longer exists"))
+        elif latest[tp] < next_offset:
+            reason = f"topic recreated (end offset {latest[tp]} < next {next_offset}): the old "
+            gaps.append(_gap(tp, next_offset, None, reason + "topic's offsets are gone"))
+            if latest[tp] > 0:
+                # Spark (failOnDataLoss=false) resumes a shrunken partition at its new end:
+                # what the new topic already holds is skipped too, and recorded as such.
+                gaps.append(_gap(tp, 0, latest[tp] - 1, reason + "new topic's first offsets "
+                                 "are skipped (Spark resumes at the new end)"))  # fmt: skip
+        elif earliest[tp] > next_offset:
+            gaps.append(_gap(tp, next_offset, earliest[tp] - 1,
+                             f"aged out: earliest offset is now {earliest[tp]}"))  # fmt: skip
+    return gaps
+
+
+def _gap(tp: Any, first: int, last: int | None, reason: str) -> dict[str, Any]:
+    return {"topic": tp.topic, "partition": tp.partition, "first_missing_offset": first,
+            "last_missing_offset": last, "reason": reason}  # fmt: skip
+
+
+def record_gaps(spark: SparkSession, gaps: list[dict[str, Any]], path: Path) -> None:
+    """Append accepted gaps (with the time they were accepted) to ``bronze_kafka_gaps``."""
+    from datetime import UTC, datetime
+
+    rows = [g | {"accepted_at": datetime.now(UTC)} for g in gaps]
+    spark.createDataFrame(
+        rows,
+        "topic string, partition int, first_missing_offset long, last_missing_offset long, "
+        "reason string, accepted_at timestamp",
+    ).write.format("delta").mode("append").save(str(path))
+
+
 def start(
     spark: SparkSession,
     *,
@@ -67,6 +157,7 @@ def start(
     bootstrap_servers: str | None = None,
     max_offsets_per_trigger: int | None = None,
     starting_offsets: str = "earliest",
+    accept_data_loss: bool = False,
 ) -> StreamingQuery:
     """Start the bronze_ingest streaming query and return it (the caller waits or stops it).
 
@@ -81,7 +172,12 @@ def start(
     :param max_offsets_per_trigger: records per micro-batch at most (AvailableNow honours it).
     :param starting_offsets: where a *new* checkpoint starts: ``earliest`` or ``latest``;
         ignored once the checkpoint has offsets.
+    :param accept_data_loss: when Kafka no longer holds offsets the checkpoint needs, record
+        the gaps in ``bronze_kafka_gaps`` and go on from the earliest available offset,
+        instead of failing.
     :raises TriggerError: a real-time trigger (this job writes Delta).
+    :raises DataLossError: Kafka lost data the checkpoint needs and ``accept_data_loss`` is
+        false; the message names topic, partition and missing offsets.
     """
     if trigger.kind == "real-time":
         raise TriggerError(REAL_TIME_REFUSAL)
@@ -90,16 +186,22 @@ def start(
     table = catalog.table(job.sink)
     settings = get_settings()
     assert isinstance(job.source, KafkaSourceSpec)
+    bootstrap = bootstrap_servers or settings.kafka.bootstrap_servers
+    subscribed = list(topics or [settings.kafka.topic(t) for t in job.source.topics])
+    checkpoint_path = checkpoint or job.checkpoint(settings)
+    gaps = find_gaps(checkpoint_path, bootstrap, subscribed)
+    if gaps and not accept_data_loss:
+        raise DataLossError(gaps)
+    if gaps:
+        record_gaps(spark, gaps, catalog.table("bronze_kafka_gaps").path(settings))
     reader = (
         spark.readStream.format("kafka")
-        .option("kafka.bootstrap.servers", bootstrap_servers or settings.kafka.bootstrap_servers)
-        .option(
-            "subscribe",
-            ",".join(topics or [settings.kafka.topic(t) for t in job.source.topics]),
-        )
+        .option("kafka.bootstrap.servers", bootstrap)
+        .option("subscribe", ",".join(subscribed))
         .option("startingOffsets", starting_offsets)
-        # Lost data (topic recreated, offsets aged out) fails the query loudly.
-        .option("failOnDataLoss", "true")
+        # Lost data (topic recreated, offsets aged out) fails the query loudly, unless the
+        # operator accepted it above (the gaps are recorded first).
+        .option("failOnDataLoss", str(not gaps).lower())
     )
     limit = max_offsets_per_trigger or job.max_offsets_per_trigger
     if limit:
@@ -109,7 +211,7 @@ def start(
         .writeStream.format("delta")
         .outputMode("append")
         .partitionBy(*table.partition_by)
-        .option("checkpointLocation", str(checkpoint or job.checkpoint(settings)))
+        .option("checkpointLocation", str(checkpoint_path))
         .queryName(JOB_NAME)
     )
     return trigger.apply(writer).start(str(table_path or table.path(settings)))
@@ -125,6 +227,11 @@ def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
         help=f"available-now | processing-time=<interval> (default: {job.default_trigger})",
     )
     parser.add_argument("--max-offsets-per-trigger", type=int, default=None)
+    parser.add_argument(
+        "--accept-data-loss",
+        action="store_true",
+        help="if Kafka lost offsets this job needs, record the gaps and go on",
+    )
     args = parser.parse_args(argv)
     try:
         args.trigger = parse_trigger(args.trigger, real_time_refusal=REAL_TIME_REFUSAL)
@@ -141,7 +248,16 @@ def main(argv: Sequence[str] | None = None) -> int:
 
     args = parse_args(argv)
     spark = build_spark_session(JOB_NAME)
-    query = start(spark, trigger=args.trigger, max_offsets_per_trigger=args.max_offsets_per_trigger)
+    try:
+        query = start(
+            spark,
+            trigger=args.trigger,
+            max_offsets_per_trigger=args.max_offsets_per_trigger,
+            accept_data_loss=args.accept_data_loss,
+        )
+    except DataLossError as error:
+        print(f"bronze_ingest: {error}", file=sys.stderr)
+        return 1
     query.awaitTermination()
     return 0
 

@@ -146,3 +146,43 @@ def test_customer_added_between_runs_is_seen_by_the_next_run(platform: Platform)
     # Enrichment happens when an event is refined: e1 was refined before c2 was known and
     # keeps a null state (Silver is append-only); e2 sees the customer loaded before its run.
     assert states == {"e1": None, "e2": "PE"}
+
+
+def test_lost_kafka_data_fails_clearly_unless_accepted_and_recorded(platform: Platform) -> None:
+    import time
+
+    from kafka import KafkaAdminClient
+
+    from ingest_platform.topics import ensure_topics
+    from spark_jobs import bronze_ingest
+    from tests.integration.medallion import AVAILABLE_NOW
+
+    platform.send("refunds", [{"event_id": f"r{i}"} for i in range(6)])
+    platform.bronze()
+    topic = platform.prefix + "refunds"
+    admin = KafkaAdminClient(bootstrap_servers=platform.bootstrap)
+    admin.delete_topics([topic])
+    deadline = time.monotonic() + 30
+    while topic in admin.list_topics() and time.monotonic() < deadline:
+        time.sleep(0.5)
+    admin.close()
+    ensure_topics(platform.bootstrap, [topic], partitions=3)  # recreated: offsets restart
+    platform.send("refunds", [{"event_id": "after"}])
+
+    with pytest.raises(bronze_ingest.DataLossError, match=rf"{topic}\[\d\] offsets \d+\.\.\?"):
+        platform.bronze()
+    query = bronze_ingest.start(platform.spark, trigger=AVAILABLE_NOW, accept_data_loss=True)
+    query.awaitTermination()
+    gaps = platform.read("bronze_kafka_gaps")
+    assert set(gaps.topic) == {topic}
+    assert gaps.reason.str.startswith("topic recreated").all()
+    # The record sent to the new topic before the restart is recorded as skipped...
+    skipped = gaps[gaps.last_missing_offset.notna()]
+    assert [(r.first_missing_offset, r.last_missing_offset) for r in skipped.itertuples()] == [
+        (0, 0)
+    ]
+    assert len(platform.read("bronze_events")) == 6
+    # ...and the ingest goes on from there.
+    platform.send("refunds", [{"event_id": "later"}])
+    platform.bronze()
+    assert len(platform.read("bronze_events")) == 7

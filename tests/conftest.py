@@ -56,8 +56,9 @@ def kafka_bootstrap(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
     from spark_jobs.settings import get_settings
 
     project = KafkaBroker(get_settings().kafka)
-    if project.status().running:
-        yield project.settings.bootstrap_servers
+    status = project.status()
+    if status.running:
+        yield status.bootstrap_servers  # where it really listens
         return
     settings = get_settings().kafka.model_copy(
         update={

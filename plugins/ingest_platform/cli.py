@@ -131,18 +131,24 @@ def kafka_status(
 @app.command("demo")
 def demo(
     events: Annotated[
-        int, typer.Option(min=1, max=1_000_000, help="Sample events to produce.")
-    ] = 400,
+        int, typer.Option(min=1, max=1_000_000, help="Synthetic events (with --source generate).")
+    ] = 2000,
+    source: Annotated[
+        str,
+        typer.Option(help="auto (the Olist sample if ../shared/datasets has it), olist, generate."),
+    ] = "auto",
 ) -> None:
     """Run the platform's main job on embedded defaults (what `make demo` calls)."""
+    if source not in ("auto", "olist", "generate"):
+        raise _fail(f"--source {source!r} is not auto, olist or generate")
     from ingest_platform.demo import run_demo
     from ingest_platform.kafka_broker import BrokerError
     from ingest_platform.producer import ProduceError
     from spark_jobs.session import MissingJarsError
 
     try:
-        run_demo(events)
-    except (BrokerError, ProduceError, MissingJarsError) as error:
+        run_demo(events, source=source)
+    except (BrokerError, ProduceError, MissingJarsError, FileNotFoundError) as error:
         raise _fail(str(error)) from None
 
 

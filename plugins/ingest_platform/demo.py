@@ -173,7 +173,8 @@ def run_demo(
         ("gold_aggregate", lambda: gold_aggregate.run(spark, trigger=now)),
         ("late_corrections", lambda: late_corrections.correct(spark)),
     ):
-        echo(f"running {name} (trigger: available-now) ...")
+        echo(f"running {name}" + (" (batch)" if name == "late_corrections" else
+                                  " (trigger: available-now)") + " ...")  # fmt: skip
         step()
     catalog = get_catalog()
     rows: dict[str, int] = {}

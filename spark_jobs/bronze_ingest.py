@@ -19,8 +19,9 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from spark_jobs.catalog import KafkaSourceSpec, get_catalog
+from spark_jobs.job_cli import job_parser, parse_job_args
 from spark_jobs.settings import get_settings
-from spark_jobs.triggers import TriggerError, TriggerSpec, parse_trigger
+from spark_jobs.triggers import TriggerError, TriggerSpec
 
 if TYPE_CHECKING:
     from pyspark.sql import DataFrame, SparkSession
@@ -219,24 +220,14 @@ def start(
 
 def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
     """Parse the job's command line; a bad value exits 2 with a message saying what is wrong."""
-    job = get_catalog().job(JOB_NAME)
-    parser = argparse.ArgumentParser(prog=JOB_NAME, description=__doc__.splitlines()[0])
-    parser.add_argument(
-        "--trigger",
-        default=job.default_trigger,
-        help=f"available-now | processing-time=<interval> (default: {job.default_trigger})",
-    )
+    parser = job_parser(JOB_NAME, __doc__.splitlines()[0])
     parser.add_argument("--max-offsets-per-trigger", type=int, default=None)
     parser.add_argument(
         "--accept-data-loss",
         action="store_true",
         help="if Kafka lost offsets this job needs, record the gaps and go on",
     )
-    args = parser.parse_args(argv)
-    try:
-        args.trigger = parse_trigger(args.trigger, real_time_refusal=REAL_TIME_REFUSAL)
-    except TriggerError as error:
-        parser.error(str(error))
+    args = parse_job_args(parser, argv, REAL_TIME_REFUSAL)
     if args.max_offsets_per_trigger is not None and args.max_offsets_per_trigger < 1:
         parser.error("--max-offsets-per-trigger must be a positive number of records")
     return args

@@ -39,8 +39,9 @@ from typing import TYPE_CHECKING, Any
 from spark_jobs.catalog import Catalog, get_catalog
 from spark_jobs.contracts import TOPICS
 from spark_jobs.delta_io import append_idempotent, checkpoint_query_id, read_table, table_exists
+from spark_jobs.job_cli import job_parser, parse_job_args
 from spark_jobs.settings import PlatformSettings, get_settings
-from spark_jobs.triggers import TriggerError, TriggerSpec, parse_trigger
+from spark_jobs.triggers import TriggerError, TriggerSpec
 
 if TYPE_CHECKING:
     from pyspark.sql import DataFrame, SparkSession
@@ -368,17 +369,8 @@ def run(
 
 def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
     """Parse the command line; a bad value exits 2 with a message saying what is wrong."""
-    job = get_catalog().job(JOB_NAME)
-    parser = argparse.ArgumentParser(prog=JOB_NAME, description=__doc__.splitlines()[0])
-    parser.add_argument("--trigger", default=job.default_trigger,
-                        help=f"available-now | processing-time=<interval> "
-                             f"(default: {job.default_trigger})")  # fmt: skip
-    args = parser.parse_args(argv)
-    try:
-        args.trigger = parse_trigger(args.trigger, real_time_refusal=REAL_TIME_REFUSAL)
-    except TriggerError as error:
-        parser.error(str(error))
-    return args
+    parser = job_parser(JOB_NAME, __doc__.splitlines()[0])
+    return parse_job_args(parser, argv, REAL_TIME_REFUSAL)
 
 
 def main(argv: Sequence[str] | None = None) -> int:

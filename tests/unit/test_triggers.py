@@ -41,3 +41,17 @@ def test_malformed_triggers_are_refused_with_reason(text: str, message: str) -> 
 def test_real_time_refused_with_the_jobs_reason() -> None:
     with pytest.raises(TriggerError, match="writes a Delta table"):
         parse_trigger("real-time=1s", real_time_refusal="writes a Delta table")
+
+
+@pytest.mark.parametrize("module", ["bronze_ingest", "silver_refine", "gold_aggregate"])
+def test_every_job_refuses_real_time_naming_the_reason(module: str, capsys) -> None:
+    import importlib
+
+    job = importlib.import_module(f"spark_jobs.{module}")
+    with pytest.raises(SystemExit) as exited:
+        job.parse_args(["--trigger", "real-time=1s"])
+    assert exited.value.code == 2
+    assert "real-time mode supports only" in capsys.readouterr().err
+    assert job.parse_args([]).trigger == parse_trigger(
+        job.get_catalog().job(job.JOB_NAME).default_trigger
+    )

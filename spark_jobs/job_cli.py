@@ -1,0 +1,38 @@
+"""The command line every streaming job shares: ``--trigger``, defaulting to the job's
+declared trigger, parsed and checked before Spark starts."""
+
+from __future__ import annotations
+
+import argparse
+from collections.abc import Sequence
+
+from spark_jobs.catalog import get_catalog
+from spark_jobs.triggers import TriggerError, parse_trigger
+
+
+def job_parser(job_name: str, description: str) -> argparse.ArgumentParser:
+    """An argument parser with ``--trigger`` (default: the job's ``default_trigger``)."""
+    default = get_catalog().job(job_name).default_trigger
+    parser = argparse.ArgumentParser(prog=job_name, description=description)
+    parser.add_argument(
+        "--trigger",
+        default=default,
+        help=f"available-now | processing-time=<interval> | real-time=<interval> "
+        f"(default: {default})",
+    )
+    return parser
+
+
+def parse_job_args(
+    parser: argparse.ArgumentParser, argv: Sequence[str] | None, real_time_refusal: str | None
+) -> argparse.Namespace:
+    """Parse ``argv``; ``args.trigger`` becomes a :class:`~spark_jobs.triggers.TriggerSpec`.
+
+    A malformed or refused trigger exits 2 with the reason (argparse's ``error``).
+    """
+    args = parser.parse_args(argv)
+    try:
+        args.trigger = parse_trigger(args.trigger, real_time_refusal=real_time_refusal)
+    except TriggerError as error:
+        parser.error(str(error))
+    return args

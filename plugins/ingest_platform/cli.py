@@ -244,28 +244,29 @@ SummaryOption = Annotated[
 ProgressOption = Annotated[bool, typer.Option("--progress/--no-progress", help="Progress bar.")]
 
 
-def _send(
-    source: str,
-    events: Any,
-    *,
-    speed: float | None,
-    as_fast_as_possible: bool,
-    shift_to_now: bool,
-    faults: dict[str, Any],
-    partitions: int | None,
-    allow_partition_mismatch: bool,
-    topic_prefix: str,
-    allow_failures: bool,
-    summary_json: Path | None,
-    progress: bool,
-) -> ReplaySummary:
-    """Shared tail of `replay` and `generate`: validate, send, summarise, set the exit code."""
+_FAULT_OPTIONS = (
+    "duplicate_rate", "late_rate", "late_delay", "out_of_order_rate", "malformed_rate",
+    "drift_rate", "oversize_count",
+)  # fmt: skip
+
+
+def _send(source: str, events: Any, options: dict[str, Any]) -> ReplaySummary:
+    """Shared tail of `replay` and `generate`: validate, send, summarise, set the exit code.
+
+    :param options: the command's parameters by name (speed, as_fast_as_possible,
+        shift_to_now, the fault options, fault_seed, partitions, allow_partition_mismatch,
+        topic_prefix, allow_failures, summary_json, progress).
+    """
     from kafka.errors import KafkaError
 
     from ingest_platform.replay import runner
     from ingest_platform.replay.faults import DelayDistribution, FaultConfig
     from ingest_platform.replay.model import SourceError
     from ingest_platform.topics import TopicMismatchError
+
+    speed, as_fast_as_possible = options["speed"], options["as_fast_as_possible"]
+    summary_json: Path | None = options["summary_json"]
+    faults = {name: options[name] for name in _FAULT_OPTIONS} | {"seed": options["fault_seed"]}
 
     if speed is not None and as_fast_as_possible:
         raise _fail("--speed and --as-fast-as-possible exclude each other")
@@ -283,11 +284,11 @@ def _send(
             bootstrap_servers=settings.kafka.bootstrap_servers,
             faults=config,
             pace=pace,
-            shift_to_now=shift_to_now,
-            partitions=partitions or settings.replay.partitions,
-            allow_partition_mismatch=allow_partition_mismatch,
-            topic_prefix=topic_prefix,
-            progress=progress,
+            shift_to_now=options.get("shift_to_now", False),
+            partitions=options["partitions"] or settings.replay.partitions,
+            allow_partition_mismatch=options["allow_partition_mismatch"],
+            topic_prefix=options["topic_prefix"],
+            progress=options["progress"],
         )
     except (ValueError, SourceError, TopicMismatchError, OverflowError) as error:
         raise _fail(str(error)) from None
@@ -303,7 +304,7 @@ def _send(
     if summary.produce.interrupted:
         typer.secho("interrupted: the counts above cover what was sent", err=True)
         raise typer.Exit(code=130)
-    if summary.produce.failed and not allow_failures:
+    if summary.produce.failed and not options["allow_failures"]:
         raise _fail(
             f"{summary.produce.failed} messages were not acknowledged (see above); "
             "--allow-failures accepts that"
@@ -369,29 +370,7 @@ def replay(
         customers = module.read_customers(path)
     except SourceError as error:
         raise _fail(str(error)) from None
-    summary = _send(
-        source.value,
-        events,
-        speed=speed,
-        as_fast_as_possible=as_fast_as_possible,
-        shift_to_now=shift_to_now,
-        partitions=partitions,
-        allow_partition_mismatch=allow_partition_mismatch,
-        topic_prefix=topic_prefix,
-        allow_failures=allow_failures,
-        summary_json=summary_json,
-        progress=progress,
-        faults={
-            "duplicate_rate": duplicate_rate,
-            "late_rate": late_rate,
-            "late_delay": late_delay,
-            "out_of_order_rate": out_of_order_rate,
-            "malformed_rate": malformed_rate,
-            "drift_rate": drift_rate,
-            "oversize_count": oversize_count,
-            "seed": fault_seed,
-        },
-    )
+    summary = _send(source.value, events, locals())
     if dimension and summary.produce.failed == 0:
         # Only after every event was acknowledged: a refused or failed run leaves the
         # dimension as it was.
@@ -439,27 +418,8 @@ def generate(
     begin = start or datetime.now(UTC)
     begin = begin if begin.tzinfo else begin.replace(tzinfo=UTC)
     events = list(generate_events(count, seed=seed, start=begin, rate=rate))
-    _send(
-        "generator",
-        events,
-        # Real time by default: one source second per wall second, i.e. --rate events/s.
-        speed=1.0 if speed is None and not as_fast_as_possible else speed,
-        as_fast_as_possible=as_fast_as_possible,
-        shift_to_now=False,
-        partitions=partitions,
-        allow_partition_mismatch=allow_partition_mismatch,
-        topic_prefix=topic_prefix,
-        allow_failures=allow_failures,
-        summary_json=summary_json,
-        progress=progress,
-        faults={
-            "duplicate_rate": duplicate_rate,
-            "late_rate": late_rate,
-            "late_delay": late_delay,
-            "out_of_order_rate": out_of_order_rate,
-            "malformed_rate": malformed_rate,
-            "drift_rate": drift_rate,
-            "oversize_count": oversize_count,
-            "seed": fault_seed,
-        },
-    )
+    options = dict(locals())
+    # Real time by default: one source second per wall second, i.e. --rate events/s.
+    if speed is None and not as_fast_as_possible:
+        options["speed"] = 1.0
+    _send("generator", events, options)

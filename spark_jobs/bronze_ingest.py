@@ -20,6 +20,7 @@ from typing import TYPE_CHECKING, Any
 
 from spark_jobs.catalog import KafkaSourceSpec, get_catalog
 from spark_jobs.job_cli import job_parser, parse_job_args
+from spark_jobs.locks import checkpoint_lock
 from spark_jobs.settings import get_settings
 from spark_jobs.triggers import TriggerError, TriggerSpec
 
@@ -238,18 +239,19 @@ def main(argv: Sequence[str] | None = None) -> int:
     from spark_jobs.session import build_spark_session
 
     args = parse_args(argv)
-    spark = build_spark_session(JOB_NAME)
-    try:
-        query = start(
-            spark,
-            trigger=args.trigger,
-            max_offsets_per_trigger=args.max_offsets_per_trigger,
-            accept_data_loss=args.accept_data_loss,
-        )
-    except DataLossError as error:
-        print(f"bronze_ingest: {error}", file=sys.stderr)
-        return 1
-    query.awaitTermination()
+    with checkpoint_lock(get_catalog().job(JOB_NAME).checkpoint()):
+        spark = build_spark_session(JOB_NAME)
+        try:
+            query = start(
+                spark,
+                trigger=args.trigger,
+                max_offsets_per_trigger=args.max_offsets_per_trigger,
+                accept_data_loss=args.accept_data_loss,
+            )
+        except DataLossError as error:
+            print(f"bronze_ingest: {error}", file=sys.stderr)
+            return 1
+        query.awaitTermination()
     return 0
 
 

@@ -34,6 +34,7 @@ from typing import TYPE_CHECKING
 from spark_jobs.catalog import get_catalog
 from spark_jobs.delta_io import checkpoint_query_id, table_exists
 from spark_jobs.job_cli import job_parser, parse_job_args
+from spark_jobs.locks import checkpoint_lock
 from spark_jobs.settings import PlatformSettings, get_settings
 from spark_jobs.triggers import TriggerError, TriggerSpec
 
@@ -210,7 +211,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     from spark_jobs.session import build_spark_session
 
     args = parse_args(argv)
-    run(build_spark_session(JOB_NAME), trigger=args.trigger)
+    with checkpoint_lock(get_catalog().job(JOB_NAME).checkpoint()):
+        run(build_spark_session(JOB_NAME), trigger=args.trigger)
     return 0
 
 

@@ -140,6 +140,7 @@ def run_demo(
     from spark_jobs import bronze_ingest, gold_aggregate, late_corrections, silver_refine
     from spark_jobs.catalog import get_catalog
     from spark_jobs.delta_io import read_table
+    from spark_jobs.locks import checkpoint_lock
     from spark_jobs.session import build_spark_session
     from spark_jobs.settings import get_settings
     from spark_jobs.triggers import TriggerSpec
@@ -165,6 +166,7 @@ def run_demo(
     if summary.produce.failed:
         raise ProduceError(summary.produce)
     echo(f"produced {summary.produce.acknowledged} events")
+    catalog = get_catalog()
     spark = build_spark_session("demo")
     now = TriggerSpec("available-now")
     for name, step in (
@@ -175,8 +177,11 @@ def run_demo(
     ):
         echo(f"running {name}" + (" (batch)" if name == "late_corrections" else
                                   " (trigger: available-now)") + " ...")  # fmt: skip
-        step()
-    catalog = get_catalog()
+        if name in catalog.jobs:  # one driver per checkpoint, as with spark-submit
+            with checkpoint_lock(catalog.job(name).checkpoint(settings)):
+                step()
+        else:
+            step()
     rows: dict[str, int] = {}
     for table in catalog.tables:
         frame = read_table(spark, catalog.table(table).path(settings))

@@ -19,7 +19,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from spark_jobs.catalog import KafkaSourceSpec, get_catalog
-from spark_jobs.job_cli import job_parser, parse_job_args
+from spark_jobs.job_cli import job_parser, operator_errors, parse_job_args
 from spark_jobs.locks import checkpoint_lock
 from spark_jobs.settings import get_settings
 from spark_jobs.triggers import TriggerError, TriggerSpec
@@ -234,6 +234,7 @@ def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
     return args
 
 
+@operator_errors
 def main(argv: Sequence[str] | None = None) -> int:
     """Entry point for spark-submit: run until the trigger ends (AvailableNow) or forever."""
     from spark_jobs.session import build_spark_session

@@ -4,7 +4,10 @@ declared trigger, parsed and checked before Spark starts."""
 from __future__ import annotations
 
 import argparse
-from collections.abc import Sequence
+import functools
+import sys
+from collections.abc import Callable, Sequence
+from typing import Any
 
 from spark_jobs.catalog import get_catalog
 from spark_jobs.triggers import TriggerError, parse_trigger
@@ -36,3 +39,21 @@ def parse_job_args(
     except TriggerError as error:
         parser.error(str(error))
     return args
+
+
+def operator_errors(main: Callable[..., int]) -> Callable[..., int]:
+    """Decorate a job's ``main``: errors an operator can act on (checkpoint in use, input
+    table missing, lost Kafka data) print one clear line and exit 1 instead of a traceback.
+    Anything else (a failed query, unbalanced counts) propagates with its full trace."""
+    from spark_jobs.locks import CheckpointBusyError
+
+    @functools.wraps(main)
+    def wrapper(*args: Any, **kwargs: Any) -> int:
+        try:
+            return main(*args, **kwargs)
+        except (CheckpointBusyError, FileNotFoundError) as error:
+            job = main.__globals__.get("JOB_NAME", main.__module__)
+            print(f"{job}: {error}", file=sys.stderr)
+            return 1
+
+    return wrapper

@@ -39,7 +39,7 @@ from typing import TYPE_CHECKING, Any
 from spark_jobs.catalog import Catalog, get_catalog
 from spark_jobs.contracts import TOPICS
 from spark_jobs.delta_io import append_idempotent, checkpoint_query_id, read_table, table_exists
-from spark_jobs.job_cli import job_parser, parse_job_args
+from spark_jobs.job_cli import job_parser, operator_errors, parse_job_args
 from spark_jobs.locks import checkpoint_lock
 from spark_jobs.settings import PlatformSettings, get_settings
 from spark_jobs.triggers import TriggerError, TriggerSpec
@@ -374,6 +374,7 @@ def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
     return parse_job_args(parser, argv, REAL_TIME_REFUSAL)
 
 
+@operator_errors
 def main(argv: Sequence[str] | None = None) -> int:
     """spark-submit entry point."""
     from spark_jobs.session import build_spark_session

@@ -157,7 +157,10 @@ def run_demo(
                                settings.storage.landing_path / "customers", "olist")  # fmt: skip
     else:
         echo(f"generating {events} synthetic events ...")
-        stream = list(generate_events(events, seed=7, start=datetime(2026, 1, 1, tzinfo=UTC)))
+        # 0.5 events per second of event time: 2,000 events span about an hour, enough for
+        # the watermarks to finalise Gold windows.
+        start = datetime(2026, 1, 1, tzinfo=UTC)
+        stream = list(generate_events(events, seed=7, start=start, rate=0.5))
     summary = runner.run(
         "olist" if use_olist else "generator", stream,
         bootstrap_servers=settings.kafka.bootstrap_servers, faults=FaultConfig(),

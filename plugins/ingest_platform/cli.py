@@ -423,3 +423,36 @@ def generate(
     if speed is None and not as_fast_as_possible:
         options["speed"] = 1.0
     _send("generator", events, options)
+
+
+checkpoints_app = typer.Typer(help="Back up streaming checkpoints.", no_args_is_help=True)
+app.add_typer(checkpoints_app, name="checkpoints")
+JobArgument = Annotated[str, typer.Argument(help="A job of include/pipeline.yaml.")]
+
+
+@checkpoints_app.command("backup")
+def checkpoints_backup(job: JobArgument) -> None:
+    """Take a consistent, verified backup of JOB's checkpoint (safe while it runs)."""
+    from ingest_platform.checkpoints import BackupError, backup
+
+    try:
+        info = backup(job)
+    except (KeyError, BackupError) as error:
+        raise _fail(str(error).strip("'\"")) from None
+    typer.echo(f"backup {info.backup_id} -> {info.path}")
+    typer.echo(info.describe())
+
+
+@checkpoints_app.command("list")
+def checkpoints_list(job: JobArgument) -> None:
+    """List JOB's backups, newest first: batch id, Delta version, offsets, age."""
+    from ingest_platform.checkpoints import list_backups
+
+    try:
+        found = list_backups(job)
+    except KeyError as error:
+        raise _fail(str(error).strip("'\"")) from None
+    if not found:
+        typer.echo(f"{job}: no backups")
+    for info in found:
+        typer.echo(info.describe())

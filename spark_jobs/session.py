@@ -73,6 +73,9 @@ def spark_conf(app_name: str, settings: PlatformSettings | None = None) -> dict[
         "spark.sql.catalog.spark_catalog": "org.apache.spark.sql.delta.catalog.DeltaCatalog",
         "spark.sql.shuffle.partitions": str(spark.shuffle_partitions),
         "spark.default.parallelism": str(spark.shuffle_partitions),
+        # Delta rebuilds a table's snapshot with 50 tasks by default; on a small machine each
+        # task costs more than the work it does.
+        "spark.databricks.delta.snapshotPartitions": str(spark.shuffle_partitions),
         "spark.driver.memory": spark.driver_memory,
         "spark.ui.enabled": str(spark.ui_enabled).lower(),
         "spark.ui.showConsoleProgress": "false",

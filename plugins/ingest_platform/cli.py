@@ -87,7 +87,8 @@ def kafka_up(
     settings = _kafka_settings(port, controller_port, data_dir)
     try:
         broker = KafkaBroker(settings)
-        typer.echo(f"kafka: starting on {settings.bootstrap_servers} ...", err=True)
+        if not broker.status().running:
+            typer.echo(f"kafka: starting on {settings.bootstrap_servers} ...", err=True)
         status = broker.up()
     except (BrokerError, OSError) as error:
         raise _fail(str(error)) from None

@@ -125,30 +125,46 @@ class SilverBatchWriter:
         )  # fmt: skip
 
     def _state(self, batch_id: int) -> tuple[datetime | None, datetime | None]:
-        """(max event time, watermark) after the newest batch *before* ``batch_id``."""
+        """(max event time, watermark) after this query's newest batch before ``batch_id``.
+
+        Scoped to this query: a new checkpoint (new query, batch ids from 0 again) starts
+        without a watermark instead of mixing in another query's batches.
+        """
         from pyspark.sql import functions as F
 
         recon = read_table(self.spark, self.path("silver_reconciliation"))
-        if recon is None:
+        if recon is None or "query_id" not in recon.columns:
             return None, None
         row = (
-            recon.where((F.col("job") == JOB_NAME) & (F.col("batch_id") < batch_id))
+            recon.where(
+                (F.col("job") == JOB_NAME)
+                & (F.col("query_id") == self.app_id())
+                & (F.col("batch_id") < batch_id)
+            )
             .orderBy(F.col("batch_id").desc())
             .select("max_event_time", "watermark")
             .first()
         )
         return (row.max_event_time, row.watermark) if row else (None, None)
 
-    def _seen(self, batch_id: int, watermark: datetime | None) -> DataFrame:
+    def _seen(self, batch_id: int) -> DataFrame:
+        """Every event_id already kept, except by this query's batches from ``batch_id`` on
+        (which a replayed batch must not see: it would take its own rows for duplicates).
+
+        Not limited to the watermark horizon: a re-sent event with a newer event time must
+        still meet its original (``dropDuplicatesWithinWatermark`` would let it through once
+        the original's state expired). Ids kept by earlier queries (before a checkpoint was
+        reset) count too, so re-reading Bronze does not write Silver twice.
+        """
         from pyspark.sql import functions as F
 
         seen = read_table(self.spark, self.path("silver_event_ids"))
         if seen is None:
             return self.spark.createDataFrame([], "event_id string, payload_hash string")
-        seen = seen.where(F.col("batch_id") < batch_id)
-        if watermark is not None:
-            seen = seen.where(F.col("event_time") >= F.lit(watermark))
-        return seen.select("event_id", "payload_hash")
+        if "query_id" in seen.columns:
+            mine_later = (F.col("query_id") == self.app_id()) & (F.col("batch_id") >= batch_id)
+            seen = seen.where(~F.coalesce(mine_later, F.lit(False)))
+        return seen.select("event_id", "payload_hash").dropDuplicates(["event_id"])
 
     def _customers(self) -> DataFrame:
         customers = read_table(self.spark, self.path("silver_customers"))
@@ -182,7 +198,7 @@ class SilverBatchWriter:
             # Deterministic "now" for the future-skew rule: a replayed batch decides the same.
             now = batch.agg(F.max("ingestion_time")).collect()[0][0].replace(tzinfo=UTC)
             max_event_time, watermark = self._state(batch_id)
-            seen = self._seen(batch_id, watermark).persist()
+            seen = self._seen(batch_id).persist()
             customers = self._customers().persist()
             batch_max: list[datetime] = []
             quarantined: list[DataFrame] = []
@@ -244,13 +260,26 @@ class SilverBatchWriter:
             for frames, table in ((ids, "silver_event_ids"), (lates, "silver_late_events"),
                                   (conflict_list, "silver_dedup_conflicts")):  # fmt: skip
                 if frames and (table != "silver_late_events" or counts.late):
-                    self._append(_union(frames).select("*", stamp), table, batch_id)
+                    query = F.lit(self.app_id()).alias("query_id")
+                    self._append(_union(frames).select("*", stamp, query), table, batch_id)
             quarantine = (
                 _union(quarantined).withColumn("batch_id", F.lit(batch_id).cast("long")).persist()
             )
             counts.quarantined = quarantine.count()
             if counts.quarantined:
-                self._append(quarantine, "silver_quarantine", batch_id)
+                # Counted either way; written once: a record another query (before a
+                # checkpoint reset) already quarantined is not written again.
+                fresh = quarantine.withColumn("query_id", F.lit(self.app_id()))
+                earlier = read_table(self.spark, self.path("silver_quarantine"))
+                if earlier is not None and "query_id" in earlier.columns:
+                    other = earlier.where(
+                        ~F.coalesce(F.col("query_id") == self.app_id(), F.lit(False))
+                    )
+                    fresh = fresh.join(
+                        other.select("topic", "partition", "offset"),
+                        ["topic", "partition", "offset"], "left_anti",
+                    )  # fmt: skip
+                self._append(fresh, "silver_quarantine", batch_id)
             counts.check(batch_id)
             candidates = [t for t in (max_event_time, *batch_max) if t is not None]
             new_max = max(candidates) if candidates else None
@@ -258,12 +287,12 @@ class SilverBatchWriter:
             if watermark and new_watermark and new_watermark < watermark:
                 new_watermark = watermark  # a watermark never moves back
             record = self.spark.createDataFrame(
-                [(JOB_NAME, batch_id, counts.read, counts.written, counts.quarantined,
-                  counts.duplicates, counts.late, counts.conflicts, new_max, new_watermark,
-                  now)],
-                "job string, batch_id long, records_read long, records_written long, "
-                "records_quarantined long, duplicates_dropped long, late_events long, "
-                "dedup_conflicts long, max_event_time timestamp, watermark timestamp, "
+                [(JOB_NAME, self.app_id(), batch_id, counts.read, counts.written,
+                  counts.quarantined, counts.duplicates, counts.late, counts.conflicts, new_max,
+                  new_watermark, now)],
+                "job string, query_id string, batch_id long, records_read long, "
+                "records_written long, records_quarantined long, duplicates_dropped long, "
+                "late_events long, dedup_conflicts long, max_event_time timestamp, watermark timestamp, "
                 "batch_time timestamp",
             )  # fmt: skip
             # Written last: a batch is recorded only once everything else is in.

@@ -26,7 +26,7 @@ Quarantine reasons, checked in this order (the first that applies is recorded):
 
 from __future__ import annotations
 
-from datetime import datetime, timedelta
+from datetime import UTC, datetime, timedelta
 from functools import reduce
 from typing import TYPE_CHECKING
 
@@ -57,7 +57,10 @@ QUARANTINE_REASONS = (
 COORDINATES = ("topic", "partition", "offset", "kafka_timestamp")
 _INTEGRAL = "^(TINYINT|SMALLINT|INT|BIGINT)$"
 _NUMERIC = "^(TINYINT|SMALLINT|INT|BIGINT|DECIMAL.*|DOUBLE|FLOAT)$"
-_OFFSET_SUFFIX = r"(Z|z|[+-]\d\d(:?\d\d)?)$"
+#: ISO-8601 date *and* time with an offset ("2026-11-29" alone, or no offset, is refused).
+_ISO_WITH_OFFSET = r"^\d{4}-\d\d-\d\d[T ]\d\d:\d\d(:\d\d(\.\d+)?)?(Z|z|[+-]\d\d(:?\d\d)?)$"
+#: Earliest plausible event time: anything before is a producer bug, not history.
+EARLIEST_EVENT_TIME = datetime(1970, 1, 1, tzinfo=UTC)
 
 
 def _first_reason(checks: list[tuple[str, Column, Column]]) -> tuple[Column, Column]:
@@ -106,6 +109,9 @@ def parse_topic(
 
     text = F.col("value").cast("string")
     v = F.try_parse_json(text)
+    # try_parse_json reads the first value and ignores what follows ("{...}{...}",
+    # "{...} xyz"); wrapped in brackets, anything after the first value is a syntax error.
+    single = F.try_parse_json(F.concat(F.lit("["), text, F.lit("]")))
     df = bronze.select(*COORDINATES, "key", "value", text.alias("_text"), v.alias("_v"))
     v = F.col("_v")
 
@@ -113,7 +119,9 @@ def parse_topic(
         return F.variant_get(v, f"$.{field}", "variant")
 
     def absent(field: str) -> Column:
-        return raw(field).isNull() | F.is_variant_null(raw(field))
+        # A blank string is as good as no value for a required id or code.
+        blank = F.trim(F.try_variant_get(v, f"$.{field}", "string")) == ""
+        return raw(field).isNull() | F.is_variant_null(raw(field)) | F.coalesce(blank, F.lit(False))
 
     typed: dict[str, Column] = {}
     mismatch: list[tuple[str, Column]] = []
@@ -152,7 +160,11 @@ def parse_topic(
     payload_mismatch = [(f, c) for f, c in mismatch if f not in ENVELOPE_FIELDS]
 
     invalid: list[tuple[str, Column]] = [
-        ("event_time without offset", ~event_time_text.rlike(_OFFSET_SUFFIX)),
+        (
+            "event_time is not an ISO-8601 date-time with offset",
+            ~event_time_text.rlike(_ISO_WITH_OFFSET),
+        ),
+        ("event_time before 1970", event_time < F.lit(EARLIEST_EVENT_TIME)),
         (
             f"event_time more than {max_future_skew} ahead",
             event_time > F.lit(now + max_future_skew),
@@ -163,7 +175,7 @@ def parse_topic(
         fields["currency"] = F.upper(typed["currency"])
         invalid.append(("unknown currency", ~fields["currency"].isin(*sorted(CURRENCIES))))
     for money in money_fields:
-        exact = F.try_variant_get(v, f"$.{money}", "decimal(38,10)")
+        exact = F.try_variant_get(v, f"$.{money}", "decimal(38,18)")
         invalid.append((f"negative {money}", typed[money] < 0))
         invalid.append((f"{money} has more than 2 decimals", exact != typed[money]))
     if "status" in typed and topic == "payments":
@@ -172,7 +184,8 @@ def parse_topic(
     checks: list[tuple[str, Column, Column]] = [
         ("empty_value", F.col("value").isNull() | (F.length("value") == 0), F.lit("no bytes")),
         ("invalid_utf8", ~F.is_valid_utf8(text), F.lit("value is not UTF-8")),
-        ("malformed_json", v.isNull(), F.concat(F.lit("not JSON: "), F.left(text, F.lit(80)))),
+        ("malformed_json", v.isNull() | single.isNull(),
+         F.concat(F.lit("not one JSON value: "), F.left(text, F.lit(80)))),
         ("not_an_object", not_object, F.concat(F.lit("JSON "), F.schema_of_variant(v))),
         ("missing_required_field", any_of(env_missing),
          F.concat(F.lit("missing: "), names_where(env_missing))),

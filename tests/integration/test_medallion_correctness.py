@@ -140,7 +140,7 @@ def test_crash_between_delta_write_and_commit_replays_without_duplicates(
         before["silver_payments"].event_id
     )
     recon = platform.read("silver_reconciliation")
-    assert not recon.duplicated(["job", "batch_id"]).any()
+    assert not recon.duplicated(["job", "query_id", "batch_id"]).any()
     metrics = platform.read("gold_customer_metrics")
     assert (
         metrics.order_count.tolist() == before["gold_customer_metrics"].order_count.tolist() == [1]

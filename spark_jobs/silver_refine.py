@@ -292,8 +292,8 @@ class SilverBatchWriter:
                   new_watermark, now)],
                 "job string, query_id string, batch_id long, records_read long, "
                 "records_written long, records_quarantined long, duplicates_dropped long, "
-                "late_events long, dedup_conflicts long, max_event_time timestamp, watermark timestamp, "
-                "batch_time timestamp",
+                "late_events long, dedup_conflicts long, max_event_time timestamp, "
+                "watermark timestamp, batch_time timestamp",
             )  # fmt: skip
             # Written last: a batch is recorded only once everything else is in.
             self._append(record, "silver_reconciliation", batch_id)

@@ -2,7 +2,7 @@
 
 Jars come from the Maven step at set-up (``make jars`` -> ``.ingest/jars/spark``) and reach
 Spark as local files through ``spark.jars``; nothing downloads at run time (no
-``spark.jars.packages``, no Ivy).
+Maven coordinates resolved at session start, no Ivy).
 """
 
 from __future__ import annotations

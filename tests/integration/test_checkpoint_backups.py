@@ -3,23 +3,14 @@
 from __future__ import annotations
 
 import json
-from collections.abc import Iterator
-from pathlib import Path
 
 import pytest
 
 from ingest_platform.checkpoints import BackupError, backup, list_backups, verify
 from spark_jobs.catalog import get_catalog
-from spark_jobs.settings import get_settings
-from tests.integration.medallion import Platform, make_platform, payment
+from tests.integration.medallion import Platform, payment
 
 pytestmark = pytest.mark.integration
-
-
-@pytest.fixture
-def platform(spark, kafka_bootstrap, tmp_path: Path, monkeypatch) -> Iterator[Platform]:
-    yield make_platform(spark, kafka_bootstrap, tmp_path, monkeypatch)
-    get_settings.cache_clear()
 
 
 def test_backup_of_a_running_query_leaves_out_the_uncommitted_batch(platform: Platform) -> None:

@@ -3,28 +3,18 @@ small inputs whose right answers are worked out by hand."""
 
 from __future__ import annotations
 
-from collections.abc import Iterator
-from pathlib import Path
-
 import pytest
 
 from spark_jobs.settings import get_settings
 from tests.integration.medallion import (
     Platform,
     activity,
-    make_platform,
     payment,
     windows,
 )
 from tests.unit.test_silver_transforms import CASES
 
 pytestmark = pytest.mark.integration
-
-
-@pytest.fixture
-def platform(spark, kafka_bootstrap, tmp_path: Path, monkeypatch) -> Iterator[Platform]:
-    yield make_platform(spark, kafka_bootstrap, tmp_path, monkeypatch)
-    get_settings.cache_clear()
 
 
 def test_every_quarantine_reason_end_to_end_and_counts_balance(platform: Platform) -> None:

@@ -5,7 +5,6 @@ commit neither duplicates nor loses rows."""
 from __future__ import annotations
 
 import json
-from collections.abc import Iterator
 from datetime import UTC, datetime
 from pathlib import Path
 
@@ -18,15 +17,9 @@ from ingest_platform.replay.generator import generate_events
 from spark_jobs.catalog import get_catalog
 from spark_jobs.late_corrections import gold_watermark
 from spark_jobs.settings import get_settings
-from tests.integration.medallion import Platform, make_platform, payment
+from tests.integration.medallion import Platform, payment
 
 pytestmark = pytest.mark.integration
-
-
-@pytest.fixture
-def platform(spark, kafka_bootstrap, tmp_path: Path, monkeypatch) -> Iterator[Platform]:
-    yield make_platform(spark, kafka_bootstrap, tmp_path, monkeypatch)
-    get_settings.cache_clear()
 
 
 def _expected_totals(values: list[dict], watermark: datetime) -> pd.DataFrame:

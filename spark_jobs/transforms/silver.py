@@ -180,6 +180,12 @@ def parse_topic(
         invalid.append((f"{money} has more than 2 decimals", exact != typed[money]))
     if "status" in typed and topic == "payments":
         invalid.append(("unknown payment status", ~typed["status"].isin(*PAYMENT_STATUSES)))
+    if "items" in typed:
+        item_mismatch, item_invalid = _item_checks(v)
+        payload_mismatch = [
+            (f, c | item_mismatch) if f == "items" else (f, c) for f, c in payload_mismatch
+        ]
+        invalid.extend(item_invalid)
 
     checks: list[tuple[str, Column, Column]] = [
         ("empty_value", F.col("value").isNull() | (F.length("value") == 0), F.lit("no bytes")),
@@ -222,6 +228,49 @@ def parse_topic(
     return parsed.withColumn("event_date", F.to_date("event_time")).withColumn(
         "payload_hash", F.sha2(F.to_json(F.struct(*payload_cols)), 256)
     )
+
+
+def _item_checks(v: Column) -> tuple[Column, list[tuple[str, Column]]]:
+    """Element-level rules for ``items``: the typed cast alone would turn a string price into
+    a number, round 10.555 and null what it cannot read.
+
+    :returns: (type mismatch condition, [(invalid_value detail, condition)]).
+    """
+    from pyspark.sql import functions as F
+
+    items = F.try_variant_get(v, "$.items", "array<variant>")
+
+    def field(x: Column, name: str) -> Column:
+        return F.variant_get(x, f"$.{name}", "variant")
+
+    def kind(x: Column, name: str) -> Column:
+        return F.coalesce(F.schema_of_variant(field(x, name)), F.lit("ABSENT"))
+
+    def exact(x: Column, name: str) -> Column:
+        return F.try_variant_get(x, f"$.{name}", "decimal(38,18)")
+
+    numeric = f"{_NUMERIC[:-2]}|VOID|ABSENT)$"  # optional numbers may be null or absent
+    mismatch = F.exists(
+        items,
+        lambda x: (
+            ~F.schema_of_variant(x).startswith("OBJECT")
+            | ~kind(x, "product_id").isin("STRING")
+            | ~kind(x, "price").rlike(_NUMERIC)
+            | ~kind(x, "freight").rlike(numeric)
+            | ~kind(x, "quantity").rlike(_INTEGRAL[:-2] + "|VOID|ABSENT)$")
+            | (exact(x, "price") > 1e16)
+        ),
+    )
+    invalid = [
+        ("negative item price or freight",
+         F.exists(items, lambda x: (exact(x, "price") < 0) | (exact(x, "freight") < 0))),
+        ("item price or freight has more than 2 decimals",
+         F.exists(items, lambda x: (exact(x, "price") != F.round(exact(x, "price"), 2))
+                  | (exact(x, "freight") != F.round(exact(x, "freight"), 2)))),
+        ("item quantity not positive",
+         F.exists(items, lambda x: F.try_variant_get(x, "$.quantity", "bigint") <= 0)),
+    ]  # fmt: skip
+    return F.coalesce(mismatch, F.lit(False)), invalid
 
 
 def quarantine_rows(parsed: DataFrame) -> DataFrame:

@@ -167,3 +167,29 @@ def test_enrichment_keeps_unknown_customers(spark) -> None:
     rows = {r.event_id: r for r in enrich_with_customers(usable, customers).collect()}
     assert rows["e1"].customer_state == "SP"
     assert rows["e2"].customer_state is None
+
+
+def _order(items) -> dict:
+    return {
+        "event_id": "o", "event_type": "order_placed", "event_time": "2026-01-01T10:00:00Z",
+        "schema_version": 1, "order_id": "o1", "status": "created", "items": items,
+        "total": 1.0, "currency": "BRL",
+    }  # fmt: skip
+
+
+ITEM_CASES = [
+    (None, [{"product_id": "p", "price": 3.5, "freight": 1, "quantity": 2}]),
+    ("type_mismatch", [[1, 2]]),
+    ("type_mismatch", [{"product_id": "p", "price": "10"}]),
+    ("type_mismatch", [{"product_id": "p", "price": 1.0, "quantity": 1.5}]),
+    ("type_mismatch", [{"product_id": 7, "price": 1.0}]),
+    ("invalid_value", [{"product_id": "p", "price": -1.0}]),
+    ("invalid_value", [{"product_id": "p", "price": 10.555}]),
+    ("invalid_value", [{"product_id": "p", "price": 1.0, "quantity": 0}]),
+]
+
+
+def test_items_are_checked_element_by_element(spark) -> None:
+    parsed = _parse(spark, [_order(items) for _, items in ITEM_CASES], "orders")
+    got = {r.offset: r._quarantine_reason for r in parsed.collect()}
+    assert got == {offset: reason for offset, (reason, _) in enumerate(ITEM_CASES)}

@@ -335,9 +335,7 @@ def load_customers(spark: SparkSession, settings: PlatformSettings | None = None
             if column not in df.columns:
                 df = df.withColumn(column, F.lit(None).cast("string"))
         frames.append(df.select(*columns).withColumn("_order", F.lit(order)))
-    incoming = frames[0]
-    for more in frames[1:]:
-        incoming = incoming.unionByName(more)
+    incoming = _union(frames)
     from pyspark.sql import Window
 
     latest = Window.partitionBy("customer_id").orderBy(F.col("_order").desc())

@@ -8,101 +8,12 @@ orchestration issue; until then the layers run in one process here.)
 
 from __future__ import annotations
 
-import random
-import uuid
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 from dataclasses import dataclass
-from datetime import UTC, datetime, timedelta
+from datetime import UTC, datetime
 
-from ingest_platform.producer import ProduceError, Record
+from ingest_platform.producer import ProduceError
 from spark_jobs.settings import PROJECT_ROOT
-
-_METHODS = ["credit_card", "boleto", "voucher", "debit_card"]
-_ACTIVITIES = ["page_view", "page_view", "page_view", "add_to_cart", "checkout"]
-
-
-def sample_events(count: int, *, seed: int = 7, start: datetime | None = None) -> Iterator[Record]:
-    """Yield ``count`` small, valid sample events round-robin over the four event topics.
-
-    Deterministic for a given ``seed`` and ``start``: the same ids and payloads every time.
-    Envelope: ``event_id``, ``event_type``, ``event_time`` (ISO-8601 with offset),
-    ``schema_version`` 1, then the payload. The Kafka key is the entity id.
-    """
-    rng = random.Random(seed)
-    start = start or datetime(2026, 1, 1, 10, 0, tzinfo=UTC)
-    for n in range(count):
-        when = (start + timedelta(seconds=15 * n)).isoformat()
-        customer = f"c{rng.randint(1, 50):04d}"
-        order = f"o{n // 4:06d}"
-        event_id = str(uuid.UUID(int=rng.getrandbits(128), version=4))
-        envelope = {"event_id": event_id, "event_time": when, "schema_version": 1}
-        kind = n % 4
-        if kind == 0:
-            price = round(rng.uniform(5, 300), 2)
-            yield (
-                "orders",
-                order,
-                envelope
-                | {
-                    "event_type": "order_placed",
-                    "order_id": order,
-                    "customer_id": customer,
-                    "status": "created",
-                    "currency": "BRL",
-                    "total": price,
-                    "items": [
-                        {
-                            "product_id": f"p{rng.randint(1, 99)}",
-                            "seller_id": "s1",
-                            "price": price,
-                            "freight": 0.0,
-                        }
-                    ],
-                },
-            )
-        elif kind == 1:
-            yield (
-                "payments",
-                order,
-                envelope
-                | {
-                    "event_type": "payment",
-                    "payment_id": f"pay{n:06d}",
-                    "order_id": order,
-                    "customer_id": customer,
-                    "method": rng.choice(_METHODS),
-                    "installments": 1,
-                    "amount": round(rng.uniform(5, 300), 2),
-                    "currency": "BRL",
-                    "status": "authorized" if rng.random() > 0.1 else "failed",
-                },
-            )
-        elif kind == 2:
-            yield (
-                "refunds",
-                order,
-                envelope
-                | {
-                    "event_type": "refund",
-                    "refund_id": f"r{n:06d}",
-                    "order_id": order,
-                    "amount": round(rng.uniform(1, 50), 2),
-                    "currency": "BRL",
-                    "reason": "damaged",
-                },
-            )
-        else:
-            yield (
-                "customer_activity",
-                customer,
-                envelope
-                | {
-                    "event_type": "customer_activity",
-                    "customer_id": customer,
-                    "activity": rng.choice(_ACTIVITIES),
-                    "url": f"/product/p{rng.randint(1, 99)}",
-                },
-            )
 
 
 @dataclass(frozen=True)

@@ -28,13 +28,14 @@ class TableSpec(BaseModel):
     """One Delta table.
 
     :param name: ``<layer>_<entity>``, e.g. ``bronze_events``.
-    :param layer: ``bronze``, ``silver`` or ``gold``.
+    :param layer: ``bronze``, ``silver`` or ``gold``; ``ops`` for the platform's own
+        bookkeeping (gate results and holds).
     :param partition_by: partition columns, in order.
     :param keys: columns that identify a row (unique within the table).
     """
 
     name: str = Field(pattern=_NAME)
-    layer: Literal["bronze", "silver", "gold"]
+    layer: Literal["bronze", "silver", "gold", "ops"]
     description: str = ""
     partition_by: list[str] = []
     keys: list[str] = []
@@ -49,6 +50,10 @@ class TableSpec(BaseModel):
         """Absolute Delta path: ``<storage.data_dir>/<layer>/<name>``."""
         settings = settings or get_settings()
         return settings.storage.data_path / self.layer / self.name
+
+    def asset_uri(self, settings: PlatformSettings | None = None) -> str:
+        """URI of the table's Airflow Asset: ``file://<absolute Delta path>``."""
+        return self.path(settings).as_uri()
 
 
 class KafkaSourceSpec(BaseModel):

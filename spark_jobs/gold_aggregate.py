@@ -35,6 +35,7 @@ from spark_jobs.catalog import get_catalog
 from spark_jobs.delta_io import checkpoint_query_id, table_exists
 from spark_jobs.job_cli import job_parser, operator_errors, parse_job_args
 from spark_jobs.locks import checkpoint_lock
+from spark_jobs.quality.holds import without_held
 from spark_jobs.settings import PlatformSettings, get_settings
 from spark_jobs.triggers import TriggerError, TriggerSpec
 
@@ -150,7 +151,11 @@ def start(
 
     def source(table: str) -> DataFrame | None:
         path = catalog.table(table).path(settings)
-        return spark.readStream.format("delta").load(str(path)) if table_exists(path) else None
+        if not table_exists(path):
+            return None
+        # Rows an operator held back after a failed gate never reach Gold (quality.holds).
+        return without_held(spark, spark.readStream.format("delta").load(str(path)), table,
+                            settings)  # fmt: skip
 
     for table, (silver, delay, aggregate) in windowed_definitions(job.settings).items():
         stream = source(silver) if table in wanted else None

@@ -31,6 +31,7 @@ from typing import TYPE_CHECKING
 
 from spark_jobs.catalog import get_catalog
 from spark_jobs.delta_io import committed_offsets, read_table, table_exists
+from spark_jobs.quality.holds import without_held
 from spark_jobs.settings import PlatformSettings, get_settings
 
 if TYPE_CHECKING:
@@ -71,7 +72,8 @@ def gold_watermark(table: str, settings: PlatformSettings | None = None) -> date
 
 
 def all_payments(spark: SparkSession, settings: PlatformSettings | None = None) -> DataFrame:
-    """On-time Silver payments plus late ones, one row per ``event_id`` (on-time wins).
+    """On-time Silver payments (without rows held by a gate remedy) plus late ones, one row
+    per ``event_id`` (on-time wins).
 
     :returns: ``event_id``, ``event_time``, ``currency``, ``amount`` decimal(18,2),
         ``status``, ``method``, ``late`` boolean.
@@ -87,6 +89,8 @@ def all_payments(spark: SparkSession, settings: PlatformSettings | None = None) 
     on_time = read_table(spark, catalog.table("silver_payments").path(settings))
     if on_time is None:
         on_time = spark.createDataFrame([], empty)
+    # Rows an operator held back after a failed gate never reach Gold (quality.holds).
+    on_time = without_held(spark, on_time, "silver_payments", settings)
     on_time = on_time.select(*_PAYMENT_COLUMNS).withColumn("late", F.lit(False))
     late = read_table(spark, catalog.table("silver_late_events").path(settings))
     if late is None:

@@ -125,11 +125,14 @@ class StorageSettings(BaseModel):
     :param checkpoint_dir: root of the checkpoints (``<checkpoint_dir>/<job>``).
     :param landing_dir: files that load dimensions (``<landing_dir>/<dimension>/<source>``),
         e.g. the customers files written by ``ingestctl replay``.
+    :param state_dir: run-time state of the always-on jobs (heartbeats, pid files, stop
+        requests, the supervisor's restart history) and the gates' Data Docs.
     """
 
     data_dir: Path = Path("data")
     checkpoint_dir: Path = Path("checkpoints")
     landing_dir: Path = Path("landing")
+    state_dir: Path = Path("state")
 
     @property
     def data_path(self) -> Path:
@@ -146,6 +149,11 @@ class StorageSettings(BaseModel):
         """Absolute path of :attr:`landing_dir`."""
         return _resolve(self.landing_dir)
 
+    @property
+    def state_path(self) -> Path:
+        """Absolute path of :attr:`state_dir`."""
+        return _resolve(self.state_dir)
+
 
 class ReplaySettings(BaseModel):
     """Producers of ``ingestctl replay`` and ``ingestctl generate``.
@@ -155,6 +163,67 @@ class ReplaySettings(BaseModel):
     """
 
     partitions: int = Field(3, ge=1, le=1000)
+
+
+class QualitySettings(BaseModel):
+    """Thresholds of the Great Expectations gates between the layers (``spark_jobs.quality``).
+
+    :param max_amount: largest plausible payment, order total or refund, in the currency's
+        units (``amount``/``total`` above it fail the range expectation).
+    :param max_null_customer_rate: share of rows (0..1) of an increment that may lack a
+        ``customer_id`` (guest checkouts: about a third of UCI Online Retail lines).
+    :param volume_history: passed, non-empty gate runs of a table that the row-count band is
+        learned from; with fewer, the volume expectation is skipped (and says so).
+    :param volume_band_factor: an increment's row count must lie within
+        ``[median / factor, median * factor]`` of that history.
+    :param freshness_limit_s: the newest ``event_time`` of an increment may be at most this
+        many seconds older than the validation time; ``0`` switches the expectation off
+        (replays of historical datasets, whose events are years old).
+    """
+
+    max_amount: float = Field(100_000.0, gt=0)
+    max_null_customer_rate: float = Field(0.5, ge=0, le=1)
+    volume_history: int = Field(5, ge=1)
+    volume_band_factor: float = Field(20.0, gt=1)
+    freshness_limit_s: float = Field(0.0, ge=0)
+
+
+class SupervisorSettings(BaseModel):
+    """How the ``streaming_supervisor`` DAG keeps the always-on jobs alive.
+
+    :param heartbeat_timeout_s: a running job whose heartbeat (written on every query
+        progress event, and at least every idle trigger) is older than this is restarted.
+    :param startup_grace_s: a freshly started job gets this long to write its first
+        heartbeat (JVM start, query start) before it counts as stuck.
+    :param backoff_base_s: wait after the first restart; doubles with every further restart
+        inside :attr:`failure_window_s`.
+    :param max_restarts: restarts inside :attr:`failure_window_s` after which the supervisor
+        stops restarting and fails loudly (an operator must look).
+    :param failure_window_s: the window the restarts are counted in.
+    :param stop_timeout_s: how long a graceful stop waits for the current micro-batch.
+    """
+
+    heartbeat_timeout_s: float = Field(180.0, gt=0)
+    startup_grace_s: float = Field(120.0, gt=0)
+    backoff_base_s: float = Field(30.0, ge=0)
+    max_restarts: int = Field(5, ge=1)
+    failure_window_s: float = Field(3600.0, gt=0)
+    stop_timeout_s: float = Field(120.0, gt=0)
+
+
+class AlertSettings(BaseModel):
+    """Rules of the ``payment_alerts`` job.
+
+    :param amount_threshold: a payment above this amount (in its currency's units) raises an
+        ``amount_above_threshold`` alert.
+    :param max_payments_per_window: more payments than this by one customer in one 5-minute
+        window (tumbling, event time) raise a ``payment_velocity`` alert.
+    :param topic: Kafka topic the alerts go to (before ``kafka.topic_prefix``).
+    """
+
+    amount_threshold: float = Field(5_000.0, gt=0)
+    max_payments_per_window: int = Field(5, ge=1)
+    topic: str = Field("payment_alerts", pattern=r"^[A-Za-z0-9._-]{1,200}$")
 
 
 class PlatformSettings(BaseSettings):
@@ -175,6 +244,9 @@ class PlatformSettings(BaseSettings):
     spark: SparkSettings = SparkSettings()
     storage: StorageSettings = StorageSettings()
     replay: ReplaySettings = ReplaySettings()
+    quality: QualitySettings = QualitySettings()
+    supervisor: SupervisorSettings = SupervisorSettings()
+    alerts: AlertSettings = AlertSettings()
 
     @classmethod
     def settings_customise_sources(

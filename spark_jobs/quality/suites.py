@@ -1,0 +1,221 @@
+"""Expectation suites as code: one list of table rules per layer, turned into GX suites.
+
+Row-level rules (a missing key, a malformed record) are the Silver job's: such rows never
+reach Silver, they go to ``silver_quarantine``. The rules here are batch-level, applied to a
+layer's *increment* (the rows a table gained since the last gate that passed): types, keys,
+uniqueness, ranges, sets, null rates, volume against recent increments, freshness
+(DESIGN.md, section 6).
+
+Imports no pyspark and no GX at module level: the DAG files read :data:`LAYER_RULES`.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from datetime import datetime, timedelta
+from typing import TYPE_CHECKING, Any
+
+from spark_jobs.contracts import ACTIVITIES, CURRENCIES, PAYMENT_METHODS, PAYMENT_STATUSES
+from spark_jobs.settings import QualitySettings
+
+if TYPE_CHECKING:
+    import great_expectations as gx
+
+#: Column of each increment row telling whether its key was already in the table before the
+#: increment (computed by the gate job; see :func:`spark_jobs.quality.gate.increment`).
+ALREADY_IN_TABLE = "_already_in_table"
+
+
+@dataclass(frozen=True)
+class TableRules:
+    """What a table's increment must satisfy.
+
+    :param table: declared table name (``include/pipeline.yaml``).
+    :param columns: required column -> GX Spark type name (``StringType``, ``DecimalType``...).
+    :param keys: columns that identify a row; not null, and unique within the increment.
+    :param unique_in_table: the key must also be new to the table (Silver's ``event_id``).
+    :param amounts: money columns that must lie in ``[0, quality.max_amount]``.
+    :param sets: column -> allowed values.
+    :param customer_column: column whose null share is capped by
+        ``quality.max_null_customer_rate``.
+    :param ratios: columns that must lie in ``[0, 1]``.
+    :param ordered: ``(later, earlier)`` column pairs with ``later >= earlier``.
+    :param time_column: event-time column for the freshness expectation.
+    :param latest_image: the table is updated in place (MERGE): validate each key's newest
+        row of the increment only.
+    """
+
+    table: str
+    columns: dict[str, str]
+    keys: tuple[str, ...]
+    unique_in_table: bool = False
+    amounts: tuple[str, ...] = ()
+    sets: dict[str, frozenset[str]] = field(default_factory=dict)
+    customer_column: str | None = None
+    ratios: tuple[str, ...] = ()
+    ordered: tuple[tuple[str, str], ...] = ()
+    time_column: str | None = None
+    latest_image: bool = False
+
+
+_ENVELOPE = {"event_id": "StringType", "event_type": "StringType", "event_time": "TimestampType"}
+_WINDOW = {"window_start": "TimestampType", "window_end": "TimestampType"}
+
+LAYER_RULES: dict[str, tuple[TableRules, ...]] = {
+    "silver": (
+        TableRules(
+            "silver_orders",
+            _ENVELOPE | {"order_id": "StringType", "status": "StringType",
+                         "total": "DecimalType", "currency": "StringType"},
+            keys=("event_id",), unique_in_table=True, amounts=("total",),
+            sets={"currency": CURRENCIES}, customer_column="customer_id",
+            time_column="event_time",
+        ),
+        TableRules(
+            "silver_payments",
+            _ENVELOPE | {"payment_id": "StringType", "order_id": "StringType",
+                         "method": "StringType", "amount": "DecimalType",
+                         "currency": "StringType", "status": "StringType"},
+            keys=("event_id",), unique_in_table=True, amounts=("amount",),
+            sets={"currency": CURRENCIES, "method": PAYMENT_METHODS,
+                  "status": PAYMENT_STATUSES},
+            customer_column="customer_id", time_column="event_time",
+        ),
+        TableRules(
+            "silver_refunds",
+            _ENVELOPE | {"refund_id": "StringType", "amount": "DecimalType",
+                         "currency": "StringType"},
+            keys=("event_id",), unique_in_table=True, amounts=("amount",),
+            sets={"currency": CURRENCIES}, time_column="event_time",
+        ),
+        TableRules(
+            "silver_customer_activity",
+            _ENVELOPE | {"customer_id": "StringType", "activity": "StringType"},
+            keys=("event_id", "customer_id"), unique_in_table=True,
+            sets={"activity": ACTIVITIES}, time_column="event_time",
+        ),
+    ),
+    "gold": (
+        TableRules(
+            "gold_payment_totals_5m",
+            _WINDOW | {"currency": "StringType", "payment_count": "LongType",
+                       "amount_total": "DecimalType"},
+            keys=("window_start", "currency"), sets={"currency": CURRENCIES},
+            ordered=(("window_end", "window_start"),), latest_image=True,
+        ),
+        TableRules(
+            "gold_payment_totals_10m_sliding",
+            _WINDOW | {"currency": "StringType", "payment_count": "LongType",
+                       "amount_total": "DecimalType"},
+            keys=("window_start", "currency"), sets={"currency": CURRENCIES},
+            ordered=(("window_end", "window_start"),), latest_image=True,
+        ),
+        TableRules(
+            "gold_payment_success_rate_15m",
+            _WINDOW | {"method": "StringType", "attempts": "LongType",
+                       "successes": "LongType", "success_rate": "DoubleType"},
+            keys=("window_start", "method"), sets={"method": PAYMENT_METHODS},
+            ratios=("success_rate",), ordered=(("attempts", "successes"),), latest_image=True,
+        ),
+        TableRules(
+            "gold_customer_sessions",
+            {"customer_id": "StringType", "session_start": "TimestampType",
+             "session_end": "TimestampType", "event_count": "LongType"},
+            keys=("customer_id", "session_start"),
+            ordered=(("session_end", "session_start"),), latest_image=True,
+        ),
+        TableRules(
+            "gold_customer_metrics",
+            {"customer_id": "StringType", "currency": "StringType", "order_count": "LongType",
+             "spend": "DecimalType"},
+            keys=("customer_id", "currency"), sets={"currency": CURRENCIES}, latest_image=True,
+        ),
+    ),
+}  # fmt: skip
+GATED_LAYERS = tuple(LAYER_RULES)
+
+
+def layer_rules(layer: str) -> tuple[TableRules, ...]:
+    """The rules of ``layer``.
+
+    :raises ValueError: ``layer`` has no gate; the message names the gated layers.
+    """
+    try:
+        return LAYER_RULES[layer]
+    except KeyError:
+        raise ValueError(f"no gate for layer {layer!r}; gated layers: {GATED_LAYERS}") from None
+
+
+def volume_band(history: list[int], quality: QualitySettings) -> tuple[int, int] | None:
+    """Row-count band ``[median / f, median * f]`` learned from recent passed increments.
+
+    :param history: row counts of the table's recent passed, non-empty increments, newest
+        first.
+    :returns: ``(min_rows, max_rows)``, or None with fewer than ``quality.volume_history``
+        increments (too little history to judge).
+    """
+    recent = history[: quality.volume_history]
+    if len(recent) < quality.volume_history:
+        return None
+    ordered = sorted(recent)
+    middle = len(ordered) // 2
+    median = ordered[middle] if len(ordered) % 2 else (ordered[middle - 1] + ordered[middle]) / 2
+    factor = quality.volume_band_factor
+    return max(1, int(median / factor)), int(median * factor) + 1
+
+
+def build_suite(
+    rules: TableRules,
+    quality: QualitySettings,
+    *,
+    band: tuple[int, int] | None,
+    now: datetime,
+) -> gx.ExpectationSuite:
+    """Build the GX suite of one table's increment (suite name = table name).
+
+    :param band: row-count band from :func:`volume_band`; None skips the volume expectation.
+    :param now: validation time (UTC), the reference of the freshness expectation.
+    """
+    import great_expectations as gx
+    import great_expectations.expectations as gxe
+
+    suite = gx.ExpectationSuite(name=rules.table)
+    expectations: list[Any] = []
+    for column, type_ in rules.columns.items():
+        expectations.append(gxe.ExpectColumnToExist(column=column))
+        expectations.append(gxe.ExpectColumnValuesToBeOfType(column=column, type_=type_))
+    for key in rules.keys:
+        expectations.append(gxe.ExpectColumnValuesToNotBeNull(column=key))
+    if len(rules.keys) == 1:
+        expectations.append(gxe.ExpectColumnValuesToBeUnique(column=rules.keys[0]))
+    else:
+        expectations.append(gxe.ExpectCompoundColumnsToBeUnique(column_list=list(rules.keys)))
+    if rules.unique_in_table:
+        expectations.append(gxe.ExpectColumnValuesToBeInSet(column=ALREADY_IN_TABLE,
+                                                            value_set=[False]))  # fmt: skip
+    for column in rules.amounts:
+        expectations.append(gxe.ExpectColumnValuesToBeBetween(
+            column=column, min_value=0, max_value=quality.max_amount))  # fmt: skip
+    for column, values in rules.sets.items():
+        expectations.append(gxe.ExpectColumnValuesToBeInSet(column=column,
+                                                            value_set=sorted(values)))  # fmt: skip
+    if rules.customer_column:
+        expectations.append(gxe.ExpectColumnValuesToNotBeNull(
+            column=rules.customer_column, mostly=1 - quality.max_null_customer_rate))  # fmt: skip
+    for column in rules.ratios:
+        expectations.append(gxe.ExpectColumnValuesToBeBetween(column=column, min_value=0,
+                                                              max_value=1))  # fmt: skip
+    for later, earlier in rules.ordered:
+        expectations.append(gxe.ExpectColumnPairValuesAToBeGreaterThanB(
+            column_A=later, column_B=earlier, or_equal=True))  # fmt: skip
+    if band is not None:
+        expectations.append(gxe.ExpectTableRowCountToBeBetween(min_value=band[0],
+                                                               max_value=band[1]))  # fmt: skip
+    if rules.time_column and quality.freshness_limit_s > 0:
+        oldest = (now - timedelta(seconds=quality.freshness_limit_s)).replace(tzinfo=None)
+        freshness = gxe.ExpectColumnMaxToBeBetween(column=rules.time_column,
+                                                   min_value=oldest.isoformat())  # fmt: skip
+        expectations.append(freshness)
+    for expectation in expectations:
+        suite.add_expectation(expectation)
+    return suite

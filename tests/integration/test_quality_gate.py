@@ -1,0 +1,134 @@
+"""The Great Expectations gate on real Delta tables: increments by Delta version, failures
+that hold back only the bad increment, and both remedies (quarantine, accept)."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from spark_jobs.quality import gate, state
+from tests.integration.medallion import Platform, payment, windows
+
+pytestmark = pytest.mark.integration
+
+
+def _payments(prefix: str, minute0: int, count: int, amount: float = 10.0) -> list[dict]:
+    return [
+        payment(f"{prefix}{i}", f"2026-01-01T10:{minute0 + i:02d}:00Z", amount)
+        for i in range(count)
+    ]
+
+
+def _silver_gate(platform: Platform, run_id: str) -> dict[str, gate.TableOutcome]:
+    outcomes = gate.validate_layer(platform.spark, "silver", run_id=run_id)
+    return {o.increment.table: o for o in outcomes}
+
+
+def test_gate_validates_increments_only_and_empty_passes(platform: Platform) -> None:
+    platform.send("payments", _payments("a", 0, 4))
+    platform.bronze()
+    platform.silver()
+    first = _silver_gate(platform, "r1")
+    assert first["silver_payments"].status == "passed"
+    assert first["silver_payments"].rows == 4
+    # Nothing new: nothing pending, nothing validated, nothing recorded.
+    assert state.pending("silver") == []
+    assert gate.validate_layer(platform.spark, "silver", run_id="r2") == []
+    platform.send("payments", _payments("b", 10, 3))
+    platform.bronze()
+    platform.silver()
+    second = _silver_gate(platform, "r3")
+    assert second["silver_payments"].rows == 3  # only the new rows
+    inc = second["silver_payments"].increment
+    assert inc.from_version == first["silver_payments"].increment.to_version + 1
+    results = platform.read("ops_gate_results")
+    assert sorted(results.run_id.unique()) == ["r1", "r3"]
+
+
+def test_bad_increment_is_held_back_until_quarantined_and_nothing_is_lost(
+    platform: Platform,
+) -> None:
+    good = _payments("g", 0, 4)
+    platform.send("payments", good)
+    platform.bronze()
+    platform.silver()
+    assert _silver_gate(platform, "r1")["silver_payments"].status == "passed"
+    platform.gold()
+    # 30% of the next increment has absurd amounts (valid decimals: Silver keeps them).
+    bad = _payments("x", 20, 3, amount=5_000_000.0)
+    fine = _payments("f", 23, 7, amount=2.0) + [payment("w", "2026-01-01T11:00:00Z", 1.0)]
+    platform.send("payments", bad + fine)
+    platform.bronze()
+    platform.silver()
+    failed = _silver_gate(platform, "r2")["silver_payments"]
+    assert failed.status == "failed"
+    assert [f["expectation"] for f in failed.failed] == ["expect_column_values_to_be_between"]
+    assert failed.failed[0]["unexpected_count"] == 3
+    # Every later run fails on the same increment until someone resolves it.
+    assert _silver_gate(platform, "r3")["silver_payments"].status == "failed"
+    assert not state.unresolved_failures("silver").empty
+
+    held = gate.quarantine(platform.spark, "silver", reason="amounts in cents", by="test")
+    assert held == {"silver_payments": 3}
+    again = gate.quarantine  # a second remedy finds nothing left to resolve only after a pass
+    after = _silver_gate(platform, "r4")["silver_payments"]
+    assert after.status == "passed", after.failed
+    assert after.rows == len(fine)
+    with pytest.raises(gate.RemedyError, match="no unresolved failure"):
+        again(platform.spark, "silver", reason="x", by="test")
+
+    platform.gold()
+    gold = windows(platform.read("gold_payment_totals_5m"))
+    # Independent expectation: good and fine payments only, 5-minute windows before 11:00.
+    expected: dict[tuple[str, str], tuple[int, float]] = {}
+    for event in good + fine:
+        minute = int(event["event_time"][14:16])
+        if event["event_time"].startswith("2026-01-01T10"):
+            key = (f"10:{minute - minute % 5:02d}", "BRL")
+            count, total = expected.get(key, (0, 0.0))
+            expected[key] = (count + 1, total + event["amount"])
+    assert gold == expected
+    # Nothing lost: the held rows stay in Silver and their raw records are in quarantine.
+    assert set(platform.read("silver_payments").event_id) >= {e["event_id"] for e in bad}
+    quarantine = platform.read("silver_quarantine")
+    mine = quarantine[quarantine.reason == "gate:silver_payments"]
+    assert sorted(json.loads(v)["event_id"] for v in mine.value) == ["x0", "x1", "x2"]
+
+
+def test_accept_records_the_override_and_lets_the_increment_through(platform: Platform) -> None:
+    platform.send("payments", _payments("g", 0, 2) + _payments("x", 5, 2, amount=9e6))
+    platform.bronze()
+    platform.silver()
+    assert _silver_gate(platform, "r1")["silver_payments"].status == "failed"
+    with pytest.raises(gate.RemedyError, match="--reason and --by"):
+        gate.accept(platform.spark, "silver", reason=" ", by="ana")
+    assert gate.accept(platform.spark, "silver", reason="real whale", by="ana") == [
+        "silver_payments"
+    ]
+    assert state.pending("silver") == []
+    results = platform.read("ops_gate_results")
+    accepted = results[results.status == "accepted"].iloc[0]
+    assert (accepted.resolved_by, accepted.reason) == ("ana", "real whale")
+
+
+def test_quarantine_refuses_a_whole_increment_failure(platform: Platform, monkeypatch) -> None:
+    # Five passed increments of ~2 rows teach a band; then a flood of 200 rows.
+    from spark_jobs.settings import get_settings
+
+    monkeypatch.setenv("INGEST_QUALITY__VOLUME_HISTORY", "2")
+    monkeypatch.setenv("INGEST_QUALITY__VOLUME_BAND_FACTOR", "3")
+    get_settings.cache_clear()
+    for round_ in range(2):
+        platform.send("payments", _payments(f"r{round_}-", round_ * 2, 2))
+        platform.bronze()
+        platform.silver()
+        assert _silver_gate(platform, f"v{round_}")["silver_payments"].status == "passed"
+    flood = [payment(f"flood{i}", f"2026-01-01T10:{10 + i % 40:02d}:00Z") for i in range(40)]
+    platform.send("payments", flood)
+    platform.bronze()
+    platform.silver()
+    outcome = _silver_gate(platform, "v9")["silver_payments"]
+    assert [f["expectation"] for f in outcome.failed] == ["expect_table_row_count_to_be_between"]
+    with pytest.raises(gate.RemedyError, match="whole increment"):
+        gate.quarantine(platform.spark, "silver", reason="flood", by="test")

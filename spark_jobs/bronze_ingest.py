@@ -236,24 +236,21 @@ def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
 
 @operator_errors
 def main(argv: Sequence[str] | None = None) -> int:
-    """Entry point for spark-submit: run until the trigger ends (AvailableNow) or forever."""
+    """Entry point for spark-submit: run until the trigger ends (AvailableNow), a stop is
+    requested (:mod:`spark_jobs.streaming_runtime`), or the query fails."""
     from spark_jobs.session import build_spark_session
+    from spark_jobs.streaming_runtime import run_supervised
 
     args = parse_args(argv)
     with checkpoint_lock(get_catalog().job(JOB_NAME).checkpoint()):
         spark = build_spark_session(JOB_NAME)
         try:
-            query = start(
-                spark,
-                trigger=args.trigger,
-                max_offsets_per_trigger=args.max_offsets_per_trigger,
-                accept_data_loss=args.accept_data_loss,
-            )
+            return run_supervised(spark, JOB_NAME, lambda: [start(
+                spark, trigger=args.trigger, max_offsets_per_trigger=args.max_offsets_per_trigger,
+                accept_data_loss=args.accept_data_loss)])  # fmt: skip
         except DataLossError as error:
             print(f"bronze_ingest: {error}", file=sys.stderr)
             return 1
-        query.awaitTermination()
-    return 0
 
 
 if __name__ == "__main__":

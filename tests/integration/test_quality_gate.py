@@ -57,7 +57,7 @@ def test_bad_increment_is_held_back_until_quarantined_and_nothing_is_lost(
     platform.gold()
     # 30% of the next increment has absurd amounts (valid decimals: Silver keeps them).
     bad = _payments("x", 20, 3, amount=5_000_000.0)
-    fine = _payments("f", 23, 7, amount=2.0) + [payment("w", "2026-01-01T11:00:00Z", 1.0)]
+    fine = [*_payments("f", 23, 7, amount=2.0), payment("w", "2026-01-01T11:00:00Z", 1.0)]
     platform.send("payments", bad + fine)
     platform.bronze()
     platform.silver()

@@ -1,0 +1,223 @@
+"""What an always-on job needs to be supervised: a heartbeat, a pid, and a graceful stop.
+
+Each always-on job (``bronze_ingest``, ``payment_alerts``) runs its queries through
+:func:`run_supervised`, which
+
+* registers a :class:`HeartbeatListener` (a ``StreamingQueryListener``) that rewrites
+  ``<storage.state_dir>/jobs/<job>/heartbeat.json`` on every query event: started, progress
+  (batch id, input rows, rates, durations, end offsets, state rows and memory), idle, and
+  terminated; the streaming supervisor restarts a job whose heartbeat grows older than
+  ``supervisor.heartbeat_timeout_s``;
+* stops the queries gracefully when ``stop.request`` appears beside the heartbeat: it waits
+  until no micro-batch is running (``isTriggerActive`` false), then stops, so a stop never
+  interrupts a batch half-written (a batch that is interrupted anyway is replayed
+  idempotently on restart).
+
+The driver's checkpoint lock (:mod:`spark_jobs.locks`) carries its pid, so the supervisor
+knows which process to watch or stop.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import time
+from collections.abc import Callable
+from dataclasses import dataclass
+from datetime import UTC, datetime
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+from spark_jobs.settings import PlatformSettings, get_settings
+
+if TYPE_CHECKING:
+    from pyspark.sql import SparkSession
+    from pyspark.sql.streaming import StreamingQuery
+
+_Listener: Any
+try:  # pyspark is absent in processes that only read heartbeats (Airflow's)
+    from pyspark.sql.streaming import StreamingQueryListener as _Listener
+except ImportError:  # pragma: no cover - pyspark is a dependency of the project
+    _Listener = object
+
+
+@dataclass(frozen=True)
+class RuntimeFiles:
+    """Run-time files of one always-on job, in ``<storage.state_dir>/jobs/<job>/``.
+
+    :param heartbeat: JSON written by the job's listener (see :class:`HeartbeatListener`).
+    :param stop_request: its presence asks the job to stop between micro-batches.
+    :param disabled: written when an operator stopped the job; the supervisor leaves a
+        disabled job alone until it is started again.
+    :param supervisor: the supervisor's record of starts (for back-off and failure limits).
+    :param driver_log: stdout and stderr of the driver the supervisor started.
+    """
+
+    folder: Path
+    heartbeat: Path
+    stop_request: Path
+    disabled: Path
+    supervisor: Path
+    driver_log: Path
+
+
+def runtime_files(job: str, settings: PlatformSettings | None = None) -> RuntimeFiles:
+    """The run-time files of ``job`` (the folder is created)."""
+    folder = (settings or get_settings()).storage.state_path / "jobs" / job
+    folder.mkdir(parents=True, exist_ok=True)
+    return RuntimeFiles(
+        folder=folder,
+        heartbeat=folder / "heartbeat.json",
+        stop_request=folder / "stop.request",
+        disabled=folder / "disabled",
+        supervisor=folder / "supervisor.json",
+        driver_log=folder / "driver.log",
+    )
+
+
+def write_json(path: Path, payload: dict[str, Any]) -> None:
+    """Write ``payload`` to ``path`` atomically (temporary file, then rename): a reader never
+    sees half a file, even if the writer dies mid-write."""
+    tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
+    tmp.write_text(json.dumps(payload, indent=2, default=str))
+    os.replace(tmp, path)
+
+
+def read_json(path: Path) -> dict[str, Any] | None:
+    """The JSON object at ``path``, or None when it is missing or unreadable."""
+    try:
+        value = json.loads(path.read_text())
+    except (OSError, ValueError):
+        return None
+    return value if isinstance(value, dict) else None
+
+
+def progress_summary(progress: Any) -> dict[str, Any]:
+    """The heartbeat's view of one ``StreamingQueryProgress``.
+
+    :returns: ``batch_id``, ``input_rows``, ``input_rows_per_second``,
+        ``processed_rows_per_second``, ``duration_ms`` (phase -> milliseconds),
+        ``end_offsets`` (one per source, as Spark reports them), ``state_rows`` and
+        ``state_memory_bytes`` (summed over stateful operators), ``event_time`` (watermark
+        and min/max event time when the query has a watermark).
+    """
+    state = list(progress.stateOperators or [])
+    return {
+        "batch_id": progress.batchId,
+        "input_rows": progress.numInputRows,
+        "input_rows_per_second": progress.inputRowsPerSecond,
+        "processed_rows_per_second": progress.processedRowsPerSecond,
+        "duration_ms": dict(progress.durationMs or {}),
+        "end_offsets": [source.endOffset for source in progress.sources],
+        "state_rows": sum(op.numRowsTotal for op in state),
+        "state_memory_bytes": sum(op.memoryUsedBytes for op in state),
+        "event_time": dict(progress.eventTime or {}),
+    }
+
+
+class HeartbeatListener(_Listener):  # type: ignore[misc]
+    """Writes the job's heartbeat file on every query event (see the module docstring).
+
+    Heartbeat JSON: ``job``, ``pid``, ``status`` (``running``, ``stopping``, ``stopped``,
+    ``failed``), ``updated_at`` (ISO UTC), ``updated_at_epoch_s`` (float seconds) and
+    ``queries``: query name -> ``id``, ``run_id``, ``status``, ``last_event_at``,
+    ``last_progress`` (:func:`progress_summary`), ``exception``.
+    """
+
+    def __init__(self, job: str, files: RuntimeFiles) -> None:
+        self.job = job
+        self.files = files
+        self.status = "running"
+        self.queries: dict[str, dict[str, Any]] = {}
+
+    def _query(self, event: Any) -> dict[str, Any]:
+        name = getattr(event, "name", None) or str(event.id)
+        entry = self.queries.setdefault(name, {"id": str(event.id)})
+        entry["run_id"] = str(event.runId)
+        entry["last_event_at"] = datetime.now(UTC).isoformat()
+        return entry
+
+    def beat(self, status: str | None = None) -> None:
+        """Rewrite the heartbeat file now (optionally with a new job status)."""
+        if status:
+            self.status = status
+        now = datetime.now(UTC)
+        write_json(self.files.heartbeat, {
+            "job": self.job, "pid": os.getpid(), "status": self.status,
+            "updated_at": now.isoformat(), "updated_at_epoch_s": now.timestamp(),
+            "queries": self.queries,
+        })  # fmt: skip
+
+    def onQueryStarted(self, event: Any) -> None:  # noqa: N802 - Spark's listener API
+        self._query(event)["status"] = "started"
+        self.beat()
+
+    def onQueryProgress(self, event: Any) -> None:  # noqa: N802
+        progress = event.progress
+        entry = self._query(progress)
+        entry["status"] = "active"
+        entry["last_progress"] = progress_summary(progress)
+        self.beat()
+
+    def onQueryIdle(self, event: Any) -> None:  # noqa: N802
+        self._query(event)["status"] = "idle"
+        self.beat()
+
+    def onQueryTerminated(self, event: Any) -> None:  # noqa: N802
+        # The terminated event carries no name: find the query by id.
+        known = [e for e in self.queries.values() if e.get("id") == str(event.id)]
+        entry = known[0] if known else self.queries.setdefault(str(event.id), {"id": str(event.id)})
+        entry["status"] = "terminated"
+        entry["exception"] = event.exception
+        self.beat("failed" if event.exception else None)
+
+
+def run_supervised(
+    spark: SparkSession,
+    job: str,
+    start_queries: Callable[[], list[StreamingQuery]],
+    *,
+    settings: PlatformSettings | None = None,
+    poll_s: float = 2.0,
+) -> int:
+    """Run a job's queries until they end (AvailableNow), fail, or a stop is requested.
+
+    :param start_queries: starts the job's queries and returns them.
+    :param poll_s: seconds between checks for a stop request.
+    :returns: 0 when the queries ended or were stopped on request.
+    :raises pyspark.errors.StreamingQueryException: a query failed (the heartbeat says
+        ``failed`` with the exception).
+    """
+    settings = settings or get_settings()
+    files = runtime_files(job, settings)
+    files.stop_request.unlink(missing_ok=True)  # a request older than this driver is void
+    listener = HeartbeatListener(job, files)
+    spark.streams.addListener(listener)
+    listener.beat("running")
+    queries = start_queries()
+    try:
+        while any(query.isActive for query in queries):
+            spark.streams.awaitAnyTermination(poll_s)
+            spark.streams.resetTerminated()
+            if files.stop_request.exists():
+                listener.beat("stopping")
+                _stop_between_batches(queries, settings.supervisor.stop_timeout_s)
+                files.stop_request.unlink(missing_ok=True)
+                break
+        for query in queries:
+            query.awaitTermination()  # re-raises a query's failure
+    except Exception:
+        listener.beat("failed")
+        raise
+    listener.beat("stopped")
+    return 0
+
+
+def _stop_between_batches(queries: list[StreamingQuery], timeout_s: float) -> None:
+    deadline = time.monotonic() + timeout_s
+    for query in queries:
+        while query.isActive and query.status["isTriggerActive"]:
+            if time.monotonic() > deadline:
+                break  # stop anyway: the interrupted batch is replayed idempotently
+            time.sleep(0.2)
+        query.stop()

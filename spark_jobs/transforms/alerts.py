@@ -1,0 +1,105 @@
+"""Payment alert rules: pure DataFrame functions (stream or batch in, alerts out).
+
+Every alert has a deterministic ``alert_id`` (SHA-256 of the rule and what it is about,
+first 32 hex digits), so that consumers of the at-least-once Kafka topic can deduplicate and
+the Delta table keeps one row per alert.
+
+Alert rows: ``alert_id`` string, ``rule`` string (``amount_above_threshold`` or
+``payment_velocity``), ``customer_id`` string (may be null for the amount rule),
+``event_id`` string (the payment; null for velocity), ``payment_count`` bigint, ``amount``
+decimal(18,2) (the payment's, or the window's total), ``currency`` string (for velocity:
+the smallest currency code seen in the window), ``window_start``/``window_end`` timestamps
+(velocity only), ``event_time`` timestamp (the payment's, or the window's newest), ``detail``
+string.
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    from pyspark.sql import Column, DataFrame
+
+AMOUNT_RULE = "amount_above_threshold"
+VELOCITY_RULE = "payment_velocity"
+#: Spark DDL of ``gold_payment_alerts`` (the alert columns plus ``detected_at``).
+ALERTS_DDL = (
+    "alert_id string, rule string, customer_id string, event_id string, payment_count bigint, "
+    "amount decimal(18,2), currency string, window_start timestamp, window_end timestamp, "
+    "event_time timestamp, detail string, detected_at timestamp"
+)
+
+
+def alert_id(rule: str, *parts: Column) -> Column:
+    """Deterministic alert id: ``sha2(rule|part|...)`` truncated to 32 hex digits."""
+    from pyspark.sql import functions as F
+
+    joined = F.concat_ws("|", F.lit(rule), *[p.cast("string") for p in parts])
+    return F.substring(F.sha2(joined, 256), 1, 32)
+
+
+def amount_alerts(payments: DataFrame, threshold: float) -> DataFrame:
+    """One alert per payment whose ``amount`` exceeds ``threshold``. Stateless.
+
+    :param payments: parsed payments (``event_id``, ``customer_id``, ``amount``,
+        ``currency``, ``event_time``), as Silver types them.
+    """
+    from pyspark.sql import functions as F
+
+    big = payments.where(F.col("amount") > F.lit(threshold))
+    return big.select(
+        alert_id(AMOUNT_RULE, F.col("event_id")).alias("alert_id"),
+        F.lit(AMOUNT_RULE).alias("rule"),
+        "customer_id",
+        "event_id",
+        F.lit(1).cast("bigint").alias("payment_count"),
+        F.col("amount").cast("decimal(18,2)").alias("amount"),
+        "currency",
+        F.lit(None).cast("timestamp").alias("window_start"),
+        F.lit(None).cast("timestamp").alias("window_end"),
+        "event_time",
+        F.concat(F.lit(f"amount above {threshold:g}: "), F.col("amount").cast("string"))
+        .alias("detail"),
+    )  # fmt: skip
+
+
+def velocity_alerts(
+    payments: DataFrame, *, window: str, watermark: str, max_payments: int
+) -> DataFrame:
+    """Customers with more than ``max_payments`` payments in one tumbling event-time window.
+
+    Stateful (a windowed count per customer, kept until the watermark passes the window's
+    end); run in ``update`` output mode, so an alert appears in the micro-batch in which the
+    count first exceeds the limit (later updates of the same window carry the same id).
+
+    :param window: window length, e.g. ``5 minutes``.
+    :param watermark: how late a payment may arrive and still count, e.g. ``10 minutes``.
+    """
+    from pyspark.sql import functions as F
+
+    counts = (
+        payments.where(F.col("customer_id").isNotNull())
+        .withWatermark("event_time", watermark)
+        .groupBy(F.window("event_time", window).alias("w"), "customer_id")
+        .agg(
+            F.count("*").alias("payment_count"),
+            F.sum("amount").cast("decimal(18,2)").alias("amount"),
+            F.min("currency").alias("currency"),
+            F.max("event_time").alias("event_time"),
+        )
+    )
+    over = counts.where(F.col("payment_count") > max_payments)
+    return over.select(
+        alert_id(VELOCITY_RULE, F.col("customer_id"), F.col("w.start")).alias("alert_id"),
+        F.lit(VELOCITY_RULE).alias("rule"),
+        "customer_id",
+        F.lit(None).cast("string").alias("event_id"),
+        "payment_count",
+        "amount",
+        "currency",
+        F.col("w.start").alias("window_start"),
+        F.col("w.end").alias("window_end"),
+        "event_time",
+        F.concat(F.col("payment_count").cast("string"),
+                 F.lit(f" payments in {window} (limit {max_payments})")).alias("detail"),
+    )  # fmt: skip

@@ -1,0 +1,98 @@
+"""Always-on jobs on the real broker: payment alerts (rules, deterministic ids, Kafka and
+Delta, no duplicates on rerun) and the heartbeat/graceful-stop runtime."""
+
+from __future__ import annotations
+
+import json
+import threading
+import time
+
+import pytest
+
+from spark_jobs import bronze_ingest, payment_alerts
+from spark_jobs.settings import get_settings
+from spark_jobs.streaming_runtime import read_json, run_supervised, runtime_files
+from spark_jobs.triggers import TriggerSpec
+from tests.conftest import consume_all
+from tests.integration.medallion import AVAILABLE_NOW, Platform, payment
+
+pytestmark = pytest.mark.integration
+
+
+def _alerts_run(platform: Platform) -> None:
+    for query in payment_alerts.start(platform.spark, trigger=AVAILABLE_NOW):
+        query.awaitTermination()
+
+
+def test_payment_alerts_rules_ids_and_no_duplicates(platform: Platform, monkeypatch) -> None:
+    monkeypatch.setenv("INGEST_ALERTS__AMOUNT_THRESHOLD", "1000")
+    monkeypatch.setenv("INGEST_ALERTS__MAX_PAYMENTS_PER_WINDOW", "3")
+    get_settings.cache_clear()
+    burst = [
+        payment(f"a{i}", f"2026-01-01T10:0{i}:10Z", 5.0, customer_id="fast") for i in range(4)
+    ]  # fmt: skip  (4 payments in 10:00-10:05 > 3)
+    calm = [payment(f"b{i}", f"2026-01-01T10:0{i}:20Z", 5.0, customer_id="calm")
+            for i in range(3)]  # fmt: skip
+    whale = [payment("big", "2026-01-01T10:02:00Z", 2500.0, customer_id="whale")]
+    late_flood = [payment(f"c{i}", "2026-01-01T11:00:00Z", 5.0, customer_id="fast")
+                  for i in range(2)]  # fmt: skip
+    platform.send("payments", burst + calm + whale + late_flood + [b"not json"])
+    _alerts_run(platform)
+    table = platform.read("gold_payment_alerts")
+    by_rule = {rule: sorted(group.customer_id) for rule, group in table.groupby("rule")}
+    assert by_rule == {"amount_above_threshold": ["whale"], "payment_velocity": ["fast"]}
+    velocity = table[table.rule == "payment_velocity"].iloc[0]
+    assert velocity.payment_count == 4
+    assert table[table.rule == "amount_above_threshold"].iloc[0].event_id == "big"
+    # Rerun on the same data and more of the same burst window: nothing new.
+    platform.send("payments", [payment("a9", "2026-01-01T10:04:00Z", 5.0, customer_id="fast")])
+    _alerts_run(platform)
+    again = platform.read("gold_payment_alerts")
+    assert sorted(again.alert_id) == sorted(table.alert_id)
+    sent = consume_all(platform.bootstrap, [platform.prefix + "payment_alerts"])
+    keys = {record.key.decode() for record in sent}
+    assert keys == set(table.alert_id)
+    assert {json.loads(record.value)["rule"] for record in sent} == set(by_rule)
+
+
+def test_heartbeat_and_graceful_stop(platform: Platform) -> None:
+    platform.send("payments", [payment("h1", "2026-01-01T10:00:00Z")])
+    files = runtime_files("bronze_ingest")
+    trigger = TriggerSpec("processing-time", "1 second")
+    outcome: dict[str, object] = {}
+
+    def run() -> None:
+        start = lambda: [bronze_ingest.start(platform.spark, trigger=trigger)]  # noqa: E731
+        outcome["rc"] = run_supervised(platform.spark, "bronze_ingest", start, poll_s=0.5)
+
+    thread = threading.Thread(target=run, daemon=True)
+    thread.start()
+    deadline = time.monotonic() + 120
+    beat = None
+    while time.monotonic() < deadline:
+        beat = read_json(files.heartbeat)
+        progress = (beat or {}).get("queries", {}).get("bronze_ingest", {}).get("last_progress")
+        if progress and progress["input_rows"] >= 1:
+            break
+        time.sleep(0.5)
+    assert beat is not None
+    assert beat["status"] == "running"
+    progress = beat["queries"]["bronze_ingest"]["last_progress"]
+    assert progress["batch_id"] >= 0
+    assert progress["end_offsets"]
+    first = beat["updated_at_epoch_s"]
+    # Idle triggers keep the heartbeat fresh (Spark posts an idle event at most every
+    # spark.sql.streaming.noDataProgressEventInterval, 10 s by default).
+    deadline = time.monotonic() + 30
+    while read_json(files.heartbeat)["updated_at_epoch_s"] == first:
+        assert time.monotonic() < deadline, "no heartbeat while idle"
+        time.sleep(0.5)
+    assert read_json(files.heartbeat)["queries"]["bronze_ingest"]["status"] in ("idle", "active")
+    files.stop_request.touch()
+    thread.join(timeout=120)
+    assert not thread.is_alive()
+    assert outcome["rc"] == 0
+    assert read_json(files.heartbeat)["status"] == "stopped"
+    assert not files.stop_request.exists()
+    bronze = platform.read("bronze_events")
+    assert list(bronze.value.map(lambda v: json.loads(v)["event_id"])) == ["h1"]

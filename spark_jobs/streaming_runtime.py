@@ -97,7 +97,7 @@ def progress_summary(progress: Any) -> dict[str, Any]:
 
     :returns: ``batch_id``, ``input_rows``, ``input_rows_per_second``,
         ``processed_rows_per_second``, ``duration_ms`` (phase -> milliseconds),
-        ``end_offsets`` (one per source, as Spark reports them), ``state_rows`` and
+        ``end_offsets`` (one per source; for Kafka ``{topic: {partition: next offset}}``), ``state_rows`` and
         ``state_memory_bytes`` (summed over stateful operators), ``event_time`` (watermark
         and min/max event time when the query has a watermark).
     """
@@ -108,11 +108,19 @@ def progress_summary(progress: Any) -> dict[str, Any]:
         "input_rows_per_second": progress.inputRowsPerSecond,
         "processed_rows_per_second": progress.processedRowsPerSecond,
         "duration_ms": dict(progress.durationMs or {}),
-        "end_offsets": [source.endOffset for source in progress.sources],
+        "end_offsets": [_offsets(source.endOffset) for source in progress.sources],
         "state_rows": sum(op.numRowsTotal for op in state),
         "state_memory_bytes": sum(op.memoryUsedBytes for op in state),
         "event_time": dict(progress.eventTime or {}),
     }
+
+
+def _offsets(value: Any) -> Any:
+    # Spark hands a source's offsets over as JSON text (Kafka: {"topic": {"partition": n}}).
+    try:
+        return json.loads(value) if isinstance(value, str) else value
+    except ValueError:
+        return value
 
 
 class HeartbeatListener(_Listener):  # type: ignore[misc]

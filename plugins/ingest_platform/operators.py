@@ -1,0 +1,156 @@
+"""Airflow operators of the platform: thin layers over the Spark provider.
+
+* :class:`SparkJobOperator`: ``spark-submit`` of one platform job module on the
+  ``spark_default`` connection (``local[*]`` embedded; ``spark://host:7077`` on a cluster:
+  only the connection changes). The Spark configuration (jars, Delta, shuffle partitions)
+  is computed in ``execute()`` from the platform settings, never at DAG parse time.
+* :class:`LayerGateOperator`: the quality gate of a layer; when no Delta version is pending
+  it logs "nothing to validate" and passes without starting a Spark driver.
+
+:func:`spark_submit_command` builds the same ``spark-submit`` command line for the streaming
+supervisor, which starts the always-on jobs detached.
+"""
+
+from __future__ import annotations
+
+import importlib.util
+import os
+import sys
+from collections.abc import Sequence
+from pathlib import Path
+from typing import Any
+
+from airflow.providers.apache.spark.operators.spark_submit import SparkSubmitOperator
+
+#: The job modules a SparkJobOperator may run (spark-submit entry points).
+JOB_MODULES = {
+    "bronze_ingest": "spark_jobs.bronze_ingest",
+    "payment_alerts": "spark_jobs.payment_alerts",
+    "silver_refine": "spark_jobs.silver_refine",
+    "gold_aggregate": "spark_jobs.gold_aggregate",
+    "late_corrections": "spark_jobs.late_corrections",
+    "quality_gate": "spark_jobs.quality.gate",
+}
+
+
+def job_application(job: str) -> str:
+    """Path of the ``.py`` file spark-submit runs for ``job``.
+
+    :raises ValueError: unknown job; the message lists the known ones.
+    """
+    try:
+        module = JOB_MODULES[job]
+    except KeyError:
+        raise ValueError(f"unknown job {job!r}; known: {sorted(JOB_MODULES)}") from None
+    spec = importlib.util.find_spec(module)
+    assert spec is not None
+    assert spec.origin is not None
+    return spec.origin
+
+
+def job_environment() -> dict[str, str]:
+    """Environment of a job's driver: the interpreter that has this project installed (for
+    the driver and the Python workers), loopback for Spark, UTC."""
+    return {
+        "PYSPARK_PYTHON": sys.executable,
+        "PYSPARK_DRIVER_PYTHON": sys.executable,
+        "SPARK_LOCAL_IP": os.environ.get("SPARK_LOCAL_IP", "127.0.0.1"),
+        "TZ": "UTC",
+    }
+
+
+def _use_project_spark_submit() -> None:
+    # The provider runs "spark-submit" from PATH: make it the one beside this interpreter
+    # (pyspark's, same version as the jobs), not whatever else PATH offers.
+    bin_dir = str(Path(sys.executable).parent)
+    path = os.environ.get("PATH", "")
+    if not path.startswith(bin_dir + os.pathsep):
+        os.environ["PATH"] = bin_dir + os.pathsep + path
+
+
+def spark_submit_command(
+    job: str, args: Sequence[str], conn_id: str = "spark_default"
+) -> list[str]:
+    """The ``spark-submit`` command line of ``job`` with ``args``, on connection ``conn_id``.
+
+    Built by the Spark provider's hook (master, deploy mode and binary from the connection)
+    with the platform's Spark configuration.
+
+    :raises airflow.exceptions.AirflowNotFoundException: the connection is not defined.
+    :raises spark_jobs.session.MissingJarsError: the Maven jars are missing.
+    """
+    from airflow.providers.apache.spark.hooks.spark_submit import SparkSubmitHook
+
+    from spark_jobs.session import spark_submit_conf
+
+    _use_project_spark_submit()
+    hook = SparkSubmitHook(conf=spark_submit_conf(job), conn_id=conn_id, name=job,
+                           application_args=list(args))  # fmt: skip
+    # The provider's own builder: the command matches what SparkSubmitOperator would run.
+    return hook._build_spark_submit_command(job_application(job))
+
+
+class SparkJobOperator(SparkSubmitOperator):
+    """Run one platform job with ``spark-submit`` on ``conn_id`` (default ``spark_default``).
+
+    :param job: a key of :data:`JOB_MODULES` (``silver_refine``, ``gold_aggregate``...).
+    :param job_args: the job's command-line arguments (templated), e.g.
+        ``["--trigger", "available-now"]``.
+    :param kwargs: passed to :class:`SparkSubmitOperator` (``conn_id``, ``pool``, ...).
+    :raises ValueError: unknown ``job`` (at DAG parse time).
+    """
+
+    template_fields = (*SparkSubmitOperator.template_fields, "job_args")
+
+    def __init__(self, *, job: str, job_args: Sequence[str] = (), **kwargs: Any) -> None:
+        if job not in JOB_MODULES:
+            raise ValueError(f"unknown job {job!r}; known: {sorted(JOB_MODULES)}")
+        kwargs.setdefault("name", job)
+        super().__init__(application="", **kwargs)
+        self.job = job
+        self.job_args = list(job_args)
+
+    def execute(self, context: Any) -> Any:
+        """Resolve the job file and the Spark configuration, then spark-submit it."""
+        from spark_jobs.session import spark_submit_conf
+
+        _use_project_spark_submit()
+        self.application = job_application(self.job)
+        self.application_args = [str(arg) for arg in self.job_args]
+        self.conf = {**spark_submit_conf(self.job), **(self.conf or {})}
+        self.env_vars = {**job_environment(), **(self.env_vars or {})}
+        self._hook = None  # built from the fields above
+        return super().execute(context)
+
+
+class LayerGateOperator(SparkJobOperator):
+    """Validate ``layer``'s increment with Great Expectations (``spark_jobs.quality.gate``).
+
+    Fails (non-zero exit of the gate job) when an expectation fails: downstream tasks do not
+    run, and every later run fails on the same increment until an operator resolves it.
+
+    :param layer: ``silver`` or ``gold``.
+    """
+
+    template_fields = SparkJobOperator.template_fields
+
+    def __init__(self, *, layer: str, **kwargs: Any) -> None:
+        from spark_jobs.quality.suites import layer_rules
+
+        layer_rules(layer)  # refuses an ungated layer at parse time
+        args = ["validate", "--layer", layer, "--run-id", "{{ run_id }}"]
+        super().__init__(job="quality_gate", job_args=args, **kwargs)
+        self.layer = layer
+
+    def execute(self, context: Any) -> Any:
+        """Skip Spark when no Delta version is pending; else run the gate job."""
+        from spark_jobs.quality.state import pending
+
+        increments = pending(self.layer)
+        if not increments:
+            self.log.info("gate %s: nothing to validate (no new Delta versions)", self.layer)
+            return None
+        for inc in increments:
+            self.log.info("gate %s: %s versions %d..%d pending", self.layer, inc.table,
+                          inc.from_version, inc.to_version)  # fmt: skip
+        return super().execute(context)

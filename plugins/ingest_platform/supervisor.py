@@ -1,0 +1,304 @@
+"""The streaming supervisor: keeps the always-on jobs running (no Airflow import here; the
+``streaming_supervisor`` DAG calls these functions).
+
+A job is *running* when the pid recorded in its checkpoint lock (written by the driver after
+it took the lock, :mod:`spark_jobs.locks`) is a live process whose command line names the
+job. Its *heartbeat* is the file its ``StreamingQueryListener`` rewrites on every query
+event (:mod:`spark_jobs.streaming_runtime`).
+
+:func:`supervise` decides, per run:
+
+====================================  ====================================================
+job disabled by an operator           leave it alone (``action=start`` re-enables it)
+running, heartbeat fresh              healthy: report its last progress
+running, no heartbeat yet             starting, within ``startup_grace_s`` of its start
+running, heartbeat stale              stuck: stop its process group, then restart
+not running                           restart, after an exponential back-off
+                                      (``backoff_base_s * 2**(starts in window - 1)``)
+``max_restarts`` starts in window     refuse and raise :class:`SupervisorError` with the
+                                      driver log's tail: an operator must look
+====================================  ====================================================
+
+A start launches the job's ``spark-submit`` command in a session of its own (it outlives
+the Airflow task) with its output in ``driver.log``, and waits until the driver holds its
+checkpoint lock. A second driver can never run on the same checkpoint: the lock refuses it.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import signal
+import subprocess
+import time
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from spark_jobs.catalog import get_catalog
+from spark_jobs.settings import PROJECT_ROOT, PlatformSettings, get_settings
+from spark_jobs.streaming_runtime import RuntimeFiles, read_json, runtime_files, write_json
+
+#: Supervisor actions a DAG run can ask for.
+ACTIONS = ("supervise", "start", "stop")
+
+
+class SupervisorError(RuntimeError):
+    """A job could not be kept running (repeated failures, or a start that failed); the
+    message carries the driver log's tail."""
+
+
+@dataclass(frozen=True)
+class JobStatus:
+    """What the supervisor sees of one always-on job.
+
+    :param pid: the driver's pid (from the checkpoint lock) when it runs.
+    :param heartbeat_age_s: seconds since the heartbeat was written; None without one.
+    :param heartbeat: the heartbeat JSON (see :class:`spark_jobs.streaming_runtime.
+        HeartbeatListener`), None without one.
+    """
+
+    job: str
+    running: bool
+    pid: int | None
+    disabled: bool
+    heartbeat_age_s: float | None
+    heartbeat: dict[str, Any] | None
+
+    def describe(self) -> str:
+        """One line: state, pid, heartbeat age and each query's last batch."""
+        if self.disabled:
+            state = "disabled by an operator"
+        else:
+            state = f"running (pid {self.pid})" if self.running else "not running"
+        parts = [f"{self.job}: {state}"]
+        if self.heartbeat_age_s is not None and self.heartbeat:
+            parts.append(f"heartbeat {self.heartbeat_age_s:.0f} s ago "
+                         f"({self.heartbeat.get('status')})")  # fmt: skip
+            for name, query in (self.heartbeat.get("queries") or {}).items():
+                progress = query.get("last_progress") or {}
+                parts.append(f"{name}: batch {progress.get('batch_id')}, "
+                             f"{progress.get('input_rows')} rows, "
+                             f"{progress.get('processed_rows_per_second')} rows/s")  # fmt: skip
+        return "; ".join(parts)
+
+
+def always_on_jobs() -> list[str]:
+    """Names of the jobs declared ``mode: always_on`` in ``include/pipeline.yaml``."""
+    return [name for name, job in get_catalog().jobs.items() if job.mode == "always_on"]
+
+
+def _check_job(job: str) -> None:
+    if job not in always_on_jobs():
+        raise ValueError(f"{job!r} is not an always-on job; always-on jobs: {always_on_jobs()}")
+
+
+def _alive(pid: int, job: str) -> bool:
+    try:
+        cmdline = Path(f"/proc/{pid}/cmdline").read_bytes().replace(b"\0", b" ").decode()
+    except OSError:
+        return False
+    # A zombie has an empty command line; a reused pid names another program.
+    return job in cmdline
+
+
+def driver_pid(job: str, settings: PlatformSettings | None = None) -> int | None:
+    """Pid of the live driver holding ``job``'s checkpoint lock, or None."""
+    checkpoint = get_catalog().job(job).checkpoint(settings or get_settings())
+    lock = checkpoint.parent / f".{checkpoint.name}.lock"
+    try:
+        text = lock.read_text().strip()
+    except OSError:
+        return None
+    if not text.isdigit():
+        return None
+    pid = int(text)
+    return pid if _alive(pid, job) else None
+
+
+def status(
+    job: str, settings: PlatformSettings | None = None, now: float | None = None
+) -> JobStatus:
+    """Inspect ``job`` (see :class:`JobStatus`). :raises ValueError: not an always-on job."""
+    _check_job(job)
+    settings = settings or get_settings()
+    files = runtime_files(job, settings)
+    pid = driver_pid(job, settings)
+    beat = read_json(files.heartbeat)
+    age = None
+    if beat and isinstance(beat.get("updated_at_epoch_s"), float | int):
+        age = max(0.0, (now or time.time()) - float(beat["updated_at_epoch_s"]))
+    return JobStatus(job, pid is not None, pid, files.disabled.exists(), age, beat)
+
+
+def _record(files: RuntimeFiles) -> dict[str, Any]:
+    return read_json(files.supervisor) or {"starts": []}
+
+
+def log_tail(files: RuntimeFiles, lines: int = 30) -> str:
+    """The last ``lines`` lines of the driver log ("" when there is none)."""
+    try:
+        return "\n".join(files.driver_log.read_text(errors="replace").splitlines()[-lines:])
+    except OSError:
+        return ""
+
+
+def start(
+    job: str,
+    command: Sequence[str],
+    *,
+    env: Mapping[str, str] | None = None,
+    settings: PlatformSettings | None = None,
+    wait_s: float | None = None,
+) -> int:
+    """Launch ``command`` (the job's spark-submit) detached and wait for its driver.
+
+    :param env: extra environment for the driver.
+    :param wait_s: how long to wait for the driver to hold its lock (default
+        ``supervisor.startup_grace_s``).
+    :returns: the driver's pid.
+    :raises SupervisorError: the job already runs, or the process exited or did not take
+        the lock in time (the message has the log's tail; the process group is stopped).
+    """
+    settings = settings or get_settings()
+    files = runtime_files(job, settings)
+    running = driver_pid(job, settings)
+    if running is not None:
+        raise SupervisorError(f"{job} already runs (pid {running}); one driver per checkpoint")
+    if files.driver_log.exists():
+        files.driver_log.replace(files.driver_log.with_suffix(".log.1"))
+    record = _record(files)
+    with files.driver_log.open("ab") as log:
+        process = subprocess.Popen(
+            list(command), stdout=log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
+            start_new_session=True, cwd=PROJECT_ROOT, env={**os.environ, **(env or {})},
+        )  # fmt: skip
+    record["starts"] = [*record.get("starts", []), time.time()]
+    record["process_group"] = process.pid
+    write_json(files.supervisor, record)
+    deadline = time.monotonic() + (wait_s or settings.supervisor.startup_grace_s)
+    while time.monotonic() < deadline:
+        pid = driver_pid(job, settings)
+        if pid is not None:
+            return pid
+        if process.poll() is not None:
+            raise SupervisorError(f"{job} exited with code {process.returncode} while "
+                                  f"starting; {files.driver_log}:\n{log_tail(files)}")  # fmt: skip
+        time.sleep(0.5)
+    _terminate(process.pid, None, job)
+    raise SupervisorError(f"{job} did not take its checkpoint lock within "
+                          f"{wait_s or settings.supervisor.startup_grace_s:.0f} s; stopped it; "
+                          f"{files.driver_log}:\n{log_tail(files)}")  # fmt: skip
+
+
+def _terminate(process_group: int | None, pid: int | None, job: str, grace_s: float = 20) -> None:
+    """SIGTERM the job's process group (and its driver), SIGKILL what outlives ``grace_s``."""
+    for sig in (signal.SIGTERM, signal.SIGKILL):
+        if process_group:
+            with contextlib.suppress(ProcessLookupError, PermissionError):
+                os.killpg(process_group, sig)
+        if pid and _alive(pid, job):
+            os.kill(pid, sig)
+        deadline = time.monotonic() + grace_s
+        while time.monotonic() < deadline and pid and _alive(pid, job):
+            time.sleep(0.5)
+        if not (pid and _alive(pid, job)):
+            return
+
+
+def supervise(
+    job: str,
+    command: Sequence[str],
+    *,
+    env: Mapping[str, str] | None = None,
+    settings: PlatformSettings | None = None,
+    echo: Callable[[str], None] = print,
+) -> str:
+    """One supervision round for ``job`` (see the module docstring's table).
+
+    :param command: the job's spark-submit command, used when it must (re)start.
+    :returns: what was done, one line (also passed to ``echo`` with the job's status).
+    :raises SupervisorError: ``max_restarts`` starts in ``failure_window_s`` and the job is
+        down again, or a start failed.
+    :raises ValueError: ``job`` is not an always-on job.
+    """
+    settings = settings or get_settings()
+    limits = settings.supervisor
+    now = time.time()
+    current = status(job, settings, now)
+    echo(current.describe())
+    files = runtime_files(job, settings)
+    if current.disabled:
+        return f"{job}: disabled by an operator; trigger streaming_supervisor with action=start"
+    record = _record(files)
+    starts = [float(t) for t in record.get("starts", [])]
+    since_start = now - starts[-1] if starts else None
+    reason = "not running"
+    if current.running:
+        age = current.heartbeat_age_s
+        fresh_since_start = age is not None and since_start is not None and age <= since_start
+        if (
+            age is not None
+            and age <= limits.heartbeat_timeout_s
+            and (fresh_since_start or since_start is None)
+        ):
+            return f"{job}: healthy"
+        if since_start is not None and since_start < limits.startup_grace_s:
+            return f"{job}: starting ({since_start:.0f} s ago), no heartbeat yet"
+        reason = (f"heartbeat {age:.0f} s old (limit {limits.heartbeat_timeout_s:.0f} s)"
+                  if age is not None else "no heartbeat")  # fmt: skip
+        echo(f"{job}: stuck ({reason}): stopping pid {current.pid}")
+        _terminate(record.get("process_group"), current.pid, job)
+    recent = [t for t in starts if now - t < limits.failure_window_s]
+    if len(recent) >= limits.max_restarts:
+        raise SupervisorError(
+            f"{job} is down ({reason}) after {len(recent)} starts in the last "
+            f"{limits.failure_window_s:.0f} s; not restarting it again. Look at "
+            f"{files.driver_log}, fix the cause, then trigger streaming_supervisor with "
+            f"action=start. Log tail:\n{log_tail(files)}"
+        )
+    if recent and since_start is not None:
+        backoff = limits.backoff_base_s * 2 ** (len(recent) - 1)
+        if since_start < backoff:
+            return (f"{job}: down ({reason}); back-off: next start in "
+                    f"{backoff - since_start:.0f} s")  # fmt: skip
+    pid = start(job, command, env=env, settings=settings)
+    return f"{job}: started (pid {pid}) because {reason}"
+
+
+def stop(job: str, *, settings: PlatformSettings | None = None, disable: bool = True) -> str:
+    """Stop ``job`` gracefully (between micro-batches) and, by default, disable it so the
+    supervisor does not restart it.
+
+    Writes the stop request the driver polls for; waits ``supervisor.stop_timeout_s`` (plus
+    a margin) for the driver to exit, then terminates its process group.
+
+    :returns: what happened, one line.
+    """
+    settings = settings or get_settings()
+    _check_job(job)
+    files = runtime_files(job, settings)
+    if disable:
+        files.disabled.write_text(f"{time.time()}\n")
+    pid = driver_pid(job, settings)
+    if pid is None:
+        return f"{job}: not running" + ("; disabled" if disable else "")
+    files.stop_request.touch()
+    deadline = time.monotonic() + settings.supervisor.stop_timeout_s + 30
+    while time.monotonic() < deadline and driver_pid(job, settings) is not None:
+        time.sleep(1)
+    if driver_pid(job, settings) is None:
+        return f"{job}: stopped gracefully (pid {pid})" + ("; disabled" if disable else "")
+    _terminate(_record(files).get("process_group"), pid, job)
+    return f"{job}: did not stop in time; terminated (pid {pid})"
+
+
+def enable(job: str, settings: PlatformSettings | None = None) -> None:
+    """Re-enable a job an operator stopped, and forget its restart history."""
+    _check_job(job)
+    files = runtime_files(job, settings)
+    files.disabled.unlink(missing_ok=True)
+    record = _record(files)
+    record["starts"] = []
+    write_json(files.supervisor, record)

@@ -19,7 +19,7 @@ export UV_PYTHON := python3.11
 export UV_PYTHON_DOWNLOADS := never
 export UV_PROJECT_ENVIRONMENT := $(VENV)
 
-.PHONY: help setup prereqs jars demo test lint typecheck unit integration \
+.PHONY: help setup prereqs jars demo demo-down test lint typecheck unit integration \
         kafka-up kafka-down kafka-status clean-data
 
 help: ## List the targets
@@ -46,8 +46,11 @@ setup: prereqs $(VENV_STAMP) $(JARS_STAMP) ## Python environment (uv.lock) and J
 
 jars: $(JARS_STAMP) ## Fetch the JVM jars into .ingest/jars (once)
 
-demo: setup ## Run the platform's main job on embedded defaults
+demo: setup ## Run the platform under Airflow on embedded defaults (Kafka, Airflow, jobs)
 	$(BIN)/ingestctl demo
+
+demo-down: ## Stop what `make demo` started (Airflow, the always-on jobs, Kafka)
+	$(BIN)/ingestctl demo-down
 
 lint: $(VENV_STAMP) ## ruff
 	$(BIN)/ruff check .

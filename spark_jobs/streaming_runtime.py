@@ -97,9 +97,9 @@ def progress_summary(progress: Any) -> dict[str, Any]:
 
     :returns: ``batch_id``, ``input_rows``, ``input_rows_per_second``,
         ``processed_rows_per_second``, ``duration_ms`` (phase -> milliseconds),
-        ``end_offsets`` (one per source; for Kafka ``{topic: {partition: next offset}}``), ``state_rows`` and
-        ``state_memory_bytes`` (summed over stateful operators), ``event_time`` (watermark
-        and min/max event time when the query has a watermark).
+        ``end_offsets`` (one per source; for Kafka ``{topic: {partition: next offset}}``),
+        ``state_rows`` and ``state_memory_bytes`` (summed over stateful operators),
+        ``event_time`` (watermark and min/max event time when the query has a watermark).
     """
     state = list(progress.stateOperators or [])
     return {
@@ -123,7 +123,7 @@ def _offsets(value: Any) -> Any:
         return value
 
 
-class HeartbeatListener(_Listener):  # type: ignore[misc]
+class HeartbeatListener(_Listener):
     """Writes the job's heartbeat file on every query event (see the module docstring).
 
     Heartbeat JSON: ``job``, ``pid``, ``status`` (``running``, ``stopping``, ``stopped``,
@@ -139,9 +139,16 @@ class HeartbeatListener(_Listener):  # type: ignore[misc]
         self.queries: dict[str, dict[str, Any]] = {}
 
     def _query(self, event: Any) -> dict[str, Any]:
-        name = getattr(event, "name", None) or str(event.id)
-        entry = self.queries.setdefault(name, {"id": str(event.id)})
-        entry["run_id"] = str(event.runId)
+        # Idle and terminated events carry the query's id but not its name.
+        query_id = str(event.id)
+        known = [entry for entry in self.queries.values() if entry.get("id") == query_id]
+        if known:
+            entry = known[0]
+        else:
+            name = getattr(event, "name", None) or query_id
+            entry = self.queries.setdefault(name, {"id": query_id})
+        if getattr(event, "runId", None) is not None:
+            entry["run_id"] = str(event.runId)
         entry["last_event_at"] = datetime.now(UTC).isoformat()
         return entry
 
@@ -172,9 +179,7 @@ class HeartbeatListener(_Listener):  # type: ignore[misc]
         self.beat()
 
     def onQueryTerminated(self, event: Any) -> None:  # noqa: N802
-        # The terminated event carries no name: find the query by id.
-        known = [e for e in self.queries.values() if e.get("id") == str(event.id)]
-        entry = known[0] if known else self.queries.setdefault(str(event.id), {"id": str(event.id)})
+        entry = self._query(event)
         entry["status"] = "terminated"
         entry["exception"] = event.exception
         self.beat("failed" if event.exception else None)
@@ -191,7 +196,7 @@ def run_supervised(
     """Run a job's queries until they end (AvailableNow), fail, or a stop is requested.
 
     :param start_queries: starts the job's queries and returns them.
-    :param poll_s: seconds between checks for a stop request.
+    :param poll_s: seconds between checks for a stop request (whole seconds, at least 1).
     :returns: 0 when the queries ended or were stopped on request.
     :raises pyspark.errors.StreamingQueryException: a query failed (the heartbeat says
         ``failed`` with the exception).
@@ -205,7 +210,7 @@ def run_supervised(
     queries = start_queries()
     try:
         while any(query.isActive for query in queries):
-            spark.streams.awaitAnyTermination(poll_s)
+            spark.streams.awaitAnyTermination(max(1, round(poll_s)))
             spark.streams.resetTerminated()
             if files.stop_request.exists():
                 listener.beat("stopping")

@@ -138,19 +138,30 @@ def demo(
         str,
         typer.Option(help="auto (the Olist sample if ../shared/datasets has it), olist, generate."),
     ] = "auto",
+    port: Annotated[int, typer.Option(min=1, max=65535, help="Airflow UI port.")] = 8080,
 ) -> None:
-    """Run the platform's main job on embedded defaults (what `make demo` calls)."""
+    """Run the platform under Airflow on embedded defaults (what `make demo` calls)."""
     if source not in ("auto", "olist", "generate"):
         raise _fail(f"--source {source!r} is not auto, olist or generate")
-    from ingest_platform.demo import run_demo
+    from ingest_platform.airflow_runtime import AirflowError
+    from ingest_platform.demo import DemoError, run_demo
     from ingest_platform.kafka_broker import BrokerError
     from ingest_platform.producer import ProduceError
     from spark_jobs.session import MissingJarsError
 
     try:
-        run_demo(events, source=source)
-    except (BrokerError, ProduceError, MissingJarsError, FileNotFoundError) as error:
+        run_demo(events, source=source, port=port)
+    except (BrokerError, ProduceError, MissingJarsError, FileNotFoundError, AirflowError,
+            DemoError) as error:  # fmt: skip
         raise _fail(str(error)) from None
+
+
+@app.command("demo-down")
+def demo_down() -> None:
+    """Stop what `make demo` started: Airflow, the always-on jobs, the broker."""
+    from ingest_platform.demo import stop_demo
+
+    stop_demo()
 
 
 class ReplaySource(StrEnum):

@@ -1,63 +1,47 @@
-"""``make demo``: the platform's main job on embedded defaults.
+"""``make demo``: the platform's main job on embedded defaults, run by Airflow.
 
-Start the project's Kafka broker, send the Olist sample (or synthetic events), run
-Bronze -> Silver -> Gold with AvailableNow triggers and the late corrections, and print rows
-per table and the newest Gold windows. (The Airflow-run platform comes with the
-orchestration issue; until then the layers run in one process here.)
+Starts the project's Kafka broker and ``airflow standalone`` (SQLite, LocalExecutor, login
+kept), replays the Olist sample (or synthetic events), lets the ``streaming_supervisor`` DAG
+start the always-on jobs, triggers ``medallion_incremental``, waits for it and prints a
+short Gold summary with the UI's address and where the admin password is.
+``make demo-down`` (:func:`stop_demo`) stops what it started.
 """
 
 from __future__ import annotations
 
+import time
 from collections.abc import Callable
 from dataclasses import dataclass
 from datetime import UTC, datetime
 
 from ingest_platform.producer import ProduceError
-from spark_jobs.settings import PROJECT_ROOT
+from spark_jobs.settings import PROJECT_ROOT, PlatformSettings
+
+#: Where the shared datasets sit relative to the repository (never copied into it).
+OLIST_SAMPLE = PROJECT_ROOT.parent / "shared" / "datasets" / "olist_ecommerce" / "sample"
+DAGS = ("streaming_supervisor", "medallion_incremental")
+
+
+class DemoError(RuntimeError):
+    """A step of the demo failed; the message says which and where its logs are."""
 
 
 @dataclass(frozen=True)
 class DemoResult:
-    """What the demo did: events produced and rows per table."""
+    """What the demo did: events produced, the medallion run's state and rows per table."""
 
     source: str
     produced: int
+    run_state: str
     rows: dict[str, int]
 
 
-#: Where the shared datasets sit relative to the repository (never copied into it).
-OLIST_SAMPLE = PROJECT_ROOT.parent / "shared" / "datasets" / "olist_ecommerce" / "sample"
-
-
-def run_demo(
-    events: int = 400, *, source: str = "auto", echo: Callable[[str], None] = print
-) -> DemoResult:
-    """Run the platform's layers end to end on the current profile's settings.
-
-    Starts the broker, sends events (the Olist sample when ``source`` is ``olist``, or
-    ``auto`` and the sample exists; else ``events`` synthetic ones), runs bronze_ingest,
-    silver_refine and gold_aggregate with AvailableNow triggers and the late corrections,
-    then prints rows per table and the newest Gold windows.
-
-    :param source: ``auto``, ``olist`` or ``generate``.
-    :raises ingest_platform.kafka_broker.BrokerError: the broker could not start.
-    :raises ingest_platform.producer.ProduceError: an event was not acknowledged.
-    :raises FileNotFoundError: ``source="olist"`` and the sample is not there.
-    """
-    from ingest_platform.kafka_broker import KafkaBroker
+def _produce(settings: PlatformSettings, source: str, events: int, echo: Callable[[str], None]
+             ) -> tuple[str, int]:  # fmt: skip
     from ingest_platform.replay import olist, runner
     from ingest_platform.replay.faults import FaultConfig
     from ingest_platform.replay.generator import generate_events
-    from spark_jobs import bronze_ingest, gold_aggregate, late_corrections, silver_refine
-    from spark_jobs.catalog import get_catalog
-    from spark_jobs.delta_io import read_table
-    from spark_jobs.locks import checkpoint_lock
-    from spark_jobs.session import build_spark_session
-    from spark_jobs.settings import get_settings
-    from spark_jobs.triggers import TriggerSpec
 
-    settings = get_settings()
-    echo(KafkaBroker(settings.kafka).up().describe())
     use_olist = source == "olist" or (source == "auto" and OLIST_SAMPLE.is_dir())
     if use_olist:
         if not OLIST_SAMPLE.is_dir():
@@ -80,38 +64,155 @@ def run_demo(
     if summary.produce.failed:
         raise ProduceError(summary.produce)
     echo(f"produced {summary.produce.acknowledged} events")
+    return ("olist" if use_olist else "generator"), summary.produce.acknowledged
+
+
+def kafka_backlog(settings: PlatformSettings) -> int:
+    """Records in the contract topics (sum of end offsets; the topics start at offset 0)."""
+    from kafka import KafkaConsumer, TopicPartition
+
+    from spark_jobs.contracts import TOPICS
+
+    consumer = KafkaConsumer(bootstrap_servers=settings.kafka.bootstrap_servers)
+    try:
+        partitions = [
+            TopicPartition(topic, p)
+            for topic in (settings.kafka.topic(t) for t in TOPICS)
+            for p in sorted(consumer.partitions_for_topic(topic) or [])
+        ]
+        return sum(consumer.end_offsets(partitions).values()) if partitions else 0
+    finally:
+        consumer.close()
+
+
+def table_rows(settings: PlatformSettings) -> dict[str, int]:
+    """Rows per declared table (0 when it does not exist yet), read with delta-rs."""
+    from deltalake import DeltaTable
+
+    from spark_jobs.catalog import get_catalog
+    from spark_jobs.delta_io import table_exists
+
+    rows = {}
+    for name, table in get_catalog().tables.items():
+        path = table.path(settings)
+        rows[name] = DeltaTable(str(path)).count() if table_exists(path) else 0
+    return rows
+
+
+def wait_for_bronze(settings: PlatformSettings, expected: int, timeout_s: float = 600,
+                    echo: Callable[[str], None] = print) -> int:  # fmt: skip
+    """Wait until ``bronze_events`` holds ``expected`` records; :returns: its row count.
+
+    :raises DemoError: not there within ``timeout_s`` (bronze_ingest's driver log named).
+    """
+    deadline = time.monotonic() + timeout_s
+    have = 0
+    while time.monotonic() < deadline:
+        have = table_rows(settings)["bronze_events"]
+        if have >= expected:
+            return have
+        time.sleep(5)
+    log = settings.storage.state_path / "jobs" / "bronze_ingest" / "driver.log"
+    raise DemoError(f"bronze_events holds {have} of {expected} records after {timeout_s:.0f} s;"
+                    f" see {log}")  # fmt: skip
+
+
+def run_demo(
+    events: int = 2000,
+    *,
+    source: str = "auto",
+    port: int = 8080,
+    echo: Callable[[str], None] = print,
+) -> DemoResult:
+    """Run the platform under Airflow on the current profile's settings (module docstring).
+
+    :param source: ``auto`` (the Olist sample when ``../shared/datasets`` has it), ``olist``
+        or ``generate`` (``events`` synthetic events).
+    :param port: the Airflow UI's port.
+    :raises ingest_platform.kafka_broker.BrokerError: the broker could not start.
+    :raises ingest_platform.airflow_runtime.AirflowError: Airflow did not start or answer.
+    :raises ingest_platform.producer.ProduceError: an event was not acknowledged.
+    :raises DemoError: the always-on jobs or the medallion run failed.
+    :raises FileNotFoundError: ``source="olist"`` and the sample is not there.
+    """
+    from ingest_platform.airflow_runtime import Standalone
+    from ingest_platform.kafka_broker import KafkaBroker
+    from spark_jobs.session import spark_jar_paths
+    from spark_jobs.settings import get_settings
+
+    settings = get_settings()
+    spark_jar_paths()  # refuse early, with the fix, when `make jars` has not run
+    echo(KafkaBroker(settings.kafka).up().describe())
+    standalone = Standalone(port)
+    echo(f"starting Airflow (airflow standalone, log {standalone.log_file}) ...")
+    standalone.up()
+    client = standalone.client()
+    for dag_id in DAGS:
+        client.wait_for_dag(dag_id)
+    used, produced = _produce(settings, source, events, echo)
+    client.unpause("streaming_supervisor")
+    run_id = client.trigger("streaming_supervisor")
+    echo("streaming_supervisor: starting the always-on jobs (bronze_ingest, payment_alerts) ...")
+    if client.wait_for_run("streaming_supervisor", run_id, timeout_s=600) != "success":
+        jobs = settings.storage.state_path / "jobs"
+        raise DemoError(f"streaming_supervisor run {run_id} failed: see its task logs in the "
+                        f"UI ({standalone.url}) or the driver logs in {jobs}")  # fmt: skip
+    backlog = kafka_backlog(settings)
+    echo(f"waiting for bronze_ingest to land {backlog} records ...")
+    wait_for_bronze(settings, backlog, echo=echo)
+    client.unpause("medallion_incremental")
+    # Unpausing schedules the newest complete 15-minute interval at once (no catch-up):
+    # that run refines what Bronze holds. Trigger one only if the scheduler made none.
+    scheduled = None
+    deadline = time.monotonic() + 60
+    while scheduled is None and time.monotonic() < deadline:
+        scheduled = client.latest_run("medallion_incremental")
+        time.sleep(0 if scheduled else 3)
+    medallion_run = scheduled or client.trigger("medallion_incremental")
+    echo(f"medallion_incremental: run {medallion_run} ...")
+    state = client.wait_for_run(
+        "medallion_incremental", medallion_run,
+        on_change=lambda tasks: echo("  " + ", ".join(f"{t}={s}" for t, s in tasks.items())),
+    )  # fmt: skip
+    rows = table_rows(settings)
+    _summary(settings, rows, echo)
+    echo(f"Airflow UI: {standalone.url}  (user admin; password in {standalone.password_file})")
+    echo("stop everything with `make demo-down`")
+    if state != "success":
+        raise DemoError(f"medallion_incremental run {medallion_run} {state}: see the failed task's log "
+                        f"in the UI ({standalone.url})")  # fmt: skip
+    return DemoResult(source=used, produced=produced, run_state=state, rows=rows)
+
+
+def _summary(settings: PlatformSettings, rows: dict[str, int], echo: Callable[[str], None]
+             ) -> None:  # fmt: skip
+    from deltalake import DeltaTable
+
+    from spark_jobs.catalog import get_catalog
+
     catalog = get_catalog()
-    spark = build_spark_session("demo")
-    now = TriggerSpec("available-now")
-    for name, step in (
-        ("bronze_ingest", lambda: bronze_ingest.start(spark, trigger=now).awaitTermination()),
-        ("silver_refine", lambda: silver_refine.run(spark, trigger=now)),
-        ("gold_aggregate", lambda: gold_aggregate.run(spark, trigger=now)),
-        ("late_corrections", lambda: late_corrections.correct(spark)),
-    ):
-        echo(f"running {name}" + (" (batch)" if name == "late_corrections" else
-                                  " (trigger: available-now)") + " ...")  # fmt: skip
-        if name in catalog.jobs:  # one driver per checkpoint, as with spark-submit
-            with checkpoint_lock(catalog.job(name).checkpoint(settings)):
-                step()
-        else:
-            step()
-    rows: dict[str, int] = {}
-    for table in catalog.tables:
-        frame = read_table(spark, catalog.table(table).path(settings))
-        rows[table] = frame.count() if frame is not None else 0
     width = max(len(t) for t in rows)
     for table, count in rows.items():
         echo(f"  {table:<{width}}  {count:>8} rows  {catalog.table(table).path(settings)}")
-    totals = read_table(spark, catalog.table("gold_payment_totals_5m").path(settings))
-    if totals is not None:
+    if rows.get("gold_payment_totals_5m"):
+        path = catalog.table("gold_payment_totals_5m").path(settings)
+        totals = DeltaTable(str(path)).to_pandas().sort_values("window_start").tail(5)
         echo("newest gold_payment_totals_5m windows:")
-        for row in totals.orderBy(totals.window_start.desc()).limit(5).collect():
+        for row in totals.itertuples():
             echo(f"  {row.window_start} {row.currency} payments={row.payment_count} "
                  f"amount={row.amount_total}")  # fmt: skip
-    spark.stop()
-    return DemoResult(
-        source="olist" if use_olist else "generator",
-        produced=summary.produce.acknowledged,
-        rows=rows,
-    )
+
+
+def stop_demo(echo: Callable[[str], None] = print) -> None:
+    """Stop what ``make demo`` started: Airflow first (so that nothing restarts the jobs),
+    then the always-on jobs (gracefully, between micro-batches), then the broker."""
+    from ingest_platform import supervisor
+    from ingest_platform.airflow_runtime import Standalone
+    from ingest_platform.kafka_broker import KafkaBroker
+    from spark_jobs.settings import get_settings
+
+    echo("airflow standalone: " + ("stopped" if Standalone().down() else "not running"))
+    for job in supervisor.always_on_jobs():
+        echo(supervisor.stop(job, disable=False))
+    KafkaBroker(get_settings().kafka).down()
+    echo("kafka: stopped")

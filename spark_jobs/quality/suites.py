@@ -213,8 +213,7 @@ def build_suite(
                                                                max_value=band[1]))  # fmt: skip
     if rules.time_column and quality.freshness_limit_s > 0:
         oldest = (now - timedelta(seconds=quality.freshness_limit_s)).replace(tzinfo=None)
-        freshness = gxe.ExpectColumnMaxToBeBetween(column=rules.time_column,
-                                                   min_value=oldest.isoformat())  # fmt: skip
+        freshness = gxe.ExpectColumnMaxToBeBetween(column=rules.time_column, min_value=oldest)
         expectations.append(freshness)
     for expectation in expectations:
         suite.add_expectation(expectation)

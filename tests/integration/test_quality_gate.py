@@ -132,3 +132,15 @@ def test_quarantine_refuses_a_whole_increment_failure(platform: Platform, monkey
     assert [f["expectation"] for f in outcome.failed] == ["expect_table_row_count_to_be_between"]
     with pytest.raises(gate.RemedyError, match="whole increment"):
         gate.quarantine(platform.spark, "silver", reason="flood", by="test")
+
+
+def test_freshness_expectation_fails_a_stale_increment(platform: Platform, monkeypatch) -> None:
+    from spark_jobs.settings import get_settings
+
+    monkeypatch.setenv("INGEST_QUALITY__FRESHNESS_LIMIT_S", "3600")
+    get_settings.cache_clear()
+    platform.send("payments", _payments("old", 0, 2))  # 2026-01-01: far older than an hour
+    platform.bronze()
+    platform.silver()
+    outcome = _silver_gate(platform, "f1")["silver_payments"]
+    assert [f["expectation"] for f in outcome.failed] == ["expect_column_max_to_be_between"]

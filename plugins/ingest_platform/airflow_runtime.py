@@ -1,0 +1,263 @@
+"""The embedded Airflow of ``make demo`` and of the end-to-end tests: its environment, an
+``airflow standalone`` started and stopped like the broker, and a small REST client.
+
+Everything Airflow needs comes from environment variables built here (one place): its home
+(``<INGEST_HOME>/airflow``), the DAG folder, LocalExecutor with parallelism for 2 cores, no
+example DAGs, and the ``spark_default`` connection as ``local[*]`` unless the caller's
+environment already defines ``AIRFLOW_CONN_SPARK_DEFAULT`` (a cluster). Airflow keeps its
+login: ``airflow standalone`` writes the admin password to
+``<AIRFLOW_HOME>/simple_auth_manager_passwords.json.generated``.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+from collections.abc import Mapping
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from spark_jobs.settings import PROJECT_ROOT, ingest_home
+
+#: Local connection: master ``local[*]`` (the provider reads the host of a ``spark``
+#: connection without a port as the whole master URL).
+LOCAL_SPARK_CONNECTION = json.dumps({"conn_type": "spark", "host": "local[*]"})
+PASSWORD_FILE = "simple_auth_manager_passwords.json.generated"
+
+
+class AirflowError(RuntimeError):
+    """The embedded Airflow did not start, or a request to it failed."""
+
+
+def airflow_home() -> Path:
+    """``AIRFLOW_HOME`` of the embedded Airflow: ``<INGEST_HOME>/airflow``."""
+    return ingest_home() / "airflow"
+
+
+def airflow_environment(port: int = 8080, parallelism: int = 3) -> dict[str, str]:
+    """Environment variables for every Airflow process of the embedded platform.
+
+    :param port: the API server's (UI's) port.
+    :param parallelism: task slots of the LocalExecutor: 3 on 2 cores (a Spark task, a gate
+        and a supervisor task at once; each Spark task is a JVM of its own).
+    """
+    bin_dir = str(Path(sys.executable).parent)
+    env = {
+        "AIRFLOW_HOME": str(airflow_home()),
+        "AIRFLOW__CORE__DAGS_FOLDER": str(PROJECT_ROOT / "dags"),
+        "AIRFLOW__CORE__LOAD_EXAMPLES": "False",
+        "AIRFLOW__CORE__EXECUTOR": "LocalExecutor",
+        "AIRFLOW__CORE__PARALLELISM": str(parallelism),
+        "AIRFLOW__CORE__MAX_ACTIVE_TASKS_PER_DAG": str(max(1, parallelism - 1)),
+        "AIRFLOW__CORE__DAGS_ARE_PAUSED_AT_CREATION": "True",
+        "AIRFLOW__API__PORT": str(port),
+        "AIRFLOW__API__BASE_URL": f"http://127.0.0.1:{port}",
+        "AIRFLOW__SCHEDULER__MIN_FILE_PROCESS_INTERVAL": "60",
+        "AIRFLOW_CONN_SPARK_DEFAULT": os.environ.get(
+            "AIRFLOW_CONN_SPARK_DEFAULT", LOCAL_SPARK_CONNECTION
+        ),
+        "PATH": bin_dir + os.pathsep + os.environ.get("PATH", ""),
+        "TZ": "UTC",
+    }
+    return env
+
+
+def run_cli(args: list[str], env: Mapping[str, str] | None = None, check: bool = True
+            ) -> subprocess.CompletedProcess[str]:  # fmt: skip
+    """Run ``airflow <args>`` with the embedded environment; output captured as text.
+
+    :raises AirflowError: non-zero exit and ``check``; the message has the output's tail.
+    """
+    full = {**os.environ, **airflow_environment(), **(env or {})}
+    airflow = str(Path(sys.executable).parent / "airflow")
+    done = subprocess.run([airflow, *args], env=full, capture_output=True, text=True,
+                          cwd=PROJECT_ROOT, check=False)  # fmt: skip
+    if check and done.returncode != 0:
+        tail = "\n".join((done.stdout + done.stderr).splitlines()[-30:])
+        raise AirflowError(f"airflow {' '.join(args)} exited {done.returncode}:\n{tail}")
+    return done
+
+
+@dataclass
+class Standalone:
+    """``airflow standalone`` in the background (pid file and log in ``AIRFLOW_HOME``)."""
+
+    port: int = 8080
+
+    @property
+    def pid_file(self) -> Path:
+        return airflow_home() / "standalone.pid"
+
+    @property
+    def log_file(self) -> Path:
+        return airflow_home() / "standalone.log"
+
+    @property
+    def url(self) -> str:
+        return f"http://127.0.0.1:{self.port}"
+
+    @property
+    def password_file(self) -> Path:
+        return airflow_home() / PASSWORD_FILE
+
+    def pid(self) -> int | None:
+        """Pid of the running standalone this platform started, or None."""
+        try:
+            pid = int(self.pid_file.read_text().strip())
+            cmdline = Path(f"/proc/{pid}/cmdline").read_bytes()
+        except (OSError, ValueError):
+            return None
+        return pid if b"standalone" in cmdline else None
+
+    def healthy(self) -> bool:
+        """Whether the API server answers its health endpoint."""
+        import httpx
+
+        try:
+            return httpx.get(f"{self.url}/api/v2/monitor/health", timeout=3).status_code == 200
+        except httpx.HTTPError:
+            return False
+
+    def up(self, timeout_s: float = 240) -> None:
+        """Start ``airflow standalone`` (if not running) and wait until the API answers and
+        the admin password file exists.
+
+        :raises AirflowError: it exited or did not answer within ``timeout_s``; the message
+            has the log's tail.
+        """
+        airflow_home().mkdir(parents=True, exist_ok=True)
+        if self.pid() is None:
+            env = {**os.environ, **airflow_environment(self.port)}
+            airflow = str(Path(sys.executable).parent / "airflow")
+            with self.log_file.open("ab") as log:
+                process = subprocess.Popen([airflow, "standalone"], env=env, stdout=log,
+                                           stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
+                                           start_new_session=True, cwd=PROJECT_ROOT)  # fmt: skip
+            self.pid_file.write_text(f"{process.pid}\n")
+        deadline = time.monotonic() + timeout_s
+        while time.monotonic() < deadline:
+            if self.pid() is None:
+                raise AirflowError(f"airflow standalone exited; {self.log_file}:\n{self._tail()}")
+            if self.healthy() and self.password_file.exists():
+                return
+            time.sleep(2)
+        raise AirflowError(f"airflow standalone did not answer on {self.url} within "
+                           f"{timeout_s:.0f} s; {self.log_file}:\n{self._tail()}")  # fmt: skip
+
+    def down(self, timeout_s: float = 60) -> bool:
+        """Stop the standalone this platform started and every process it spawned
+        (scheduler, API server, DAG processor, triggerer, task runners): SIGTERM, then
+        SIGKILL for what outlives ``timeout_s``.
+
+        :returns: whether one was running.
+        """
+        import psutil
+
+        pid = self.pid()
+        if pid is None:
+            return False
+        root = psutil.Process(pid)
+        processes = [root, *root.children(recursive=True)]
+        for process in processes:
+            with contextlib.suppress(psutil.NoSuchProcess):
+                process.send_signal(signal.SIGTERM)
+        _, alive = psutil.wait_procs(processes, timeout=timeout_s)
+        for process in alive:
+            with contextlib.suppress(psutil.NoSuchProcess):
+                process.kill()
+        psutil.wait_procs(alive, timeout=10)
+        self.pid_file.unlink(missing_ok=True)
+        return True
+
+    def _tail(self, lines: int = 30) -> str:
+        try:
+            return "\n".join(self.log_file.read_text(errors="replace").splitlines()[-lines:])
+        except OSError:
+            return ""
+
+    def client(self) -> AirflowClient:
+        """A REST client logged in as the standalone's admin."""
+        credentials = json.loads(self.password_file.read_text())
+        user, password = next(iter(credentials.items()))
+        return AirflowClient(self.url, user, password)
+
+
+class AirflowClient:
+    """Airflow 3 REST API (``/api/v2``) with a token from ``POST /auth/token``."""
+
+    def __init__(self, url: str, user: str, password: str) -> None:
+        import httpx
+
+        token = httpx.post(f"{url}/auth/token", json={"username": user, "password": password},
+                           timeout=30)  # fmt: skip
+        if token.status_code not in (200, 201):
+            raise AirflowError(f"login to {url} failed: {token.status_code} {token.text[:200]}")
+        self.http = httpx.Client(base_url=f"{url}/api/v2", timeout=30, headers={
+            "Authorization": f"Bearer {token.json()['access_token']}"})  # fmt: skip
+
+    def _call(self, method: str, path: str, **kwargs: Any) -> Any:
+        response = self.http.request(method, path, **kwargs)
+        if response.status_code >= 400:
+            raise AirflowError(f"{method} {path}: {response.status_code} {response.text[:300]}")
+        return response.json() if response.content else None
+
+    def wait_for_dag(self, dag_id: str, timeout_s: float = 180) -> None:
+        """Wait until the DAG processor has parsed ``dag_id``."""
+        deadline = time.monotonic() + timeout_s
+        while time.monotonic() < deadline:
+            if self.http.get(f"/dags/{dag_id}").status_code == 200:
+                return
+            time.sleep(2)
+        raise AirflowError(f"DAG {dag_id} did not appear within {timeout_s:.0f} s")
+
+    def unpause(self, dag_id: str) -> None:
+        """Unpause ``dag_id``."""
+        self._call("PATCH", f"/dags/{dag_id}", json={"is_paused": False})
+
+    def trigger(self, dag_id: str, conf: Mapping[str, Any] | None = None) -> str:
+        """Trigger a manual run now; :returns: its run id."""
+        body = {"logical_date": None, "conf": dict(conf or {})}
+        return str(self._call("POST", f"/dags/{dag_id}/dagRuns", json=body)["dag_run_id"])
+
+    def latest_run(self, dag_id: str) -> str | None:
+        """Id of the DAG's newest run, or None when it has none."""
+        found = self._call("GET", f"/dags/{dag_id}/dagRuns",
+                           params={"order_by": "-run_after", "limit": 1})  # fmt: skip
+        runs = found.get("dag_runs") or []
+        return str(runs[0]["dag_run_id"]) if runs else None
+
+    def run_state(self, dag_id: str, run_id: str) -> str:
+        """State of a DAG run (queued, running, success, failed)."""
+        return str(self._call("GET", f"/dags/{dag_id}/dagRuns/{run_id}")["state"])
+
+    def task_states(self, dag_id: str, run_id: str) -> dict[str, str]:
+        """``{task_id: state}`` of a run."""
+        found = self._call("GET", f"/dags/{dag_id}/dagRuns/{run_id}/taskInstances")
+        return {ti["task_id"]: str(ti["state"]) for ti in found["task_instances"]}
+
+    def wait_for_run(self, dag_id: str, run_id: str, timeout_s: float = 1800,
+                     on_change: Any = None) -> str:  # fmt: skip
+        """Wait for a run to finish; :returns: its final state (success or failed).
+
+        :param on_change: called with ``{task_id: state}`` whenever a task's state changes.
+        :raises AirflowError: still running after ``timeout_s``.
+        """
+        deadline = time.monotonic() + timeout_s
+        seen: dict[str, str] = {}
+        while time.monotonic() < deadline:
+            state = self.run_state(dag_id, run_id)
+            if on_change is not None:
+                tasks = self.task_states(dag_id, run_id)
+                if tasks != seen:
+                    on_change(tasks)
+                    seen = tasks
+            if state in ("success", "failed"):
+                return state
+            time.sleep(3)
+        raise AirflowError(f"{dag_id} run {run_id} still running after {timeout_s:.0f} s")

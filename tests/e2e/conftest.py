@@ -1,0 +1,94 @@
+"""End-to-end fixtures: Airflow (its CLI, a temporary SQLite metadata database) running the
+real DAGs, whose Spark tasks spark-submit the real jobs against the real broker."""
+
+from __future__ import annotations
+
+import subprocess
+import uuid
+from collections.abc import Iterator
+from dataclasses import dataclass
+from pathlib import Path
+
+import pandas as pd
+import pytest
+from deltalake import DeltaTable
+
+from ingest_platform.airflow_runtime import run_cli
+from spark_jobs.catalog import get_catalog
+from spark_jobs.delta_io import table_exists
+from spark_jobs.settings import get_settings
+
+
+@dataclass
+class AirflowPlatform:
+    """One isolated platform (own INGEST_HOME, own topic prefix) driven through Airflow."""
+
+    home: Path
+    prefix: str
+    bootstrap: str
+
+    def airflow(self, *args: str) -> subprocess.CompletedProcess[str]:
+        """``airflow <args>`` in the platform's environment (never raises on exit code)."""
+        return run_cli(list(args), check=False)
+
+    def dags_test(self, dag_id: str) -> subprocess.CompletedProcess[str]:
+        return self.airflow("dags", "test", dag_id)
+
+    def path(self, table: str) -> Path:
+        return get_catalog().table(table).path(get_settings())
+
+    def read(self, table: str) -> pd.DataFrame:
+        """The table through delta-rs (an independent reader); empty frame if absent."""
+        path = self.path(table)
+        return DeltaTable(str(path)).to_pandas() if table_exists(path) else pd.DataFrame()
+
+    def versions(self, layers: tuple[str, ...] = ("silver", "gold")) -> dict[str, int]:
+        """Delta version of every existing table of ``layers``."""
+        return {
+            name: DeltaTable(str(self.path(name))).version()
+            for name, table in get_catalog().tables.items()
+            if table.layer in layers and table_exists(self.path(name))
+        }
+
+
+def run_state(result: subprocess.CompletedProcess[str]) -> str:
+    """The DagRun's final state from ``airflow dags test`` output ("success"/"failed")."""
+    for line in reversed((result.stdout + result.stderr).splitlines()):
+        if "DagRun Finished" in line:
+            return "success" if "state=success" in line else "failed"
+    return f"unknown (exit {result.returncode}): {(result.stdout + result.stderr)[-3000:]}"
+
+
+@pytest.fixture(scope="module")
+def airflow_platform(
+    kafka_bootstrap: str, tmp_path_factory: pytest.TempPathFactory
+) -> Iterator[AirflowPlatform]:
+    """An isolated platform with a migrated Airflow database; stops its always-on jobs after."""
+    from ingest_platform import supervisor
+    from ingest_platform.topics import ensure_topics
+    from spark_jobs.contracts import TOPICS
+
+    home = tmp_path_factory.mktemp("e2e") / "home"
+    prefix = f"e{uuid.uuid4().hex[:8]}."
+    host, port = kafka_bootstrap.rsplit(":", 1)
+    with pytest.MonkeyPatch.context() as patch:
+        for key, value in {
+            "INGEST_HOME": str(home),
+            "INGEST_KAFKA__HOST": host,
+            "INGEST_KAFKA__PORT": port,
+            "INGEST_KAFKA__TOPIC_PREFIX": prefix,
+            # Tests restart at once after a kill; production backs off 30 s, doubling.
+            "INGEST_SUPERVISOR__BACKOFF_BASE_S": "0",
+        }.items():
+            patch.setenv(key, value)
+        patch.delenv("AIRFLOW__CORE__UNIT_TEST_MODE", raising=False)
+        get_settings.cache_clear()
+        ensure_topics(kafka_bootstrap, [prefix + t for t in TOPICS], partitions=3)
+        run_cli(["db", "migrate"])
+        platform = AirflowPlatform(home=home, prefix=prefix, bootstrap=kafka_bootstrap)
+        try:
+            yield platform
+        finally:
+            for job in supervisor.always_on_jobs():
+                supervisor.stop(job, disable=False)
+            get_settings.cache_clear()

@@ -1,0 +1,197 @@
+"""The platform as its users run it: Airflow runs the DAGs (``airflow dags test`` and
+``airflow tasks test``), the supervisor starts the always-on ingest, and the results are
+checked against an independent pandas computation from the Olist CSVs.
+
+The tests of this module share one platform and run in file order: Olist end to end, then
+a bad increment on top of it, then the supervisor's recovery from kill -9.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import threading
+import time
+from datetime import UTC, datetime
+from pathlib import Path
+from zoneinfo import ZoneInfo
+
+import pandas as pd
+import pytest
+
+from ingest_platform import supervisor
+from ingest_platform.demo import _produce, kafka_backlog, wait_for_bronze
+from ingest_platform.producer import Message, produce
+from spark_jobs.settings import get_settings
+from tests.e2e.conftest import AirflowPlatform, run_state
+
+pytestmark = [pytest.mark.e2e, pytest.mark.slow]
+SAO_PAULO = ZoneInfo("America/Sao_Paulo")
+
+
+def _olist_expected_5m(sample: Path) -> pd.DataFrame:
+    """Authorized payments per UTC 5-minute window, from the CSVs with pandas (an
+    independent reading of the Olist mapping: a payment happens when its order is approved,
+    in São Paulo local time; an order never approved has failed payments)."""
+    orders = pd.read_csv(sample / "olist_orders_dataset.csv", dtype=str)
+    payments = pd.read_csv(sample / "olist_order_payments_dataset.csv", dtype=str)
+    approved = orders[orders.order_approved_at.notna() & (orders.order_approved_at != "")]
+    rows = payments.merge(approved[["order_id", "order_approved_at"]], on="order_id")
+    rows["event_time"] = [
+        datetime.fromisoformat(text).replace(tzinfo=SAO_PAULO).astimezone(UTC)
+        for text in rows.order_approved_at
+    ]
+    rows["amount"] = rows.payment_value.astype(float)
+    rows["window_start"] = pd.to_datetime(rows.event_time).dt.floor("5min")
+    grouped = rows.groupby("window_start").agg(
+        payment_count=("amount", "size"), amount_total=("amount", "sum")
+    )
+    return grouped.reset_index()
+
+
+def _gold_watermark(platform: AirflowPlatform, table: str) -> datetime:
+    """The watermark in the Gold query's newest offsets file (Spark's own record)."""
+    offsets = platform.home / "checkpoints" / "gold_aggregate" / table / "offsets"
+    newest = max((p for p in offsets.iterdir() if p.name.isdigit()), key=lambda p: int(p.name))
+    metadata = json.loads(newest.read_text().splitlines()[1])
+    return datetime.fromtimestamp(metadata["batchWatermarkMs"] / 1000, UTC)
+
+
+def _start_bronze(platform: AirflowPlatform) -> subprocess.CompletedProcess[str]:
+    return platform.airflow("tasks", "test", "streaming_supervisor", "supervise_bronze_ingest")
+
+
+def test_olist_end_to_end_equals_pandas_and_a_rerun_changes_nothing(
+    airflow_platform: AirflowPlatform, olist_path: Path
+) -> None:
+    platform = airflow_platform
+    settings = get_settings()
+    _, produced = _produce(settings, "olist", 0, echo=lambda _: None)
+    started = _start_bronze(platform)
+    assert started.returncode == 0, started.stdout[-3000:] + started.stderr[-3000:]
+    assert supervisor.driver_pid("bronze_ingest") is not None
+    assert wait_for_bronze(settings, produced, timeout_s=300) == produced
+
+    first = platform.dags_test("medallion_incremental")
+    assert run_state(first) == "success", (first.stdout + first.stderr)[-5000:]
+
+    watermark = _gold_watermark(platform, "gold_payment_totals_5m")
+    expected = _olist_expected_5m(olist_path)
+    expected = expected[expected.window_start + pd.Timedelta(minutes=5) <= watermark]
+    gold = platform.read("gold_payment_totals_5m")
+    assert set(gold.currency) == {"BRL"}
+    actual = gold[["window_start", "payment_count", "amount_total"]].copy()
+    actual["window_start"] = pd.to_datetime(actual.window_start, utc=True)
+    actual["amount_total"] = actual.amount_total.astype(float)
+    merged = expected.merge(actual, on="window_start", how="outer", suffixes=("_pd", "_gold"),
+                            indicator=True)  # fmt: skip
+    assert (merged._merge == "both").all(), merged[merged._merge != "both"].head()
+    assert (merged.payment_count_pd == merged.payment_count_gold).all()
+    assert (merged.amount_total_pd - merged.amount_total_gold).abs().max() < 0.005
+    assert len(merged) > 1000  # the sample's approved payments spread over two years
+
+    recon = platform.read("silver_reconciliation")
+    assert recon.records_read.sum() == produced
+    balance = (recon.records_written + recon.records_quarantined + recon.duplicates_dropped
+               + recon.late_events)  # fmt: skip
+    assert (balance == recon.records_read).all()
+    results = platform.read("ops_gate_results")
+    assert set(results.status) <= {"passed", "empty"}
+
+    before = platform.versions()
+    second = platform.dags_test("medallion_incremental")
+    assert run_state(second) == "success", (second.stdout + second.stderr)[-5000:]
+    assert "nothing to validate" in second.stdout + second.stderr
+    assert platform.versions() == before
+
+
+def _payment(event_id: str, when: str, amount: float) -> dict:
+    return {
+        "event_id": event_id, "event_type": "payment", "event_time": when, "schema_version": 1,
+        "payment_id": f"p-{event_id}", "order_id": f"o-{event_id}", "customer_id": "e2e",
+        "method": "credit_card", "installments": 1, "amount": amount, "currency": "BRL",
+        "status": "authorized",
+    }  # fmt: skip
+
+
+def test_bad_increment_never_reaches_gold_and_flows_after_the_remedy(
+    airflow_platform: AirflowPlatform,
+) -> None:
+    platform = airflow_platform
+    settings = get_settings()
+    # After the Olist sample's last event (2018): 3 absurd amounts among 10 payments, and a
+    # later payment that moves the watermark past their windows.
+    bad = [_payment(f"bad{i}", f"2019-01-01T10:0{i}:00Z", 5_000_000.0) for i in range(3)]
+    good = [_payment(f"good{i}", f"2019-01-01T10:0{i}:30Z", 10.0 + i) for i in range(7)]
+    later = [_payment("later", "2019-01-01T12:00:00Z", 1.0)]
+    produce(platform.bootstrap, [Message(platform.prefix + "payments", e["order_id"], e)
+                                 for e in bad + good + later])  # fmt: skip
+    wait_for_bronze(settings, kafka_backlog(settings), timeout_s=300)
+    gold_before = platform.versions(("gold",))
+
+    failed = platform.dags_test("medallion_incremental")
+    assert run_state(failed) == "failed"
+    assert "expect_column_values_to_be_between on amount" in failed.stdout + failed.stderr
+    assert platform.versions(("gold",)) == gold_before  # Gold received nothing
+
+    remedy = subprocess.run(
+        [sys.executable, "-m", "spark_jobs.quality.gate", "quarantine", "--layer", "silver",
+         "--reason", "amounts in cents", "--by", "e2e"],
+        capture_output=True, text=True, check=False, env=os.environ.copy(),
+    )  # fmt: skip
+    assert remedy.returncode == 0, remedy.stderr[-3000:]
+    fixed = platform.dags_test("medallion_incremental")
+    assert run_state(fixed) == "success", (fixed.stdout + fixed.stderr)[-5000:]
+
+    gold = platform.read("gold_payment_totals_5m")
+    gold["window_start"] = pd.to_datetime(gold.window_start, utc=True)
+    new = gold[gold.window_start >= pd.Timestamp("2019-01-01T10:00:00Z")]
+    windows = {row.window_start.strftime("%H:%M"): (row.payment_count, float(row.amount_total))
+               for row in new.itertuples()}  # fmt: skip
+    # good0..good4 fall in 10:00-10:05, good5 and good6 in 10:05-10:10; the bad ones nowhere.
+    assert windows == {"10:00": (5, 60.0), "10:05": (2, 31.0)}
+    quarantine = platform.read("silver_quarantine")
+    held = quarantine[quarantine.reason == "gate:silver_payments"]
+    assert sorted(json.loads(v)["event_id"] for v in held.value) == ["bad0", "bad1", "bad2"]
+    assert {"bad0", "bad1", "bad2"} <= set(platform.read("silver_payments").event_id)
+
+
+def test_supervisor_restarts_a_killed_bronze_driver_and_bronze_stays_exactly_once(
+    airflow_platform: AirflowPlatform,
+) -> None:
+    platform = airflow_platform
+    settings = get_settings()
+    pid = supervisor.driver_pid("bronze_ingest")
+    if pid is None:
+        assert _start_bronze(platform).returncode == 0
+        pid = supervisor.driver_pid("bronze_ingest")
+    assert pid is not None
+    events = [_payment(f"k{i}", f"2019-02-01T10:{i % 60:02d}:00Z", 1.0) for i in range(3000)]
+    sender = threading.Thread(target=lambda: [
+        produce(platform.bootstrap, [Message(platform.prefix + "payments", e["order_id"], e)
+                                     for e in events[i:i + 300]]) or time.sleep(0.5)
+        for i in range(0, len(events), 300)])  # fmt: skip
+    sender.start()
+    time.sleep(3)
+    os.kill(pid, signal.SIGKILL)
+    sender.join()
+    restarted = None
+    for _ in range(2):  # within two supervisor runs
+        run = _start_bronze(platform)
+        assert run.returncode == 0, (run.stdout + run.stderr)[-3000:]
+        restarted = supervisor.driver_pid("bronze_ingest")
+        if restarted is not None:
+            break
+    assert restarted is not None
+    assert restarted != pid
+    total = kafka_backlog(settings)
+    wait_for_bronze(settings, total, timeout_s=300)
+    bronze = platform.read("bronze_events")
+    coordinates = bronze[["topic", "partition", "offset"]]
+    assert not coordinates.duplicated().any()
+    assert len(coordinates) == total
+    for (_, _), group in coordinates.groupby(["topic", "partition"]):
+        assert sorted(group.offset) == list(range(len(group)))  # no gap

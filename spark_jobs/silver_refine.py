@@ -348,6 +348,12 @@ def load_customers(spark: SparkSession, settings: PlatformSettings | None = None
     path = get_catalog().table("silver_customers").path(settings)
     if not table_exists(path):
         incoming.limit(0).write.format("delta").save(str(path))
+    # Only new or changed customers: a MERGE with nothing to change still commits a table
+    # version, and a run with no new data must leave every table as it was.
+    current = spark.read.format("delta").load(str(path)).select(*columns)
+    incoming = incoming.select(*columns).exceptAll(current)
+    if incoming.isEmpty():
+        return sum(spark.read.parquet(str(f)).count() for f in files)
     changed = " OR ".join(f"NOT (t.{c} <=> s.{c})" for c in columns[1:])
     (
         DeltaTable.forPath(spark, str(path))

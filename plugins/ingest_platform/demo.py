@@ -179,8 +179,8 @@ def run_demo(
     echo(f"Airflow UI: {standalone.url}  (user admin; password in {standalone.password_file})")
     echo("stop everything with `make demo-down`")
     if state != "success":
-        raise DemoError(f"medallion_incremental run {medallion_run} {state}: see the failed task's log "
-                        f"in the UI ({standalone.url})")  # fmt: skip
+        raise DemoError(f"medallion_incremental run {medallion_run} {state}: see the failed "
+                        f"task's log in the UI ({standalone.url})")  # fmt: skip
     return DemoResult(source=used, produced=produced, run_state=state, rows=rows)
 
 

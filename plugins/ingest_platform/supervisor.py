@@ -155,8 +155,8 @@ def start(
     """Launch ``command`` (the job's spark-submit) detached and wait for its driver.
 
     :param env: extra environment for the driver.
-    :param wait_s: how long to wait for the driver to hold its lock (default
-        ``supervisor.startup_grace_s``).
+    :param wait_s: how long to wait for the driver to hold its lock (default: the larger of
+        ``supervisor.startup_grace_s`` and 60 s: a JVM takes seconds to start).
     :returns: the driver's pid.
     :raises SupervisorError: the job already runs, or the process exited or did not take
         the lock in time (the message has the log's tail; the process group is stopped).
@@ -177,7 +177,8 @@ def start(
     record["starts"] = [*record.get("starts", []), time.time()]
     record["process_group"] = process.pid
     write_json(files.supervisor, record)
-    deadline = time.monotonic() + (wait_s or settings.supervisor.startup_grace_s)
+    wait_s = wait_s or max(60.0, settings.supervisor.startup_grace_s)
+    deadline = time.monotonic() + wait_s
     while time.monotonic() < deadline:
         pid = driver_pid(job, settings)
         if pid is not None:
@@ -188,7 +189,7 @@ def start(
         time.sleep(0.5)
     _terminate(process.pid, None, job)
     raise SupervisorError(f"{job} did not take its checkpoint lock within "
-                          f"{wait_s or settings.supervisor.startup_grace_s:.0f} s; stopped it; "
+                          f"{wait_s:.0f} s; stopped it; "
                           f"{files.driver_log}:\n{log_tail(files)}")  # fmt: skip
 
 

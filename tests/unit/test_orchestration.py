@@ -1,0 +1,120 @@
+"""The DAGs' wiring, the operators' spark-submit command and the supervisor's parameters
+(no services: DagBag parsing and command building only)."""
+
+from __future__ import annotations
+
+import itertools
+from datetime import UTC, datetime, timedelta
+from pathlib import Path
+
+import pytest
+
+pytestmark = pytest.mark.unit
+
+DAGS = Path(__file__).resolve().parents[2] / "dags"
+
+
+@pytest.fixture(scope="module")
+def dagbag():
+    from airflow.dag_processing.dagbag import DagBag
+
+    return DagBag(dag_folder=str(DAGS))
+
+
+def test_medallion_incremental_runs_the_layers_in_order_behind_gates(dagbag) -> None:
+    from airflow.sdk import DeltaDataIntervalTimetable
+
+    dag = dagbag.dags["medallion_incremental"]
+    assert isinstance(dag.timetable, DeltaDataIntervalTimetable)
+    # An interval timetable (start < end), not a trigger timetable (start = end).
+    assert dag.timetable.delta == timedelta(minutes=15)
+    assert dag.max_active_runs == 1
+    assert dag.catchup is False
+    order = ["refine_silver", "gate_silver", "aggregate_gold", "gate_gold", "correct_late",
+             "publish_assets"]  # fmt: skip
+    for upstream, downstream in itertools.pairwise(order):
+        assert dag.get_task(downstream).upstream_task_ids == {upstream}
+    for task_id in ("refine_silver", "gate_silver", "aggregate_gold", "gate_gold",
+                    "correct_late"):  # fmt: skip
+        assert dag.get_task(task_id)._conn_id == "spark_default"
+    assert dag.get_task("gate_silver").retries == 0
+    silver_assets = {a.name for a in dag.get_task("gate_silver").outlets}
+    gold_assets = {a.name for a in dag.get_task("publish_assets").outlets}
+    assert "silver_payments" in silver_assets
+    assert "gold_payment_totals_5m" in gold_assets
+    assert all(a.uri.startswith("file:///") for a in dag.get_task("publish_assets").outlets)
+
+
+def test_streaming_supervisor_has_one_task_per_always_on_job(dagbag) -> None:
+    from ingest_platform.supervisor import always_on_jobs
+
+    dag = dagbag.dags["streaming_supervisor"]
+    assert set(dag.task_ids) == {f"supervise_{job}" for job in always_on_jobs()}
+    assert set(always_on_jobs()) == {"bronze_ingest", "payment_alerts"}
+    assert dag.params["action"] == "supervise"
+
+
+def test_spark_submit_command_follows_the_connection(monkeypatch) -> None:
+    from ingest_platform.operators import spark_submit_command
+
+    monkeypatch.setenv("AIRFLOW_CONN_SPARK_DEFAULT", '{"conn_type": "spark", "host": "local[*]"}')
+    local = spark_submit_command("bronze_ingest", ["--trigger", "processing-time=10 seconds"])
+    assert local[local.index("--master") + 1] == "local[*]"
+    assert local[-3:] == [str(Path("spark_jobs/bronze_ingest.py").resolve()), "--trigger",
+                          "processing-time=10 seconds"]  # fmt: skip
+    assert not any(part.startswith("spark.master=") for part in local)
+    monkeypatch.setenv(
+        "AIRFLOW_CONN_SPARK_DEFAULT",
+        '{"conn_type": "spark", "host": "spark://10.0.0.5", "port": 7077}',
+    )
+    cluster = spark_submit_command("silver_refine", [])
+    assert cluster[cluster.index("--master") + 1] == "spark://10.0.0.5:7077"
+
+
+def test_unknown_job_or_layer_is_refused_when_the_dag_is_parsed() -> None:
+    from ingest_platform.operators import LayerGateOperator, SparkJobOperator
+
+    with pytest.raises(ValueError, match="unknown job 'silver_refined'"):
+        SparkJobOperator(task_id="t", job="silver_refined")
+    with pytest.raises(ValueError, match="no gate for layer 'bronze'"):
+        LayerGateOperator(task_id="t", layer="bronze")
+
+
+def test_supervisor_parameters_are_validated() -> None:
+    from ingest_platform.streaming_control import validate_params
+
+    assert validate_params({}) == ("supervise", ["bronze_ingest", "payment_alerts"])
+    assert validate_params({"action": "stop", "jobs": ["payment_alerts"]}) == (
+        "stop", ["payment_alerts"])  # fmt: skip
+    with pytest.raises(ValueError, match="unknown action 'restart'"):
+        validate_params({"action": "restart"})
+    with pytest.raises(ValueError, match=r"not always-on jobs: \['silver_refine'\]"):
+        validate_params({"jobs": ["silver_refine"]})
+
+
+def test_volume_band_needs_history_and_uses_the_median() -> None:
+    from spark_jobs.quality.suites import volume_band
+    from spark_jobs.settings import QualitySettings
+
+    quality = QualitySettings(volume_history=3, volume_band_factor=10)
+    assert volume_band([100, 200], quality) is None
+    assert volume_band([100, 200, 5000, 1], quality) == (20, 2001)  # newest 3: median 200
+
+
+def test_suites_cover_every_gated_table_and_build(tmp_path) -> None:
+    from spark_jobs.catalog import get_catalog
+    from spark_jobs.quality.suites import LAYER_RULES, build_suite
+    from spark_jobs.settings import QualitySettings
+
+    import great_expectations as gx
+
+    gx.get_context(mode="ephemeral")
+    catalog = get_catalog()
+    for layer, rules in LAYER_RULES.items():
+        for table in rules:
+            assert catalog.table(table.table).layer == layer
+            suite = build_suite(table, QualitySettings(freshness_limit_s=60), band=(1, 9),
+                                now=datetime.now(UTC))  # fmt: skip
+            kinds = {e.expectation_type for e in suite.expectations}
+            assert "expect_column_values_to_not_be_null" in kinds
+            assert "expect_table_row_count_to_be_between" in kinds

@@ -1,0 +1,130 @@
+"""The streaming supervisor's decisions with real processes (a stand-in driver that holds
+the checkpoint lock and writes heartbeats like a Spark driver would; no Spark here)."""
+
+from __future__ import annotations
+
+import os
+import signal
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+from ingest_platform import supervisor
+from spark_jobs.settings import get_settings
+from spark_jobs.streaming_runtime import runtime_files
+
+pytestmark = pytest.mark.unit
+
+#: Holds bronze_ingest's checkpoint lock, beats every 0.2 s (unless told to hang), and exits
+#: when the stop request appears. Its command line names the job, as spark-submit's does.
+FAKE_DRIVER = """
+import sys, time, json, os
+from pathlib import Path
+from spark_jobs.catalog import get_catalog
+from spark_jobs.locks import checkpoint_lock
+from spark_jobs.streaming_runtime import runtime_files, write_json
+job, mode = sys.argv[1], sys.argv[2]
+files = runtime_files(job)
+if mode == "crash":
+    sys.exit(3)
+with checkpoint_lock(get_catalog().job(job).checkpoint()):
+    while not files.stop_request.exists():
+        if mode != "hang":
+            write_json(files.heartbeat, {"status": "running", "updated_at_epoch_s": time.time()})
+        time.sleep(0.2)
+    files.stop_request.unlink()
+"""
+
+
+@pytest.fixture
+def home(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
+    monkeypatch.setenv("INGEST_HOME", str(tmp_path))
+    monkeypatch.setenv("INGEST_SUPERVISOR__BACKOFF_BASE_S", "0")
+    monkeypatch.setenv("INGEST_SUPERVISOR__STARTUP_GRACE_S", "20")
+    monkeypatch.setenv("INGEST_SUPERVISOR__STOP_TIMEOUT_S", "5")
+    get_settings.cache_clear()
+    yield tmp_path
+    for job in supervisor.always_on_jobs():
+        pid = supervisor.driver_pid(job)
+        if pid:
+            os.kill(pid, signal.SIGKILL)
+    get_settings.cache_clear()
+
+
+def command(mode: str = "ok") -> list[str]:
+    return [sys.executable, "-c", FAKE_DRIVER, "bronze_ingest", mode]
+
+
+def test_starts_a_stopped_job_and_reports_healthy(home: Path) -> None:
+    assert supervisor.status("bronze_ingest").running is False
+    outcome = supervisor.supervise("bronze_ingest", command(), echo=lambda _: None)
+    assert outcome.startswith("bronze_ingest: started (pid ")
+    time.sleep(0.5)
+    assert supervisor.supervise("bronze_ingest", command(), echo=lambda _: None) == (
+        "bronze_ingest: healthy"
+    )
+
+
+def test_never_two_drivers_on_one_checkpoint(home: Path) -> None:
+    supervisor.start("bronze_ingest", command())
+    with pytest.raises(supervisor.SupervisorError, match="already runs"):
+        supervisor.start("bronze_ingest", command())
+
+
+def test_restarts_after_kill_9(home: Path) -> None:
+    supervisor.supervise("bronze_ingest", command(), echo=lambda _: None)
+    first = supervisor.driver_pid("bronze_ingest")
+    assert first is not None
+    os.kill(first, signal.SIGKILL)
+    time.sleep(0.5)
+    outcome = supervisor.supervise("bronze_ingest", command(), echo=lambda _: None)
+    assert "because not running" in outcome
+    second = supervisor.driver_pid("bronze_ingest")
+    assert second is not None
+    assert second != first
+
+
+def test_a_stale_heartbeat_gets_the_driver_replaced(home: Path, monkeypatch) -> None:
+    monkeypatch.setenv("INGEST_SUPERVISOR__HEARTBEAT_TIMEOUT_S", "1")
+    monkeypatch.setenv("INGEST_SUPERVISOR__STARTUP_GRACE_S", "1")
+    get_settings.cache_clear()
+    supervisor.start("bronze_ingest", command("hang"), wait_s=20)
+    stuck = supervisor.driver_pid("bronze_ingest")
+    time.sleep(1.5)
+    outcome = supervisor.supervise("bronze_ingest", command(), echo=lambda _: None)
+    assert "no heartbeat" in outcome
+    assert supervisor.driver_pid("bronze_ingest") not in (None, stuck)
+
+
+def test_back_off_then_loud_failure_after_repeated_crashes(home: Path, monkeypatch) -> None:
+    monkeypatch.setenv("INGEST_SUPERVISOR__MAX_RESTARTS", "2")
+    monkeypatch.setenv("INGEST_SUPERVISOR__BACKOFF_BASE_S", "60")
+    get_settings.cache_clear()
+    with pytest.raises(supervisor.SupervisorError, match="exited with code 3"):
+        supervisor.supervise("bronze_ingest", command("crash"), echo=lambda _: None)
+    # One start in the window: the next waits 60 s instead of restarting at once.
+    assert "back-off" in supervisor.supervise("bronze_ingest", command(), echo=lambda _: None)
+    monkeypatch.setenv("INGEST_SUPERVISOR__BACKOFF_BASE_S", "0")
+    get_settings.cache_clear()
+    with pytest.raises(supervisor.SupervisorError, match="exited with code 3"):
+        supervisor.supervise("bronze_ingest", command("crash"), echo=lambda _: None)
+    with pytest.raises(supervisor.SupervisorError, match="after 2 starts"):
+        supervisor.supervise("bronze_ingest", command(), echo=lambda _: None)
+
+
+def test_graceful_stop_disables_until_started_again(home: Path) -> None:
+    supervisor.start("bronze_ingest", command())
+    assert "stopped gracefully" in supervisor.stop("bronze_ingest")
+    assert supervisor.driver_pid("bronze_ingest") is None
+    assert "disabled" in supervisor.supervise("bronze_ingest", command(), echo=lambda _: None)
+    assert supervisor.driver_pid("bronze_ingest") is None
+    supervisor.enable("bronze_ingest")
+    assert "started" in supervisor.supervise("bronze_ingest", command(), echo=lambda _: None)
+    assert not runtime_files("bronze_ingest").disabled.exists()
+
+
+def test_refuses_a_job_that_is_not_always_on(home: Path) -> None:
+    with pytest.raises(ValueError, match="not an always-on job"):
+        supervisor.status("silver_refine")

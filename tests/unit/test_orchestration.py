@@ -102,11 +102,11 @@ def test_volume_band_needs_history_and_uses_the_median() -> None:
 
 
 def test_suites_cover_every_gated_table_and_build(tmp_path) -> None:
+    import great_expectations as gx
+
     from spark_jobs.catalog import get_catalog
     from spark_jobs.quality.suites import LAYER_RULES, build_suite
     from spark_jobs.settings import QualitySettings
-
-    import great_expectations as gx
 
     gx.get_context(mode="ephemeral")
     catalog = get_catalog()

@@ -145,7 +145,9 @@ def backup(job_name: str, settings: PlatformSettings | None = None) -> BackupInf
             if committed is None:
                 raise BackupError(f"{source} has no committed batch yet")
             offsets = committed_offsets(source) or {}
-            sink = catalog.table(name if name else job.sink).path(settings)
+            # gold_aggregate's queries are named after their tables; other jobs' queries
+            # (payment_alerts' rules) all write the job's sink.
+            sink = catalog.table(name if name in catalog.tables else job.sink).path(settings)
             manifest["queries"][name] = {
                 "query_id": json.loads((source / "metadata").read_text())["id"],
                 "last_committed_batch": committed,

@@ -32,6 +32,7 @@ from collections.abc import Callable, Sequence
 from typing import TYPE_CHECKING
 
 from spark_jobs.catalog import get_catalog
+from spark_jobs.checkpoint_health import check_before_start
 from spark_jobs.delta_io import checkpoint_query_id, table_exists
 from spark_jobs.job_cli import job_parser, operator_errors, parse_job_args
 from spark_jobs.locks import checkpoint_lock
@@ -218,6 +219,7 @@ def main(argv: Sequence[str] | None = None) -> int:
 
     args = parse_args(argv)
     with checkpoint_lock(get_catalog().job(JOB_NAME).checkpoint()):
+        check_before_start(JOB_NAME)  # damaged checkpoint or changed configuration
         run(build_spark_session(JOB_NAME), trigger=args.trigger)
     return 0
 

@@ -42,16 +42,19 @@ def parse_job_args(
 
 
 def operator_errors(main: Callable[..., int]) -> Callable[..., int]:
-    """Decorate a job's ``main``: errors an operator can act on (checkpoint in use, input
-    table missing, lost Kafka data) print one clear line and exit 1 instead of a traceback.
-    Anything else (a failed query, unbalanced counts) propagates with its full trace."""
+    """Decorate a job's ``main``: errors an operator can act on (checkpoint in use, damaged
+    or from another configuration, input table missing, lost Kafka data) print one clear line
+    and exit 1 instead of a traceback. Anything else (a failed query, unbalanced counts)
+    propagates with its full trace."""
+    from spark_jobs.checkpoint_health import ConfigurationChangedError, DamagedCheckpointError
     from spark_jobs.locks import CheckpointBusyError
 
     @functools.wraps(main)
     def wrapper(*args: Any, **kwargs: Any) -> int:
         try:
             return main(*args, **kwargs)
-        except (CheckpointBusyError, FileNotFoundError) as error:
+        except (CheckpointBusyError, FileNotFoundError, DamagedCheckpointError,
+                ConfigurationChangedError) as error:  # fmt: skip
             job = main.__globals__.get("JOB_NAME", main.__module__)
             print(f"{job}: {error}", file=sys.stderr)
             return 1

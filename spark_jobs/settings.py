@@ -211,6 +211,17 @@ class SupervisorSettings(BaseModel):
     stop_timeout_s: float = Field(120.0, gt=0)
 
 
+class CheckpointSettings(BaseModel):
+    """Checkpoint backups (``ingestctl checkpoints``, the ``checkpoint_maintenance`` DAG).
+
+    :param keep_last: backups per job always kept (the newest ones).
+    :param keep_days: backups younger than this many days are kept too.
+    """
+
+    keep_last: int = Field(10, ge=1)
+    keep_days: float = Field(7.0, ge=0)
+
+
 class AlertSettings(BaseModel):
     """Rules of the ``payment_alerts`` job.
 
@@ -247,6 +258,7 @@ class PlatformSettings(BaseSettings):
     quality: QualitySettings = QualitySettings()
     supervisor: SupervisorSettings = SupervisorSettings()
     alerts: AlertSettings = AlertSettings()
+    checkpoints: CheckpointSettings = CheckpointSettings()
 
     @classmethod
     def settings_customise_sources(

@@ -37,6 +37,7 @@ from datetime import UTC, datetime, timedelta
 from typing import TYPE_CHECKING, Any
 
 from spark_jobs.catalog import Catalog, get_catalog
+from spark_jobs.checkpoint_health import check_before_start
 from spark_jobs.contracts import TOPICS
 from spark_jobs.delta_io import append_idempotent, checkpoint_query_id, read_table, table_exists
 from spark_jobs.job_cli import job_parser, operator_errors, parse_job_args
@@ -414,6 +415,7 @@ def main(argv: Sequence[str] | None = None) -> int:
 
     args = parse_args(argv)
     with checkpoint_lock(get_catalog().job(JOB_NAME).checkpoint()):
+        check_before_start(JOB_NAME)  # damaged checkpoint or changed configuration
         run(build_spark_session(JOB_NAME), trigger=args.trigger)
     return 0
 

@@ -15,7 +15,7 @@ offsets and watermark, the sink table's Delta version, the job's configuration f
 and the SHA-256 of every file; the backup is verified against it right after it is written.
 
 Layout: ``<INGEST_HOME>/checkpoint_backups/<job>/<backup id>/{manifest.json,<query dirs>}``.
-Restores and the scheduled maintenance DAG build on this module (checkpoint issue).
+Restores, crash recovery and retention are in :mod:`ingest_platform.recovery`.
 """
 
 from __future__ import annotations
@@ -29,7 +29,8 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
-from spark_jobs.catalog import JobSpec, get_catalog
+from spark_jobs.catalog import get_catalog
+from spark_jobs.checkpoint_health import fingerprint, fingerprint_config, query_dirs
 from spark_jobs.delta_io import committed_offsets, last_committed_batch
 from spark_jobs.settings import PlatformSettings, get_settings, ingest_home
 
@@ -66,22 +67,6 @@ def backups_root(settings: PlatformSettings | None = None) -> Path:
     """Folder holding every job's backups."""
     del settings  # backups follow INGEST_HOME, like tables and checkpoints
     return ingest_home() / "checkpoint_backups"
-
-
-def fingerprint(job: JobSpec) -> str:
-    """SHA-256 of what makes a checkpoint's content valid: source, sink and job settings
-    (watermarks, windows). Another fingerprint means the state may be incompatible."""
-    relevant = {"source": job.source.model_dump(), "sink": job.sink, "settings": job.settings}
-    return hashlib.sha256(json.dumps(relevant, sort_keys=True).encode()).hexdigest()
-
-
-def _query_dirs(checkpoint: Path) -> dict[str, Path]:
-    """A job's checkpoint folders: the job folder itself, or one sub-folder per query."""
-    if (checkpoint / "metadata").exists() or (checkpoint / "offsets").exists():
-        return {"": checkpoint}
-    if not checkpoint.is_dir():
-        return {}
-    return {p.name: p for p in sorted(checkpoint.iterdir()) if p.is_dir()}
 
 
 def _keep(relative: Path, committed: int) -> bool:
@@ -122,7 +107,7 @@ def backup(job_name: str, settings: PlatformSettings | None = None) -> BackupInf
     settings = settings or get_settings()
     catalog = get_catalog()
     job = catalog.job(job_name)
-    queries = _query_dirs(job.checkpoint(settings))
+    queries = query_dirs(job.checkpoint(settings))
     if not queries:
         raise BackupError(f"{job_name} has no checkpoint at {job.checkpoint(settings)} yet")
     created = datetime.now(UTC)
@@ -134,6 +119,7 @@ def backup(job_name: str, settings: PlatformSettings | None = None) -> BackupInf
         "backup_id": backup_id,
         "created_at": created.isoformat(),
         "fingerprint": fingerprint(job),
+        "config": fingerprint_config(job),
         "queries": {},
         "files": {},
     }

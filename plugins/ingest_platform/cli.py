@@ -437,7 +437,9 @@ def generate(
     _send("generator", events, options)
 
 
-checkpoints_app = typer.Typer(help="Back up streaming checkpoints.", no_args_is_help=True)
+checkpoints_app = typer.Typer(
+    help="Back up, restore, check and repair streaming checkpoints.", no_args_is_help=True
+)
 app.add_typer(checkpoints_app, name="checkpoints")
 JobArgument = Annotated[str, typer.Argument(help="A job of include/pipeline.yaml.")]
 
@@ -468,3 +470,79 @@ def checkpoints_list(job: JobArgument) -> None:
         typer.echo(f"{job}: no backups")
     for info in found:
         typer.echo(info.describe())
+
+
+@checkpoints_app.command("restore")
+def checkpoints_restore(
+    job: JobArgument,
+    backup_id: Annotated[str, typer.Argument(help="A backup id from `checkpoints list JOB`.")],
+    accept_data_loss: Annotated[
+        bool, typer.Option("--accept-data-loss", help="Restore although Kafka lost offsets.")
+    ] = False,
+) -> None:
+    """Restore BACKUP_ID into JOB's checkpoint (the live one is moved aside, never deleted)."""
+    from ingest_platform.recovery import RestoreRefusedError, restore
+
+    try:
+        result = restore(job, backup_id, accept_data_loss=accept_data_loss)
+    except (KeyError, RestoreRefusedError) as error:
+        raise _fail(str(error).strip("'\"")) from None
+    typer.echo(f"restored {job} from {backup_id}: backup batches {result.restored_batch}; "
+               f"resumes after {result.resumes_after} (intact later batches kept)")  # fmt: skip
+    if result.moved_aside:
+        typer.echo(f"the previous checkpoint is kept at {result.moved_aside}")
+
+
+@checkpoints_app.command("check")
+def checkpoints_check(job: JobArgument) -> None:
+    """Check JOB's checkpoint for damaged files (exit 1 and name them if any)."""
+    from spark_jobs.catalog import get_catalog
+    from spark_jobs.checkpoint_health import find_damage
+
+    try:
+        checkpoint = get_catalog().job(job).checkpoint()
+    except KeyError as error:
+        raise _fail(str(error).strip("'\"")) from None
+    damage = find_damage(checkpoint)
+    for item in damage:
+        typer.echo(item.describe())
+    if damage:
+        raise _fail(f"{job}: {len(damage)} damaged file(s); `ingestctl checkpoints recover {job}`")
+    typer.echo(f"{job}: checkpoint {checkpoint} is intact")
+
+
+@checkpoints_app.command("recover")
+def checkpoints_recover(job: JobArgument) -> None:
+    """Repair JOB's damaged checkpoint by the least destructive safe means (audited)."""
+    from ingest_platform.recovery import RestoreRefusedError, recover
+
+    try:
+        actions = recover(job)
+    except (KeyError, RestoreRefusedError) as error:
+        raise _fail(str(error).strip("'\"")) from None
+    for action in actions or [f"{job}: nothing damaged, nothing done"]:
+        typer.echo(action)
+
+
+@checkpoints_app.command("reset")
+def checkpoints_reset(job: JobArgument) -> None:
+    """Move JOB's checkpoint aside so that it starts anew from its starting offsets."""
+    from ingest_platform.recovery import RestoreRefusedError, reset
+
+    try:
+        aside = reset(job)
+    except (KeyError, RestoreRefusedError) as error:
+        raise _fail(str(error).strip("'\"")) from None
+    typer.echo(f"{job}: checkpoint moved to {aside}; the next start begins a new one")
+
+
+@checkpoints_app.command("prune")
+def checkpoints_prune(job: JobArgument) -> None:
+    """Apply the retention policy (checkpoints.keep_last / keep_days) to JOB's backups."""
+    from ingest_platform.recovery import prune
+
+    try:
+        removed = prune(job)
+    except KeyError as error:
+        raise _fail(str(error).strip("'\"")) from None
+    typer.echo(f"{job}: removed {len(removed)} backup(s) {removed}")

@@ -111,16 +111,45 @@ class SparkJobOperator(SparkSubmitOperator):
         self.job_args = list(job_args)
 
     def execute(self, context: Any) -> Any:
-        """Resolve the job file and the Spark configuration, then spark-submit it."""
+        """Repair a damaged checkpoint, spark-submit the job, then back up its checkpoint.
+
+        For a job with a checkpoint (declared in ``include/pipeline.yaml``): before the run,
+        :func:`ingest_platform.recovery.recover` repairs crash leftovers (logged, audited);
+        after a successful run, a verified backup is taken and retention applied.
+        """
+        from spark_jobs.catalog import get_catalog
         from spark_jobs.session import spark_submit_conf
 
+        checkpointed = self.job in get_catalog().jobs
+        if checkpointed:
+            from ingest_platform.recovery import recover
+
+            for action in recover(self.job):
+                self.log.warning("checkpoint recovery: %s", action)
         _use_project_spark_submit()
         self.application = job_application(self.job)
         self.application_args = [str(arg) for arg in self.job_args]
         self.conf = {**spark_submit_conf(self.job), **(self.conf or {})}
         self.env_vars = {**job_environment(), **(self.env_vars or {})}
         self._hook = None  # built from the fields above
-        return super().execute(context)
+        result = super().execute(context)
+        if checkpointed:
+            self._backup()
+        return result
+
+    def _backup(self) -> None:
+        from ingest_platform.checkpoints import BackupError, backup
+        from ingest_platform.recovery import prune
+
+        try:
+            info = backup(self.job)
+        except BackupError as error:  # e.g. nothing committed yet: nothing to protect
+            self.log.info("no checkpoint backup: %s", error)
+            return
+        self.log.info("checkpoint backup %s: %s", info.backup_id, info.describe())
+        removed = prune(self.job)
+        if removed:
+            self.log.info("retention removed backups %s", removed)
 
 
 class LayerGateOperator(SparkJobOperator):

@@ -264,6 +264,10 @@ def supervise(
         if since_start < backoff:
             return (f"{job}: down ({reason}); back-off: next start in "
                     f"{backoff - since_start:.0f} s")  # fmt: skip
+    from ingest_platform.recovery import recover
+
+    for action in recover(job, settings):  # crash leftovers: repaired, audited
+        echo(f"{job}: checkpoint recovery: {action}")
     pid = start(job, command, env=env, settings=settings)
     return f"{job}: started (pid {pid}) because {reason}"
 

@@ -1,0 +1,62 @@
+"""
+### checkpoint_restore
+
+Manual only. Restores a checkpoint backup of one job (parameters: `job`, `backup_id`, from
+`ingestctl checkpoints list JOB` or the examples offered in the trigger form;
+`accept_data_loss` to restore although Kafka no longer holds the backup's offsets, which is
+recorded in the audit log).
+
+Before touching anything it refuses, naming the problem, when the job is running (stop an
+always-on job first: `streaming_supervisor` with `action=stop`), the backup does not verify
+or lacks `metadata`, the query id differs from the live checkpoint's, the job's
+configuration changed since the backup, or Kafka lost the offsets. The live checkpoint is
+moved aside, never deleted, and later intact batches are carried over so that no batch the
+sinks committed is re-planned (no duplicate, no loss). Then start the job again
+(`streaming_supervisor` with `action=start`, or the next scheduled run).
+"""
+
+from __future__ import annotations
+
+from datetime import UTC, datetime
+
+from airflow.sdk import DAG, Param, task
+
+from spark_jobs.catalog import get_catalog
+
+JOBS = sorted(get_catalog().jobs)
+
+with DAG(
+    dag_id="checkpoint_restore",
+    schedule=None,
+    start_date=datetime(2026, 1, 1, tzinfo=UTC),
+    catchup=False,
+    max_active_runs=1,
+    default_args={"owner": "data-platform", "retries": 0},
+    tags=["checkpoints", "operations"],
+    doc_md=__doc__,
+    params={
+        "job": Param(JOBS[0], enum=JOBS, description="the job whose checkpoint to restore"),
+        "backup_id": Param(
+            "",
+            type="string",
+            pattern=r"^\d{8}T\d{6}\d*Z$",
+            description="backup id (ingestctl checkpoints list JOB)",
+        ),
+        "accept_data_loss": Param(
+            False, type="boolean", description="restore although Kafka lost the offsets"
+        ),
+    },
+) as dag:
+
+    @task
+    def restore_checkpoint(params: dict | None = None) -> str:
+        """Restore the chosen backup (see the DAG's doc)."""
+        from ingest_platform.recovery import restore
+
+        params = params or {}
+        result = restore(str(params["job"]), str(params["backup_id"]),
+                         accept_data_loss=bool(params.get("accept_data_loss")))  # fmt: skip
+        return (f"restored {result.job} from {result.backup_id}: resumes after "
+                f"{result.resumes_after}; previous checkpoint at {result.moved_aside}")  # fmt: skip
+
+    restore_checkpoint()

@@ -1,0 +1,223 @@
+"""Checkpoint health, checked before a job starts: damaged files and configuration changes.
+
+A crash while Spark writes its checkpoint typically leaves an empty or truncated newest
+``offsets/N`` or ``commits/N`` file, or a state store missing a delta file. Spark then fails
+with an obscure error (or, worse, guesses). :func:`find_damage` names exactly which file is
+damaged; ``ingestctl checkpoints recover`` (:mod:`ingest_platform.recovery`) repairs it by
+the least destructive safe means.
+
+A job's *configuration fingerprint* (source, sink, job settings such as watermarks and
+windows) is recorded beside its checkpoint the first time it starts; starting it with a
+different configuration fails with what changed and the operator's options
+(:class:`ConfigurationChangedError`).
+
+Imports no pyspark: the Airflow side uses it too.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import re
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from spark_jobs.catalog import JobSpec, get_catalog
+from spark_jobs.settings import PlatformSettings, get_settings
+
+_STATE_FILE = re.compile(r"^(\d+)\.(delta|snapshot)$")
+
+
+@dataclass(frozen=True)
+class Damage:
+    """One damaged checkpoint file: ``kind`` is ``offsets``, ``commits`` or ``state``;
+    ``batch`` the batch id it belongs to (for state: the batch whose state is missing)."""
+
+    path: Path
+    kind: str
+    batch: int
+    problem: str
+
+    def describe(self) -> str:
+        """``<path>: <problem>``."""
+        return f"{self.path}: {self.problem}"
+
+
+class DamagedCheckpointError(RuntimeError):
+    """A checkpoint has damaged files; the message names each one and the remedy."""
+
+    def __init__(self, job: str, damage: list[Damage]) -> None:
+        self.damage = damage
+        lines = "; ".join(d.describe() for d in damage)
+        super().__init__(
+            f"{job}'s checkpoint is damaged: {lines}. Nothing was started. Repair it with "
+            f"`ingestctl checkpoints recover {job}` (rolls back to the last complete batch or "
+            "copies missing state from a backup; never deletes: damaged files are moved aside)"
+        )
+
+
+class ConfigurationChangedError(RuntimeError):
+    """The job's configuration no longer matches its checkpoint; the message says what
+    changed and the operator's options."""
+
+
+def query_dirs(checkpoint: Path) -> dict[str, Path]:
+    """A job's checkpoint folders: ``{"": job folder}``, or one entry per query sub-folder."""
+    if (checkpoint / "metadata").exists() or (checkpoint / "offsets").exists():
+        return {"": checkpoint}
+    if not checkpoint.is_dir():
+        return {}
+    return {p.name: p for p in sorted(checkpoint.iterdir()) if p.is_dir()}
+
+
+def batch_ids(folder: Path) -> list[int]:
+    """Batch ids that have a file in ``folder`` (``offsets/`` or ``commits/``), ascending."""
+    if not folder.is_dir():
+        return []
+    return sorted(int(p.name) for p in folder.iterdir() if p.name.isdigit())
+
+
+def log_file_problem(path: Path, kind: str) -> str | None:
+    """What is wrong with one ``offsets`` or ``commits`` log file, or None if it parses.
+
+    Spark writes them as ``v1`` then JSON lines: offsets have a metadata line and one line
+    per source (``-`` for a source without offsets yet); commits have one metadata line.
+    """
+    try:
+        text = path.read_text()
+    except (OSError, UnicodeDecodeError) as error:
+        return f"unreadable ({error})"
+    if not text:
+        return "empty (0 bytes): a crash while it was written"
+    lines = text.splitlines()
+    if not lines[0].startswith("v"):
+        return f"does not start with a version line: {lines[0][:40]!r}"
+    body = lines[1:]
+    if len(body) < (2 if kind == "offsets" else 1):
+        return f"truncated: {len(text)} bytes, {len(lines)} lines"
+    for line in body:
+        if line.strip() == "-" and kind == "offsets":
+            continue
+        try:
+            json.loads(line)
+        except ValueError:
+            return f"truncated or corrupt JSON line: {line[:60]!r}"
+    return None
+
+
+def _store_dirs(state: Path) -> list[Path]:
+    return sorted(
+        {p.parent for p in state.rglob("*.delta")} | {p.parent for p in state.rglob("*.snapshot")}
+    )
+
+
+def _state_problem(store: Path, version: int) -> tuple[Path, str] | None:
+    """Whether the HDFS-backed state store in ``store`` can load ``version``: it needs the
+    newest snapshot at or below it and every delta file after that snapshot."""
+    versions: dict[int, set[str]] = {}
+    for file in store.iterdir():
+        match = _STATE_FILE.match(file.name)
+        if match:
+            versions.setdefault(int(match.group(1)), set()).add(match.group(2))
+    snapshots = [v for v, kinds in versions.items() if "snapshot" in kinds and v <= version]
+    start = max(snapshots) + 1 if snapshots else 1
+    for needed in range(start, version + 1):
+        if "delta" not in versions.get(needed, set()):
+            return (
+                store / f"{needed}.delta",
+                f"state file missing (needed to load version {version})",
+            )
+    return None
+
+
+def find_damage(checkpoint: Path) -> list[Damage]:
+    """Every damaged file of a job's checkpoint (all its queries), oldest batch first.
+
+    Checked: every ``offsets`` and ``commits`` file parses; the state stores can load the
+    version the next batch needs (last committed batch + 1).
+    """
+    found: list[Damage] = []
+    for _, folder in query_dirs(checkpoint).items():
+        for kind in ("offsets", "commits"):
+            for batch in batch_ids(folder / kind):
+                path = folder / kind / str(batch)
+                problem = log_file_problem(path, kind)
+                if problem:
+                    found.append(Damage(path, kind, batch, problem))
+        commits = folder / "commits"
+        good_commits = [b for b in batch_ids(commits)
+                        if log_file_problem(commits / str(b), "commits") is None]  # fmt: skip
+        state = folder / "state"
+        if good_commits and state.is_dir():
+            last = max(good_commits)
+            for store in _store_dirs(state):
+                missing = _state_problem(store, last + 1)
+                if missing:
+                    found.append(Damage(missing[0], "state", last, missing[1]))
+    return sorted(found, key=lambda d: (d.batch, str(d.path)))
+
+
+def fingerprint_config(job: JobSpec) -> dict[str, Any]:
+    """What makes a checkpoint's content valid: source, sink and job settings (watermarks,
+    windows; the stateful operators follow from them)."""
+    return {"source": job.source.model_dump(), "sink": job.sink, "settings": job.settings}
+
+
+def fingerprint(job: JobSpec) -> str:
+    """SHA-256 of :func:`fingerprint_config`."""
+    relevant = fingerprint_config(job)
+    return hashlib.sha256(json.dumps(relevant, sort_keys=True).encode()).hexdigest()
+
+
+def fingerprint_file(job: JobSpec, settings: PlatformSettings | None = None) -> Path:
+    """Where a job's checkpoint fingerprint is recorded: ``.<job>.fingerprint.json`` beside
+    the checkpoint folder (the folder's content is Spark's)."""
+    checkpoint = job.checkpoint(settings or get_settings())
+    return checkpoint.parent / f".{checkpoint.name}.fingerprint.json"
+
+
+def config_changes(old: dict[str, Any], new: dict[str, Any], prefix: str = "") -> list[str]:
+    """Human-readable differences between two fingerprint configurations."""
+    changes = []
+    for key in sorted(set(old) | set(new)):
+        a, b = old.get(key), new.get(key)
+        if isinstance(a, dict) and isinstance(b, dict):
+            changes += config_changes(a, b, f"{prefix}{key}.")
+        elif a != b:
+            changes.append(f"{prefix}{key}: {a!r} -> {b!r}")
+    return changes
+
+
+def check_before_start(job_name: str, settings: PlatformSettings | None = None) -> None:
+    """Refuse to start a job on a damaged checkpoint or a changed configuration; record the
+    fingerprint on a job's first start.
+
+    :raises DamagedCheckpointError: see :func:`find_damage`.
+    :raises ConfigurationChangedError: the recorded fingerprint differs; the message lists
+        what changed and the options.
+    """
+    settings = settings or get_settings()
+    job = get_catalog().job(job_name)
+    checkpoint = job.checkpoint(settings)
+    damage = find_damage(checkpoint)
+    if damage:
+        raise DamagedCheckpointError(job_name, damage)
+    record = fingerprint_file(job, settings)
+    current = fingerprint_config(job)
+    if record.exists():
+        recorded = json.loads(record.read_text())
+        changes = config_changes(recorded.get("config", {}), current)
+        if changes:
+            raise ConfigurationChangedError(
+                f"{job_name}'s configuration changed since its checkpoint was made: "
+                f"{'; '.join(changes)}. Options: (1) keep the checkpoint: revert the change "
+                f"in include/pipeline.yaml; (2) start a new checkpoint: `ingestctl checkpoints "
+                f"reset {job_name}` moves the old one aside (kept, never deleted), and the job "
+                f"then starts from its starting offsets; (3) restore a backup taken with the "
+                f"old configuration: `ingestctl checkpoints restore {job_name} <backup id>`"
+            )
+    elif query_dirs(checkpoint) or not checkpoint.exists():
+        record.parent.mkdir(parents=True, exist_ok=True)
+        record.write_text(json.dumps({"fingerprint": fingerprint(job), "config": current},
+                                     indent=2, sort_keys=True) + "\n")  # fmt: skip

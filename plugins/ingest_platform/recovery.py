@@ -259,6 +259,11 @@ def recover(job_name: str, settings: PlatformSettings | None = None) -> list[str
                             moved.parent.mkdir(parents=True, exist_ok=True)
                             (folder / kind / str(batch)).rename(moved)
                             actions.append(f"moved {folder / kind / str(batch)} to {moved}")
+                            # Its checksum too: a stale .N.crc makes Spark's rewrite of N
+                            # fail as if another query were writing the same checkpoint.
+                            crc = folder / kind / f".{batch}.crc"
+                            if crc.exists():
+                                crc.rename(moved.with_name(crc.name))
             audit("recover", job_name, damage=[d.describe() for d in damage], actions=actions)
     except CheckpointBusyError as error:
         raise RestoreRefusedError(f"{job_name} is running: {error}") from None

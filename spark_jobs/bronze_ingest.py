@@ -19,9 +19,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from spark_jobs.catalog import KafkaSourceSpec, get_catalog
-from spark_jobs.checkpoint_health import check_before_start
-from spark_jobs.job_cli import job_parser, operator_errors, parse_job_args
-from spark_jobs.locks import checkpoint_lock
+from spark_jobs.job_cli import job_parser, operator_errors, owned_checkpoint, parse_job_args
 from spark_jobs.settings import get_settings
 from spark_jobs.triggers import TriggerError, TriggerSpec
 
@@ -243,8 +241,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     from spark_jobs.streaming_runtime import run_supervised
 
     args = parse_args(argv)
-    with checkpoint_lock(get_catalog().job(JOB_NAME).checkpoint()):
-        check_before_start(JOB_NAME)  # damaged checkpoint or changed configuration
+    with owned_checkpoint(JOB_NAME):
         spark = build_spark_session(JOB_NAME)
         try:
             return run_supervised(spark, JOB_NAME, lambda: [start(

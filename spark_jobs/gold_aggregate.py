@@ -32,10 +32,8 @@ from collections.abc import Callable, Sequence
 from typing import TYPE_CHECKING
 
 from spark_jobs.catalog import get_catalog
-from spark_jobs.checkpoint_health import check_before_start
 from spark_jobs.delta_io import checkpoint_query_id, table_exists
-from spark_jobs.job_cli import job_parser, operator_errors, parse_job_args
-from spark_jobs.locks import checkpoint_lock
+from spark_jobs.job_cli import job_parser, operator_errors, owned_checkpoint, parse_job_args
 from spark_jobs.quality.holds import without_held
 from spark_jobs.settings import PlatformSettings, get_settings
 from spark_jobs.triggers import TriggerError, TriggerSpec
@@ -218,8 +216,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     from spark_jobs.session import build_spark_session
 
     args = parse_args(argv)
-    with checkpoint_lock(get_catalog().job(JOB_NAME).checkpoint()):
-        check_before_start(JOB_NAME)  # damaged checkpoint or changed configuration
+    with owned_checkpoint(JOB_NAME):
         run(build_spark_session(JOB_NAME), trigger=args.trigger)
     return 0
 

@@ -6,7 +6,8 @@ from __future__ import annotations
 import argparse
 import functools
 import sys
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterator, Sequence
+from contextlib import contextmanager
 from typing import Any
 
 from spark_jobs.catalog import get_catalog
@@ -39,6 +40,24 @@ def parse_job_args(
     except TriggerError as error:
         parser.error(str(error))
     return args
+
+
+@contextmanager
+def owned_checkpoint(job_name: str) -> Iterator[None]:
+    """Hold ``job_name``'s checkpoint lock for the driver's lifetime (one driver per
+    checkpoint) and refuse a damaged checkpoint or a changed configuration before Spark
+    starts (:func:`spark_jobs.checkpoint_health.check_before_start`).
+
+    :raises spark_jobs.locks.CheckpointBusyError: another driver holds the checkpoint.
+    :raises spark_jobs.checkpoint_health.DamagedCheckpointError: damaged files, named.
+    :raises spark_jobs.checkpoint_health.ConfigurationChangedError: what changed, options.
+    """
+    from spark_jobs.checkpoint_health import check_before_start
+    from spark_jobs.locks import checkpoint_lock
+
+    with checkpoint_lock(get_catalog().job(job_name).checkpoint()):
+        check_before_start(job_name)
+        yield
 
 
 def operator_errors(main: Callable[..., int]) -> Callable[..., int]:

@@ -32,10 +32,8 @@ from datetime import UTC, datetime, timedelta
 from typing import TYPE_CHECKING
 
 from spark_jobs.catalog import KafkaSourceSpec, get_catalog
-from spark_jobs.checkpoint_health import check_before_start
 from spark_jobs.delta_io import append_idempotent, checkpoint_query_id, read_table, table_exists
-from spark_jobs.job_cli import job_parser, operator_errors, parse_job_args
-from spark_jobs.locks import checkpoint_lock
+from spark_jobs.job_cli import job_parser, operator_errors, owned_checkpoint, parse_job_args
 from spark_jobs.settings import PlatformSettings, get_settings
 from spark_jobs.transforms.alerts import AMOUNT_RULE, VELOCITY_RULE
 from spark_jobs.triggers import TriggerError, TriggerSpec
@@ -171,8 +169,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     from spark_jobs.streaming_runtime import run_supervised
 
     args = parse_args(argv)
-    with checkpoint_lock(get_catalog().job(JOB_NAME).checkpoint()):
-        check_before_start(JOB_NAME)  # damaged checkpoint or changed configuration
+    with owned_checkpoint(JOB_NAME):
         spark = build_spark_session(JOB_NAME)
         return run_supervised(spark, JOB_NAME, lambda: start(spark, trigger=args.trigger))
 

@@ -37,11 +37,9 @@ from datetime import UTC, datetime, timedelta
 from typing import TYPE_CHECKING, Any
 
 from spark_jobs.catalog import Catalog, get_catalog
-from spark_jobs.checkpoint_health import check_before_start
 from spark_jobs.contracts import TOPICS
 from spark_jobs.delta_io import append_idempotent, checkpoint_query_id, read_table, table_exists
-from spark_jobs.job_cli import job_parser, operator_errors, parse_job_args
-from spark_jobs.locks import checkpoint_lock
+from spark_jobs.job_cli import job_parser, operator_errors, owned_checkpoint, parse_job_args
 from spark_jobs.settings import PlatformSettings, get_settings
 from spark_jobs.triggers import TriggerError, TriggerSpec
 
@@ -414,8 +412,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     from spark_jobs.session import build_spark_session
 
     args = parse_args(argv)
-    with checkpoint_lock(get_catalog().job(JOB_NAME).checkpoint()):
-        check_before_start(JOB_NAME)  # damaged checkpoint or changed configuration
+    with owned_checkpoint(JOB_NAME):
         run(build_spark_session(JOB_NAME), trigger=args.trigger)
     return 0
 

@@ -46,8 +46,10 @@ setup: prereqs $(VENV_STAMP) $(JARS_STAMP) ## Python environment (uv.lock) and J
 
 jars: $(JARS_STAMP) ## Fetch the JVM jars into .ingest/jars (once)
 
-demo: setup ## Run the platform under Airflow on embedded defaults (Kafka, Airflow, jobs)
-	$(BIN)/ingestctl demo
+AIRFLOW_PORT ?= 8080
+
+demo: setup ## Run the platform under Airflow on embedded defaults (UI port: AIRFLOW_PORT=8080)
+	$(BIN)/ingestctl demo --port $(AIRFLOW_PORT)
 
 demo-down: ## Stop what `make demo` started (Airflow, the always-on jobs, Kafka)
 	$(BIN)/ingestctl demo-down
@@ -67,7 +69,7 @@ unit: setup ## Unit tests only (no services)
 integration: setup ## Integration tests (real Kafka, Spark, Delta)
 	$(BIN)/pytest -m integration $(PYTEST_ARGS)
 
-kafka-up: setup ## Start the platform's Kafka broker (127.0.0.1:9092)
+kafka-up: setup ## Start the platform's Kafka broker (127.0.0.1:9092 unless INGEST_KAFKA__PORT)
 	$(BIN)/ingestctl kafka up
 
 kafka-down: $(VENV_STAMP) ## Stop the broker this platform started

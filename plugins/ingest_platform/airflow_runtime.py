@@ -35,21 +35,28 @@ class AirflowError(RuntimeError):
     """The embedded Airflow did not start, or a request to it failed."""
 
 
-def airflow_home() -> Path:
-    """``AIRFLOW_HOME`` of the embedded Airflow: ``<INGEST_HOME>/airflow``."""
-    return ingest_home() / "airflow"
+def airflow_home(cli: bool = False) -> Path:
+    """``AIRFLOW_HOME`` of the embedded Airflow: ``<INGEST_HOME>/airflow``; with ``cli``,
+    ``<INGEST_HOME>/airflow-cli``, the separate metadata database of ``ingestctl airflow``
+    (``airflow tasks test`` creates temporary DAG runs that a running scheduler on the same
+    database picks up, and the scheduler dies when the run is deleted under it)."""
+    return ingest_home() / ("airflow-cli" if cli else "airflow")
 
 
-def airflow_environment(port: int = 8080, parallelism: int = 3) -> dict[str, str]:
+def airflow_environment(
+    port: int = 8080, parallelism: int = 3, *, cli: bool = False
+) -> dict[str, str]:
     """Environment variables for every Airflow process of the embedded platform.
 
     :param port: the API server's (UI's) port.
+    :param cli: for command-line use beside a running platform: its own ``AIRFLOW_HOME``
+        (see :func:`airflow_home`).
     :param parallelism: task slots of the LocalExecutor: 3 on 2 cores (a Spark task, a gate
         and a supervisor task at once; each Spark task is a JVM of its own).
     """
     bin_dir = str(Path(sys.executable).parent)
     env = {
-        "AIRFLOW_HOME": str(airflow_home()),
+        "AIRFLOW_HOME": str(airflow_home(cli)),
         "AIRFLOW__CORE__DAGS_FOLDER": str(PROJECT_ROOT / "dags"),
         "AIRFLOW__CORE__LOAD_EXAMPLES": "False",
         "AIRFLOW__CORE__EXECUTOR": "LocalExecutor",
@@ -57,6 +64,8 @@ def airflow_environment(port: int = 8080, parallelism: int = 3) -> dict[str, str
         "AIRFLOW__CORE__MAX_ACTIVE_TASKS_PER_DAG": str(max(1, parallelism - 1)),
         "AIRFLOW__CORE__DAGS_ARE_PAUSED_AT_CREATION": "True",
         "AIRFLOW__API__PORT": str(port),
+        # The UI and API listen on loopback only (standalone's default is every interface).
+        "AIRFLOW__API__HOST": "127.0.0.1",
         "AIRFLOW__API__BASE_URL": f"http://127.0.0.1:{port}",
         "AIRFLOW__SCHEDULER__MIN_FILE_PROCESS_INTERVAL": "60",
         "AIRFLOW_CONN_SPARK_DEFAULT": os.environ.get(
@@ -68,13 +77,14 @@ def airflow_environment(port: int = 8080, parallelism: int = 3) -> dict[str, str
     return env
 
 
-def run_cli(args: list[str], env: Mapping[str, str] | None = None, check: bool = True
-            ) -> subprocess.CompletedProcess[str]:  # fmt: skip
+def run_cli(args: list[str], env: Mapping[str, str] | None = None, check: bool = True,
+            cli: bool = False) -> subprocess.CompletedProcess[str]:  # fmt: skip
     """Run ``airflow <args>`` with the embedded environment; output captured as text.
 
+    :param cli: use the command-line metadata database (see :func:`airflow_home`).
     :raises AirflowError: non-zero exit and ``check``; the message has the output's tail.
     """
-    full = {**os.environ, **airflow_environment(), **(env or {})}
+    full = {**os.environ, **airflow_environment(cli=cli), **(env or {})}
     airflow = str(Path(sys.executable).parent / "airflow")
     done = subprocess.run([airflow, *args], env=full, capture_output=True, text=True,
                           cwd=PROJECT_ROOT, check=False)  # fmt: skip

@@ -156,6 +156,35 @@ def demo(
         raise _fail(str(error)) from None
 
 
+@app.command(
+    "airflow",
+    context_settings={"allow_extra_args": True, "ignore_unknown_options": True},
+)
+def airflow_cli(ctx: typer.Context) -> None:
+    """Run the airflow CLI in the platform's environment, e.g. `ingestctl airflow dags test
+    medallion_incremental` or `ingestctl airflow tasks test medallion_incremental gate_silver`.
+
+    Uses its own metadata database (.ingest/airflow-cli, migrated on first use), so that it
+    never disturbs a running `make demo` scheduler; tables and checkpoints are the
+    platform's (the checkpoint locks keep one driver per checkpoint).
+    """
+    import os
+    import sys
+
+    from ingest_platform.airflow_runtime import airflow_environment, airflow_home
+
+    env = {**os.environ, **airflow_environment(cli=True)}
+    airflow = str(Path(sys.executable).parent / "airflow")
+    import subprocess
+
+    if not (airflow_home(cli=True) / "airflow.db").exists():
+        airflow_home(cli=True).mkdir(parents=True, exist_ok=True)
+        for init in (["db", "migrate"], ["dags", "reserialize"]):
+            subprocess.run([airflow, *init], env=env, check=True, stdout=subprocess.DEVNULL,
+                           stderr=subprocess.DEVNULL)  # fmt: skip
+    raise typer.Exit(subprocess.run([airflow, *ctx.args], env=env, check=False).returncode)
+
+
 @app.command("demo-down")
 def demo_down() -> None:
     """Stop what `make demo` started: Airflow, the always-on jobs, the broker."""

@@ -78,9 +78,10 @@ class JobStatus:
                          f"({self.heartbeat.get('status')})")  # fmt: skip
             for name, query in (self.heartbeat.get("queries") or {}).items():
                 progress = query.get("last_progress") or {}
-                parts.append(f"{name}: batch {progress.get('batch_id')}, "
-                             f"{progress.get('input_rows')} rows, "
-                             f"{progress.get('processed_rows_per_second')} rows/s")  # fmt: skip
+                rate = progress.get("processed_rows_per_second") or 0
+                parts.append(f"{name}: last batch with data {progress.get('batch_id')} "
+                             f"({progress.get('input_rows')} rows, {rate:.0f} rows/s), "
+                             f"{query.get('status')}")  # fmt: skip
         return "; ".join(parts)
 
 

@@ -14,6 +14,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
+    import pandas as pd
     from pyspark.sql import DataFrame, SparkSession
 
 
@@ -51,6 +52,32 @@ def table_exists(path: Path | str) -> bool:
 def read_table(spark: SparkSession, path: Path | str) -> DataFrame | None:
     """The Delta table at ``path``, or None when it does not exist yet."""
     return spark.read.format("delta").load(str(path)) if table_exists(path) else None
+
+
+def read_pandas(path: Path | str) -> pd.DataFrame:
+    """The current snapshot of the Delta table at ``path`` as a pandas DataFrame, without
+    Spark: delta-rs lists the snapshot's data files, pyarrow reads them (an empty frame
+    without columns when the table has no rows).
+
+    Reading through delta-rs' own scanner sometimes aborts the process at interpreter exit
+    ("terminate called without an active exception", exit 134; delta-io/delta-rs#2184), after
+    the work is done, which an operator's script would see as a crash. Listing files does
+    not. Valid for unpartitioned tables without deletion vectors or column mapping (the
+    platform's tables are created with Delta's defaults, which have neither).
+
+    :raises deltalake.exceptions.TableNotFoundError: no table at ``path``.
+    :raises ValueError: the table is partitioned (partition values are not in the files).
+    """
+    import pandas as pd
+    import pyarrow.parquet as pq
+    from deltalake import DeltaTable
+
+    table = DeltaTable(str(path))
+    if table.metadata().partition_columns:
+        raise ValueError(f"read_pandas reads unpartitioned tables; {path} is partitioned")
+    files = [uri.removeprefix("file://") for uri in table.file_uris()]
+    del table
+    return pq.read_table(files).to_pandas() if files else pd.DataFrame()
 
 
 def checkpoint_query_id(checkpoint: Path | str) -> str:

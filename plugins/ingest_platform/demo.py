@@ -186,9 +186,8 @@ def run_demo(
 
 def _summary(settings: PlatformSettings, rows: dict[str, int], echo: Callable[[str], None]
              ) -> None:  # fmt: skip
-    from deltalake import DeltaTable
-
     from spark_jobs.catalog import get_catalog
+    from spark_jobs.delta_io import read_pandas
 
     catalog = get_catalog()
     width = max(len(t) for t in rows)
@@ -196,7 +195,7 @@ def _summary(settings: PlatformSettings, rows: dict[str, int], echo: Callable[[s
         echo(f"  {table:<{width}}  {count:>8} rows  {catalog.table(table).path(settings)}")
     if rows.get("gold_payment_totals_5m"):
         path = catalog.table("gold_payment_totals_5m").path(settings)
-        totals = DeltaTable(str(path)).to_pandas().sort_values("window_start").tail(5)
+        totals = read_pandas(path).sort_values("window_start").tail(5)
         echo("newest gold_payment_totals_5m windows:")
         for row in totals.itertuples():
             echo(f"  {row.window_start} {row.currency} payments={row.payment_count} "

@@ -23,7 +23,10 @@ def validate_params(params: Mapping[str, Any]) -> tuple[str, list[str]]:
     if action not in supervisor.ACTIONS:
         raise ValueError(f"unknown action {action!r}; one of {supervisor.ACTIONS}")
     known = supervisor.always_on_jobs()
-    jobs = list(params.get("jobs") or known)
+    given = params.get("jobs")
+    if given is not None and not given:
+        raise ValueError(f"jobs is empty: name at least one of {known} (or leave it out)")
+    jobs = list(given) if given is not None else known
     unknown = [job for job in jobs if job not in known]
     if unknown:
         raise ValueError(f"not always-on jobs: {unknown}; always-on jobs: {known}")

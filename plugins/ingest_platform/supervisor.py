@@ -27,11 +27,13 @@ checkpoint lock. A second driver can never run on the same checkpoint: the lock 
 from __future__ import annotations
 
 import contextlib
+import fcntl
 import os
 import signal
 import subprocess
 import time
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence
+from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -209,6 +211,16 @@ def _terminate(process_group: int | None, pid: int | None, job: str, grace_s: fl
             return
 
 
+@contextmanager
+def _acting_on(job: str, settings: PlatformSettings) -> Iterator[None]:
+    """One supervisor action per job at a time (two runs at once would both start a driver
+    and both rewrite the job's records). Waits for the other action to finish."""
+    files = runtime_files(job, settings)
+    with (files.folder / "supervisor.lock").open("a+") as handle:
+        fcntl.flock(handle, fcntl.LOCK_EX)  # released when the file closes
+        yield
+
+
 def supervise(
     job: str,
     command: Sequence[str],
@@ -226,6 +238,12 @@ def supervise(
     :raises ValueError: ``job`` is not an always-on job.
     """
     settings = settings or get_settings()
+    with _acting_on(job, settings):
+        return _supervise(job, command, env, settings, echo)
+
+
+def _supervise(job: str, command: Sequence[str], env: Mapping[str, str] | None,
+               settings: PlatformSettings, echo: Callable[[str], None]) -> str:  # fmt: skip
     limits = settings.supervisor
     now = time.time()
     current = status(job, settings, now)
@@ -284,6 +302,11 @@ def stop(job: str, *, settings: PlatformSettings | None = None, disable: bool = 
     """
     settings = settings or get_settings()
     _check_job(job)
+    with _acting_on(job, settings):
+        return _stop(job, settings, disable)
+
+
+def _stop(job: str, settings: PlatformSettings, disable: bool) -> str:
     files = runtime_files(job, settings)
     if disable:
         files.disabled.write_text(f"{time.time()}\n")

@@ -15,7 +15,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 from spark_jobs.catalog import get_catalog
-from spark_jobs.delta_io import table_exists
+from spark_jobs.delta_io import read_pandas, table_exists
 from spark_jobs.quality.suites import layer_rules
 from spark_jobs.settings import PlatformSettings, get_settings
 
@@ -50,12 +50,11 @@ def table_version(path: Path) -> int | None:
 def gate_results(settings: PlatformSettings | None = None) -> pd.DataFrame:
     """All rows of ``ops_gate_results`` (empty frame with no columns when none exist yet)."""
     import pandas as pd
-    from deltalake import DeltaTable
 
     path = get_catalog().table(RESULTS_TABLE).path(settings or get_settings())
     if not table_exists(path):
         return pd.DataFrame()
-    return DeltaTable(str(path)).to_pandas()
+    return read_pandas(path)
 
 
 def validated_through(results: pd.DataFrame, table: str) -> int:

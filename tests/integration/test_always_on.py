@@ -36,7 +36,9 @@ def test_payment_alerts_rules_ids_and_no_duplicates(platform: Platform, monkeypa
     whale = [payment("big", "2026-01-01T10:02:00Z", 2500.0, customer_id="whale")]
     late_flood = [payment(f"c{i}", "2026-01-01T11:00:00Z", 5.0, customer_id="fast")
                   for i in range(2)]  # fmt: skip
-    platform.send("payments", burst + calm + whale + late_flood + [b"not json"])
+    # One payment re-sent six times (producer retries) is one payment, not a burst.
+    retried = [payment("dup", "2026-01-01T10:01:00Z", 5.0, customer_id="retry")] * 6
+    platform.send("payments", burst + calm + whale + late_flood + retried + [b"not json"])
     _alerts_run(platform)
     table = platform.read("gold_payment_alerts")
     by_rule = {rule: sorted(group.customer_id) for rule, group in table.groupby("rule")}

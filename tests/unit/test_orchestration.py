@@ -86,6 +86,8 @@ def test_supervisor_parameters_are_validated() -> None:
     assert validate_params({}) == ("supervise", ["bronze_ingest", "payment_alerts"])
     assert validate_params({"action": "stop", "jobs": ["payment_alerts"]}) == (
         "stop", ["payment_alerts"])  # fmt: skip
+    with pytest.raises(ValueError, match="jobs is empty"):
+        validate_params({"action": "stop", "jobs": []})
     with pytest.raises(ValueError, match="unknown action 'restart'"):
         validate_params({"action": "restart"})
     with pytest.raises(ValueError, match=r"not always-on jobs: \['silver_refine'\]"):

@@ -128,3 +128,23 @@ def test_graceful_stop_disables_until_started_again(home: Path) -> None:
 def test_refuses_a_job_that_is_not_always_on(home: Path) -> None:
     with pytest.raises(ValueError, match="not an always-on job"):
         supervisor.status("silver_refine")
+
+
+def test_two_supervisor_runs_at_once_start_one_driver(home: Path) -> None:
+    import threading
+
+    outcomes: list[str] = []
+
+    def run() -> None:
+        outcomes.append(supervisor.supervise("bronze_ingest", command(), echo=lambda _: None))
+
+    threads = [threading.Thread(target=run) for _ in range(2)]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join()
+    assert sum("started" in outcome for outcome in outcomes) == 1
+    import json
+
+    record = json.loads(runtime_files("bronze_ingest").supervisor.read_text())
+    assert len(record["starts"]) == 1

@@ -90,7 +90,9 @@ def velocity_alerts(
         .withColumn(
             "amount",
             F.aggregate(
-                "_payments", F.lit(0).cast("decimal(28,2)"), lambda total, p: total + p["amount"]
+                "_payments",
+                F.lit(0).cast("decimal(28,2)"),
+                lambda total, p: (total + p["amount"]).cast("decimal(28,2)"),
             ).cast("decimal(18,2)"),
         )
     )

@@ -149,8 +149,14 @@ def test_restore_refusals_touch_nothing(platform: Platform) -> None:
     (broken / "metadata").unlink()
     with pytest.raises(RestoreRefusedError, match="metadata is missing"):
         restore("bronze_ingest", broken.name)
-    # A query id that is not the live one:
     shutil.rmtree(broken)
+    # A query id that is not the live one (restoring would disable the sink's protection):
+    metadata = checkpoint / "metadata"
+    original_metadata = metadata.read_text()
+    metadata.write_text(json.dumps({"id": "00000000-0000-0000-0000-000000000000"}))
+    with pytest.raises(RestoreRefusedError, match="query id differs"):
+        restore("bronze_ingest", info.backup_id)
+    metadata.write_text(original_metadata)
     # Offsets gone from Kafka: the topic deleted and recreated (empty).
     admin = KafkaAdminClient(bootstrap_servers=platform.bootstrap)
     topic = platform.prefix + "payments"

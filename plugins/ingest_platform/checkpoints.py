@@ -89,7 +89,8 @@ def _sha256(path: Path) -> str:
     return digest.hexdigest()
 
 
-def _delta_version(path: Path) -> int | None:
+def delta_version(path: Path) -> int | None:
+    """Newest Delta version of the table at ``path`` from its log file names; None if none."""
     log = path / "_delta_log"
     versions = [int(p.stem) for p in log.glob("*.json") if p.stem.isdigit()] if log.is_dir() else []
     return max(versions) if versions else None
@@ -140,7 +141,7 @@ def backup(job_name: str, settings: PlatformSettings | None = None) -> BackupInf
                 "offsets": (offsets.get("sources") or [None])[0],
                 "watermark_ms": offsets.get("metadata", {}).get("batchWatermarkMs"),
                 "sink_table": sink.name,
-                "sink_delta_version": _delta_version(sink),
+                "sink_delta_version": delta_version(sink),
             }
             for file in sorted(p for p in source.rglob("*") if p.is_file()):
                 relative = file.relative_to(source)

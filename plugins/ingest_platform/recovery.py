@@ -29,7 +29,13 @@ from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import Any
 
-from ingest_platform.checkpoints import BackupError, backups_root, list_backups, verify
+from ingest_platform.checkpoints import (
+    BackupError,
+    backups_root,
+    delta_version,
+    list_backups,
+    verify,
+)
 from spark_jobs.catalog import KafkaSourceSpec, get_catalog
 from spark_jobs.checkpoint_health import (
     batch_ids,
@@ -130,8 +136,9 @@ def restore(
     """Restore ``backup_id`` into ``job_name``'s checkpoint (module docstring for the rules).
 
     Refuses, before touching anything, when: the backup does not verify or lacks a query's
-    ``metadata``; the job is running (its lock is held); a query id differs from the live
-    checkpoint's (a new id silently disables the sinks' duplicate protection); the job's
+    ``metadata``; the job is running (its lock is held); a sink moved past the backup while
+    the live checkpoint has no intact later batch to carry over; a query id differs from the
+    live checkpoint's (a new id silently disables the sinks' duplicate protection); the job's
     configuration changed since the backup in a way that affects its state; Kafka no longer
     holds the offsets the backup resumes from (unless ``accept_data_loss``, which records the
     accepted gaps in the audit log).
@@ -168,6 +175,7 @@ def restore(
                     f"{name or job_name}, the live checkpoint {live_id}. The sinks' duplicate "
                     "protection is keyed by the query id: restoring would write batches again."
                 )
+    _refuse_replanning(job_name, manifest, live_queries, settings)
     gaps = _kafka_gaps(job_name, folder, manifest, settings)
     if gaps and not accept_data_loss:
         lines = "; ".join(f"{g['topic']}[{g['partition']}] from {g['first_missing_offset']}: "
@@ -182,6 +190,29 @@ def restore(
     except CheckpointBusyError as error:
         hint = "stop it first (streaming_supervisor with action=stop, or wait for its run)"
         raise RestoreRefusedError(f"{job_name} is running: {error}; {hint}") from None
+
+
+def _refuse_replanning(job_name: str, manifest: dict[str, Any], live_queries: dict[str, Path],
+                       settings: PlatformSettings) -> None:  # fmt: skip
+    """Refuse a restore that would re-plan batch ids a sink has already committed: the sink
+    moved on since the backup and the live checkpoint has no intact later batch to carry
+    over (it is gone or damaged right after the backup's batch)."""
+    catalog = get_catalog()
+    for name, query in manifest["queries"].items():
+        live = live_queries.get(name)
+        newest = _intact_batches(live) if live is not None else None
+        if newest is not None and newest > int(query["last_committed_batch"]):
+            continue
+        sink = catalog.table(query["sink_table"]).path(settings)
+        now, then = delta_version(sink), query.get("sink_delta_version")
+        if now is not None and then is not None and now > then:
+            raise RestoreRefusedError(
+                f"{query['sink_table']} is at Delta version {now}, past the backup's {then}, "
+                f"and the live checkpoint of {name or job_name} has no intact batch after "
+                f"{query['last_committed_batch']} to carry over: Spark would re-plan batch ids "
+                "the sink already committed and skip their rows. Restore a newer backup, or "
+                f"`ingestctl checkpoints reset {job_name}` and rebuild the sink."
+            )
 
 
 def _kafka_gaps(job_name: str, folder: Path, manifest: dict[str, Any],

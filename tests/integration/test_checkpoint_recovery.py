@@ -240,3 +240,15 @@ def test_kill_9_five_times_while_producing_keeps_bronze_exactly_once(platform: P
     recover("bronze_ingest")  # whatever the kills left half-written
     platform.bronze()  # a last run drains what is left
     _assert_bronze_exactly_once(platform, len(events))
+
+
+def test_restore_refuses_to_replan_batches_a_sink_committed(platform: Platform) -> None:
+    platform.send("payments", [payment("a", "2026-01-01T10:00:00Z")])
+    platform.bronze()
+    info = backup("bronze_ingest")
+    platform.send("payments", [payment("b", "2026-01-01T10:01:00Z")])
+    platform.bronze()  # the sink moves past the backup
+    checkpoint = get_catalog().job("bronze_ingest").checkpoint()
+    shutil.rmtree(checkpoint)  # the live checkpoint lost (deleted by hand)
+    with pytest.raises(RestoreRefusedError, match="would re-plan batch ids"):
+        restore("bronze_ingest", info.backup_id)

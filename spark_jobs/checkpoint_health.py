@@ -26,7 +26,8 @@ from typing import Any
 from spark_jobs.catalog import JobSpec, get_catalog
 from spark_jobs.settings import PlatformSettings, get_settings
 
-_STATE_FILE = re.compile(r"^(\d+)\.(delta|snapshot)$")
+#: A state store file: ``<version>.delta`` or ``<version>.snapshot``.
+STATE_FILE = re.compile(r"^(\d+)\.(delta|snapshot)$")
 
 
 @dataclass(frozen=True)
@@ -117,7 +118,7 @@ def _state_problem(store: Path, version: int) -> tuple[Path, str] | None:
     newest snapshot at or below it and every delta file after that snapshot."""
     versions: dict[int, set[str]] = {}
     for file in store.iterdir():
-        match = _STATE_FILE.match(file.name)
+        match = STATE_FILE.match(file.name)
         if match:
             versions.setdefault(int(match.group(1)), set()).add(match.group(2))
     snapshots = [v for v, kinds in versions.items() if "snapshot" in kinds and v <= version]

@@ -49,6 +49,14 @@ def table_exists(path: Path | str) -> bool:
     return log.is_dir() and any(log.glob("*.json"))
 
 
+def delta_version(path: Path | str) -> int | None:
+    """Newest version of the Delta table at ``path``, from its log's file names (no Delta
+    reader needed); None when there is no table."""
+    log = Path(path) / "_delta_log"
+    versions = [int(p.stem) for p in log.glob("*.json") if p.stem.isdigit()] if log.is_dir() else []
+    return max(versions) if versions else None
+
+
 def read_table(spark: SparkSession, path: Path | str) -> DataFrame | None:
     """The Delta table at ``path``, or None when it does not exist yet."""
     return spark.read.format("delta").load(str(path)) if table_exists(path) else None

@@ -20,6 +20,12 @@ class CheckpointBusyError(RuntimeError):
     """Another live process holds the checkpoint's lock; the message names its pid."""
 
 
+def lock_path(checkpoint: Path) -> Path:
+    """The lock file of ``checkpoint``: ``.<name>.lock`` beside it; holds the driver's pid."""
+    checkpoint = Path(checkpoint)
+    return checkpoint.parent / f".{checkpoint.name}.lock"
+
+
 @contextmanager
 def checkpoint_lock(checkpoint: Path) -> Iterator[Path]:
     """Hold the checkpoint's lock for the duration of the ``with`` block.
@@ -30,7 +36,7 @@ def checkpoint_lock(checkpoint: Path) -> Iterator[Path]:
     """
     checkpoint = Path(checkpoint)
     checkpoint.parent.mkdir(parents=True, exist_ok=True)
-    path = checkpoint.parent / f".{checkpoint.name}.lock"
+    path = lock_path(checkpoint)
     handle = open(path, "a+")  # noqa: SIM115 - held open for the whole block
     try:
         try:

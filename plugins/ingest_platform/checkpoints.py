@@ -22,7 +22,6 @@ from __future__ import annotations
 
 import hashlib
 import json
-import re
 import shutil
 from dataclasses import dataclass
 from datetime import UTC, datetime
@@ -30,11 +29,10 @@ from pathlib import Path
 from typing import Any
 
 from spark_jobs.catalog import get_catalog
-from spark_jobs.checkpoint_health import fingerprint, fingerprint_config, query_dirs
-from spark_jobs.delta_io import committed_offsets, last_committed_batch
+from spark_jobs.checkpoint_health import STATE_FILE, fingerprint, fingerprint_config, query_dirs
+from spark_jobs.delta_io import committed_offsets, delta_version, last_committed_batch
 from spark_jobs.settings import PlatformSettings, get_settings, ingest_home
 
-_STATE_FILE = re.compile(r"^(\d+)\.(delta|snapshot)$")
 MANIFEST = "manifest.json"
 
 
@@ -76,7 +74,7 @@ def _keep(relative: Path, committed: int) -> bool:
         name = relative.name.lstrip(".").removesuffix(".crc")
         return not name.isdigit() or int(name) <= committed
     if top == "state":
-        match = _STATE_FILE.match(relative.name.lstrip(".").removesuffix(".crc"))
+        match = STATE_FILE.match(relative.name.lstrip(".").removesuffix(".crc"))
         return match is None or int(match.group(1)) <= committed + 1
     return True
 
@@ -87,13 +85,6 @@ def _sha256(path: Path) -> str:
         for chunk in iter(lambda: handle.read(1 << 20), b""):
             digest.update(chunk)
     return digest.hexdigest()
-
-
-def delta_version(path: Path) -> int | None:
-    """Newest Delta version of the table at ``path`` from its log file names; None if none."""
-    log = path / "_delta_log"
-    versions = [int(p.stem) for p in log.glob("*.json") if p.stem.isdigit()] if log.is_dir() else []
-    return max(versions) if versions else None
 
 
 def backup(job_name: str, settings: PlatformSettings | None = None) -> BackupInfo:

@@ -29,13 +29,7 @@ from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import Any
 
-from ingest_platform.checkpoints import (
-    BackupError,
-    backups_root,
-    delta_version,
-    list_backups,
-    verify,
-)
+from ingest_platform.checkpoints import BackupError, backups_root, list_backups, verify
 from spark_jobs.catalog import KafkaSourceSpec, get_catalog
 from spark_jobs.checkpoint_health import (
     batch_ids,
@@ -47,6 +41,7 @@ from spark_jobs.checkpoint_health import (
     log_file_problem,
     query_dirs,
 )
+from spark_jobs.delta_io import delta_version
 from spark_jobs.locks import CheckpointBusyError, checkpoint_lock
 from spark_jobs.settings import PlatformSettings, get_settings
 

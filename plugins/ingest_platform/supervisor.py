@@ -39,6 +39,7 @@ from pathlib import Path
 from typing import Any
 
 from spark_jobs.catalog import get_catalog
+from spark_jobs.locks import lock_path
 from spark_jobs.settings import PROJECT_ROOT, PlatformSettings, get_settings
 from spark_jobs.streaming_runtime import RuntimeFiles, read_json, runtime_files, write_json
 
@@ -109,9 +110,8 @@ def _alive(pid: int, job: str) -> bool:
 def driver_pid(job: str, settings: PlatformSettings | None = None) -> int | None:
     """Pid of the live driver holding ``job``'s checkpoint lock, or None."""
     checkpoint = get_catalog().job(job).checkpoint(settings or get_settings())
-    lock = checkpoint.parent / f".{checkpoint.name}.lock"
     try:
-        text = lock.read_text().strip()
+        text = lock_path(checkpoint).read_text().strip()
     except OSError:
         return None
     if not text.isdigit():

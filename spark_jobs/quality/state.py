@@ -11,11 +11,10 @@ again (plus what was added since) until an operator resolves it.
 from __future__ import annotations
 
 from dataclasses import dataclass
-from pathlib import Path
 from typing import TYPE_CHECKING
 
 from spark_jobs.catalog import get_catalog
-from spark_jobs.delta_io import read_pandas, table_exists
+from spark_jobs.delta_io import delta_version, read_pandas, table_exists
 from spark_jobs.quality.suites import layer_rules
 from spark_jobs.settings import PlatformSettings, get_settings
 
@@ -36,15 +35,6 @@ class Increment:
     table: str
     from_version: int
     to_version: int
-
-
-def table_version(path: Path) -> int | None:
-    """Current Delta version of the table at ``path``, or None if there is no table."""
-    if not table_exists(path):
-        return None
-    from deltalake import DeltaTable
-
-    return int(DeltaTable(str(path)).version())
 
 
 def gate_results(settings: PlatformSettings | None = None) -> pd.DataFrame:
@@ -75,7 +65,7 @@ def pending(layer: str, settings: PlatformSettings | None = None) -> list[Increm
     catalog = get_catalog()
     increments = []
     for rules in layer_rules(layer):
-        current = table_version(catalog.table(rules.table).path(settings))
+        current = delta_version(catalog.table(rules.table).path(settings))
         done = validated_through(results, rules.table)
         if current is not None and current > done:
             increments.append(Increment(rules.table, done + 1, current))

@@ -13,8 +13,9 @@ from __future__ import annotations
 import os
 from functools import lru_cache
 from pathlib import Path
+from typing import Any, Literal
 
-from pydantic import BaseModel, Field, field_validator
+from pydantic import BaseModel, Field, SecretStr, field_validator
 from pydantic_settings import (
     BaseSettings,
     PydanticBaseSettingsSource,
@@ -51,8 +52,31 @@ def _resolve(path: Path) -> Path:
     return path if path.is_absolute() else ingest_home() / path
 
 
+#: Settings that are secrets: accepted from the environment (or constructor arguments, e.g.
+#: from an Airflow connection), refused in ``platform.yaml`` (``{section: {field, ...}}``).
+SECRET_FIELDS: dict[str, frozenset[str]] = {"kafka": frozenset({"sasl_password"})}
+
+KafkaSecurityProtocol = Literal["PLAINTEXT", "SSL", "SASL_PLAINTEXT", "SASL_SSL"]
+#: SASL mechanisms authenticated by user name and password (the same in Java and kafka-python).
+SaslMechanism = Literal["PLAIN", "SCRAM-SHA-256", "SCRAM-SHA-512"]
+_JAAS_LOGIN_MODULES: dict[str, str] = {
+    "PLAIN": "org.apache.kafka.common.security.plain.PlainLoginModule",
+    "SCRAM-SHA-256": "org.apache.kafka.common.security.scram.ScramLoginModule",
+    "SCRAM-SHA-512": "org.apache.kafka.common.security.scram.ScramLoginModule",
+}
+
+
+class KafkaSecurityError(ValueError):
+    """The Kafka security settings are incomplete (e.g. SASL without a password)."""
+
+
+def _jaas_quote(value: str) -> str:
+    # Kafka parses sasl.jaas.config with a StreamTokenizer: backslash escapes inside quotes.
+    return '"' + value.replace("\\", "\\\\").replace('"', '\\"') + '"'
+
+
 class KafkaSettings(BaseModel):
-    """The embedded single-node KRaft broker and how clients reach it.
+    """The Kafka cluster clients reach, and the embedded single-node KRaft broker.
 
     :param host: listener address; loopback by default (the broker is for this machine only).
     :param port: client listener port (default 9092).
@@ -62,6 +86,21 @@ class KafkaSettings(BaseModel):
     :param start_timeout_s: seconds to wait for the broker to answer a metadata request.
     :param topic_prefix: prepended to every contract topic name (``orders`` ->
         ``<prefix>orders``): isolates environments or test runs sharing one cluster.
+    :param bootstrap: comma-separated ``host:port`` list of an external Kafka cluster; when
+        set, clients use it instead of ``host:port`` (which only the embedded broker uses).
+    :param replication_factor: replication factor of the topics the platform creates
+        (1 for the single-node embedded broker; 3 on a real cluster).
+    :param security_protocol: ``PLAINTEXT`` (default), ``SSL``, ``SASL_PLAINTEXT`` or
+        ``SASL_SSL``; the same for Spark's Kafka source and sink and for kafka-python.
+    :param sasl_mechanism: ``PLAIN``, ``SCRAM-SHA-256`` or ``SCRAM-SHA-512`` (required with
+        a ``SASL_*`` protocol).
+    :param sasl_username: SASL user name.
+    :param sasl_password: SASL password: from the environment only
+        (``INGEST_KAFKA__SASL_PASSWORD``), refused in ``platform.yaml``.
+    :param ssl_cafile: PEM file of the CA certificates that sign the brokers' certificates
+        (kafka-python ``ssl_cafile``; Spark ``kafka.ssl.truststore.type=PEM``); when unset,
+        the system's default trust store is used.
+    :param ssl_check_hostname: verify that the broker's certificate matches its host name.
     """
 
     host: str = "127.0.0.1"
@@ -71,6 +110,14 @@ class KafkaSettings(BaseModel):
     heap: str = Field("512m", pattern=r"^\d+[kmgKMG]$")
     start_timeout_s: float = Field(90.0, gt=0)
     topic_prefix: str = Field("", pattern=r"^[A-Za-z0-9._-]*$")
+    bootstrap: str | None = Field(None, pattern=r"^[^\s,]+:\d+(,[^\s,]+:\d+)*$")
+    replication_factor: int = Field(1, ge=1, le=32)
+    security_protocol: KafkaSecurityProtocol = "PLAINTEXT"
+    sasl_mechanism: SaslMechanism | None = None
+    sasl_username: str | None = None
+    sasl_password: SecretStr | None = None
+    ssl_cafile: Path | None = None
+    ssl_check_hostname: bool = True
 
     def topic(self, name: str) -> str:
         """The Kafka topic that carries contract topic ``name`` here."""
@@ -84,8 +131,97 @@ class KafkaSettings(BaseModel):
 
     @property
     def bootstrap_servers(self) -> str:
-        """``host:port`` of the client listener, for kafka-python and Spark's Kafka source."""
-        return f"{self.host}:{self.port}"
+        """Comma-separated ``host:port`` list clients connect to: :attr:`bootstrap` when set,
+        else the embedded broker's ``host:port``."""
+        return self.bootstrap or f"{self.host}:{self.port}"
+
+    @property
+    def uses_sasl(self) -> bool:
+        """Whether the protocol authenticates with SASL."""
+        return self.security_protocol.startswith("SASL_")
+
+    @property
+    def uses_ssl(self) -> bool:
+        """Whether the connection is encrypted with TLS."""
+        return self.security_protocol in ("SSL", "SASL_SSL")
+
+    def _credentials(self) -> tuple[str, str, str]:
+        """``(mechanism, user name, password)`` of a SASL protocol.
+
+        :raises KafkaSecurityError: one of them is missing; the message names the setting.
+        """
+        mechanism, user = self.sasl_mechanism, self.sasl_username
+        password = self.sasl_password.get_secret_value() if self.sasl_password else ""
+        given = {"sasl_mechanism": mechanism, "sasl_username": user, "sasl_password": password}
+        missing = [name for name, value in given.items() if not value]
+        if missing or not mechanism or not user:
+            names = ", ".join(f"INGEST_KAFKA__{name.upper()}" for name in missing)
+            raise KafkaSecurityError(
+                f"kafka.security_protocol {self.security_protocol} needs {names} (secrets "
+                "come from the environment, never from platform.yaml)"
+            )
+        return mechanism, user, password
+
+    def spark_options(self, bootstrap_servers: str | None = None) -> dict[str, str]:
+        """Every ``kafka.``-prefixed option of Spark's Kafka source and sink.
+
+        Always ``kafka.bootstrap.servers`` and ``kafka.security.protocol``; with SASL
+        ``kafka.sasl.mechanism`` and ``kafka.sasl.jaas.config`` (holds the password: pass the
+        options to ``.options(...)``, never log them); with TLS the PEM trust store and the
+        host-name check.
+
+        :param bootstrap_servers: overrides :attr:`bootstrap_servers` (tests, one-off tools).
+        :returns: ``{"kafka.<Kafka client property>": value}``, strings only.
+        :raises KafkaSecurityError: SASL without mechanism, user name or password.
+
+        Example::
+
+            spark.readStream.format("kafka").options(**settings.kafka.spark_options())
+        """
+        options = {
+            "kafka.bootstrap.servers": bootstrap_servers or self.bootstrap_servers,
+            "kafka.security.protocol": self.security_protocol,
+        }
+        if self.uses_sasl:
+            mechanism, user, password = self._credentials()
+            options["kafka.sasl.mechanism"] = mechanism
+            options["kafka.sasl.jaas.config"] = (
+                f"{_JAAS_LOGIN_MODULES[mechanism]} required "
+                f"username={_jaas_quote(user)} password={_jaas_quote(password)};"
+            )
+        if self.uses_ssl:
+            if self.ssl_cafile is not None:
+                options["kafka.ssl.truststore.type"] = "PEM"
+                options["kafka.ssl.truststore.location"] = str(_resolve(self.ssl_cafile))
+            if not self.ssl_check_hostname:
+                options["kafka.ssl.endpoint.identification.algorithm"] = ""
+        return options
+
+    def client_config(self, bootstrap_servers: str | None = None) -> dict[str, Any]:
+        """Keyword arguments for kafka-python's ``KafkaProducer``, ``KafkaConsumer`` and
+        ``KafkaAdminClient``: ``bootstrap_servers``, ``security_protocol`` and, when the
+        protocol uses them, ``sasl_*`` and ``ssl_*``.
+
+        :param bootstrap_servers: overrides :attr:`bootstrap_servers` (tests, one-off tools).
+        :raises KafkaSecurityError: SASL without mechanism, user name or password.
+
+        Example::
+
+            KafkaConsumer(**settings.kafka.client_config(), enable_auto_commit=False)
+        """
+        config: dict[str, Any] = {
+            "bootstrap_servers": bootstrap_servers or self.bootstrap_servers,
+            "security_protocol": self.security_protocol,
+        }
+        if self.uses_sasl:
+            mechanism, user, password = self._credentials()
+            config |= {"sasl_mechanism": mechanism, "sasl_plain_username": user,
+                       "sasl_plain_password": password}  # fmt: skip
+        if self.uses_ssl:
+            config["ssl_check_hostname"] = self.ssl_check_hostname
+            if self.ssl_cafile is not None:
+                config["ssl_cafile"] = str(_resolve(self.ssl_cafile))
+        return config
 
     @property
     def data_path(self) -> Path:
@@ -127,17 +263,26 @@ class StorageSettings(BaseModel):
         e.g. the customers files written by ``ingestctl replay``.
     :param state_dir: run-time state of the always-on jobs (heartbeats, pid files, stop
         requests, the supervisor's restart history) and the gates' Data Docs.
+    :param layer_dirs: per-layer override of :attr:`data_dir` (``{"gold": "/staging"}``);
+        empty normally. Set by ``layer_full_refresh`` for the jobs that rebuild a layer.
     """
 
     data_dir: Path = Path("data")
     checkpoint_dir: Path = Path("checkpoints")
     landing_dir: Path = Path("landing")
     state_dir: Path = Path("state")
+    layer_dirs: dict[str, Path] = {}
 
     @property
     def data_path(self) -> Path:
         """Absolute path of :attr:`data_dir`."""
         return _resolve(self.data_dir)
+
+    def layer_path(self, layer: str) -> Path:
+        """Absolute root of ``layer``'s tables (``<root>/<layer>/<table>``): its entry in
+        :attr:`layer_dirs` if any, else :attr:`data_path`. ``layer_full_refresh`` points a
+        layer at a staging folder this way to rebuild it beside the live tables."""
+        return _resolve(self.layer_dirs[layer]) if layer in self.layer_dirs else self.data_path
 
     @property
     def checkpoint_path(self) -> Path:
@@ -274,7 +419,24 @@ class PlatformSettings(BaseSettings):
         yaml_source = YamlConfigSettingsSource(
             settings_cls, yaml_file=PLATFORM_YAML, yaml_config_section=profile
         )
+        _refuse_secrets(yaml_source.yaml_data, f"{PLATFORM_YAML} (profile {profile})")
         return (init_settings, env_settings, yaml_source)
+
+
+def _refuse_secrets(data: dict[str, Any], where: str) -> None:
+    """Refuse :data:`SECRET_FIELDS` in a configuration file: they would end up in git and
+    in the image.
+
+    :raises ValueError: the message names the field and the environment variable to use.
+    """
+    for section, fields in SECRET_FIELDS.items():
+        found = sorted(fields & set(data.get(section) or {}))
+        if found:
+            names = ", ".join(f"INGEST_{section.upper()}__{name.upper()}" for name in found)
+            raise ValueError(
+                f"{where} sets secret {section}.{', '.join(found)}: secrets come only from "
+                f"the environment ({names}) or an Airflow connection"
+            )
 
 
 @lru_cache(maxsize=1)

@@ -20,7 +20,7 @@ from typing import TYPE_CHECKING, Any
 
 from spark_jobs.catalog import KafkaSourceSpec, get_catalog
 from spark_jobs.job_cli import job_parser, operator_errors, owned_checkpoint, parse_job_args
-from spark_jobs.settings import get_settings
+from spark_jobs.settings import KafkaSettings, get_settings
 from spark_jobs.triggers import TriggerError, TriggerSpec
 
 if TYPE_CHECKING:
@@ -81,9 +81,15 @@ class DataLossError(RuntimeError):
 
 
 def find_gaps(
-    checkpoint: Path, bootstrap_servers: str, topics: Sequence[str]
+    checkpoint: Path,
+    bootstrap_servers: str,
+    topics: Sequence[str],
+    kafka: KafkaSettings | None = None,
 ) -> list[dict[str, Any]]:
     """Compare the checkpoint's committed offsets with what Kafka still holds.
+
+    The consumer connects to ``bootstrap_servers`` with the security settings (SASL, TLS) of
+    ``kafka`` (the current profile's when ``None``).
 
     :returns: one gap per partition whose next offset to read is no longer available: below
         the partition's earliest offset (retention) or above its end (topic recreated).
@@ -104,7 +110,8 @@ def find_gaps(
     ]
     if not wanted:
         return []
-    consumer = KafkaConsumer(bootstrap_servers=bootstrap_servers, enable_auto_commit=False)
+    config = (kafka or get_settings().kafka).client_config(bootstrap_servers)
+    consumer = KafkaConsumer(**config, enable_auto_commit=False)
     try:
         existing = consumer.topics()
         present = [tp for tp in wanted if tp.topic in existing]
@@ -190,14 +197,15 @@ def start(
     bootstrap = bootstrap_servers or settings.kafka.bootstrap_servers
     subscribed = list(topics or [settings.kafka.topic(t) for t in job.source.topics])
     checkpoint_path = checkpoint or job.checkpoint(settings)
-    gaps = find_gaps(checkpoint_path, bootstrap, subscribed)
+    gaps = find_gaps(checkpoint_path, bootstrap, subscribed, settings.kafka)
     if gaps and not accept_data_loss:
         raise DataLossError(gaps)
     if gaps:
         record_gaps(spark, gaps, catalog.table("bronze_kafka_gaps").path(settings))
     reader = (
         spark.readStream.format("kafka")
-        .option("kafka.bootstrap.servers", bootstrap)
+        # bootstrap servers and the security settings (SASL, TLS) of the profile
+        .options(**settings.kafka.spark_options(bootstrap))
         .option("subscribe", ",".join(subscribed))
         .option("startingOffsets", starting_offsets)
         # Lost data (topic recreated, offsets aged out) fails the query loudly, unless the

@@ -61,7 +61,7 @@ class AlertSink:
         self.spark = spark
         self.checkpoint = checkpoint
         self.table = get_catalog().table("gold_payment_alerts").path(settings)
-        self.bootstrap = settings.kafka.bootstrap_servers
+        self.kafka_options = settings.kafka.spark_options()
         self.topic = settings.kafka.topic(settings.alerts.topic)
 
     def __call__(self, alerts: DataFrame, batch_id: int) -> None:
@@ -82,7 +82,7 @@ class AlertSink:
                     F.to_json(F.struct(*new.columns)).alias("value"),
                 )
                 .write.format("kafka")
-                .option("kafka.bootstrap.servers", self.bootstrap)
+                .options(**self.kafka_options)
                 .option("topic", self.topic)
                 .save()
             )
@@ -102,7 +102,7 @@ def parsed_payments(spark: SparkSession, settings: PlatformSettings) -> DataFram
     topic = settings.kafka.topic(job.source.topics[0])
     reader = (
         spark.readStream.format("kafka")
-        .option("kafka.bootstrap.servers", settings.kafka.bootstrap_servers)
+        .options(**settings.kafka.spark_options())
         .option("subscribe", topic)
         .option("startingOffsets", "earliest")
         .option("failOnDataLoss", "true")
@@ -130,7 +130,8 @@ def start(
     job = get_catalog().job(JOB_NAME)
     rules = settings.alerts
     ensure_topics(settings.kafka.bootstrap_servers, [settings.kafka.topic(rules.topic)],
-                  partitions=settings.replay.partitions, allow_partition_mismatch=True)  # fmt: skip
+                  partitions=settings.replay.partitions, allow_partition_mismatch=True,
+                  kafka=settings.kafka)  # fmt: skip
     table = get_catalog().table(job.sink).path(settings)
     if not table_exists(table):
         # Created up front: two queries creating it concurrently would conflict.

@@ -330,6 +330,7 @@ def _send(source: str, events: Any, options: dict[str, Any]) -> ReplaySummary:
             allow_partition_mismatch=options["allow_partition_mismatch"],
             topic_prefix=options["topic_prefix"],
             progress=options["progress"],
+            kafka=settings.kafka,
         )
     except (ValueError, SourceError, TopicMismatchError, OverflowError) as error:
         raise _fail(str(error)) from None

@@ -60,6 +60,7 @@ def _produce(settings: PlatformSettings, source: str, events: int, echo: Callabl
         "olist" if use_olist else "generator", stream,
         bootstrap_servers=settings.kafka.bootstrap_servers, faults=FaultConfig(),
         pace=runner.Pace(None), topic_prefix=settings.kafka.topic_prefix, progress=False,
+        kafka=settings.kafka,
     )  # fmt: skip
     if summary.produce.failed:
         raise ProduceError(summary.produce)
@@ -73,7 +74,7 @@ def kafka_backlog(settings: PlatformSettings) -> int:
 
     from spark_jobs.contracts import TOPICS
 
-    consumer = KafkaConsumer(bootstrap_servers=settings.kafka.bootstrap_servers)
+    consumer = KafkaConsumer(**settings.kafka.client_config())
     try:
         partitions = [
             TopicPartition(topic, p)

@@ -11,7 +11,10 @@ import json
 from collections import Counter
 from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field
-from typing import Any
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from spark_jobs.settings import KafkaSettings
 
 #: One record to send: (topic, key, value). A value is a JSON-serialisable mapping, raw
 #: bytes (sent as they are, e.g. a deliberately malformed payload) or None (a tombstone).
@@ -99,6 +102,7 @@ def produce(
     raise_on_failure: bool = True,
     batch_flush: int = 2000,
     on_resolved: Callable[[ProduceResult], None] | None = None,
+    kafka: KafkaSettings | None = None,
     **producer_config: Any,
 ) -> ProduceResult:
     """Send ``records`` and wait for every acknowledgement.
@@ -109,11 +113,15 @@ def produce(
     :param batch_flush: resolve pending futures every this many records (bounds memory).
     :param on_resolved: called with the running result after each group of futures resolves
         (progress bars).
+    :param kafka: the security settings (SASL, TLS) to connect with; the current profile's
+        when ``None``.
     :param producer_config: extra ``KafkaProducer`` settings (e.g. ``linger_ms``).
     :raises ProduceError: see ``raise_on_failure``.
     """
     from kafka import KafkaProducer
     from kafka.errors import KafkaError
+
+    from spark_jobs.settings import get_settings
 
     config: dict[str, Any] = {
         "acks": "all",
@@ -127,7 +135,8 @@ def produce(
         "max_block_ms": DELIVERY_TIMEOUT_MS,
     }
     config.update(producer_config)
-    producer = KafkaProducer(bootstrap_servers=bootstrap_servers, **config)
+    kafka = kafka or get_settings().kafka
+    producer = KafkaProducer(**kafka.client_config(bootstrap_servers) | config)
     result = ProduceResult()
     pending: list[tuple[str, Any]] = []
 

@@ -220,7 +220,8 @@ def _kafka_gaps(job_name: str, folder: Path, manifest: dict[str, Any],
     topics = [settings.kafka.topic(t) for t in job.source.topics]
     gaps: list[dict[str, Any]] = []
     for name in manifest["queries"]:
-        gaps += find_gaps(folder / name, settings.kafka.bootstrap_servers, topics)
+        gaps += find_gaps(folder / name, settings.kafka.bootstrap_servers, topics,
+                          settings.kafka)  # fmt: skip
     return gaps
 
 

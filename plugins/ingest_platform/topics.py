@@ -5,7 +5,10 @@ from __future__ import annotations
 import contextlib
 import time
 from collections.abc import Iterable
-from typing import Any
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from spark_jobs.settings import KafkaSettings
 
 
 class TopicMismatchError(RuntimeError):
@@ -18,14 +21,16 @@ def ensure_topics(
     *,
     partitions: int = 3,
     allow_partition_mismatch: bool = False,
+    kafka: KafkaSettings | None = None,
 ) -> dict[str, int]:
     """Create missing topics and return ``{topic: partition count}`` for all of them.
 
     :param bootstrap_servers: Kafka ``host:port`` list.
     :param topics: topic names (validated by the broker).
-    :param partitions: partition count for topics this call creates (replication factor 1:
-        the embedded broker is a single node).
+    :param partitions: partition count for topics this call creates.
     :param allow_partition_mismatch: accept existing topics with another partition count.
+    :param kafka: the security settings (SASL, TLS) and ``replication_factor`` (1 for the
+        single-node embedded broker) to use; the current profile's when ``None``.
     :raises TopicMismatchError: an existing topic has another partition count and
         ``allow_partition_mismatch`` is false; the message names topic and both counts.
     :raises kafka.errors.KafkaError: the broker refused (invalid name, not reachable).
@@ -34,17 +39,22 @@ def ensure_topics(
     from kafka.admin import NewTopic
     from kafka.errors import TopicAlreadyExistsError
 
+    from spark_jobs.settings import get_settings
+
+    kafka = kafka or get_settings().kafka
     wanted = list(dict.fromkeys(topics))
-    admin = KafkaAdminClient(bootstrap_servers=bootstrap_servers, client_id="ingestctl-topics")
+    admin = KafkaAdminClient(**kafka.client_config(bootstrap_servers),
+                             client_id="ingestctl-topics")  # fmt: skip
     try:
         existing = set(admin.list_topics())
         missing = [name for name in wanted if name not in existing]
         if missing:
             # Created concurrently by another producer: its partitions are checked below.
+            factor = kafka.replication_factor
             with contextlib.suppress(TopicAlreadyExistsError):
                 admin.create_topics(
                     [
-                        NewTopic(name, num_partitions=partitions, replication_factor=1)
+                        NewTopic(name, num_partitions=partitions, replication_factor=factor)
                         for name in missing
                     ]
                 )

@@ -21,6 +21,7 @@ from ingest_platform.replay.model import SourceError, SourceEvent
 from ingest_platform.topics import ensure_topics
 from spark_jobs.catalog import TOPIC_PATTERN
 from spark_jobs.contracts import TOPICS
+from spark_jobs.settings import KafkaSettings
 
 
 @dataclass(frozen=True)
@@ -141,6 +142,7 @@ def run(
     allow_partition_mismatch: bool = False,
     topic_prefix: str = "",
     progress: bool = True,
+    kafka: KafkaSettings | None = None,
 ) -> ReplaySummary:
     """Produce ``events`` (sorted by event time) to their topics and summarise.
 
@@ -154,6 +156,8 @@ def run(
     :param allow_partition_mismatch: accept existing topics with another partition count.
     :param topic_prefix: prepended to every topic name (isolated test or demo runs).
     :param progress: show a progress bar (events sent, rate, errors).
+    :param kafka: Kafka security settings (SASL, TLS) and replication factor for the topic
+        administration and the producer; the current profile's when ``None``.
     :raises ingest_platform.topics.TopicMismatchError: see ``allow_partition_mismatch``.
     :raises SourceError: an invalid topic prefix.
     """
@@ -165,6 +169,7 @@ def run(
         [topic_prefix + t for t in TOPICS],
         partitions=partitions,
         allow_partition_mismatch=allow_partition_mismatch,
+        kafka=kafka,
     )
     shift = timedelta(0)
     if shift_to_now and events:
@@ -203,6 +208,7 @@ def run(
             raise_on_failure=False,
             batch_flush=200 if pace.speed else 2000,
             on_resolved=update,
+            kafka=kafka,
         )
         bar.update(task, total=result.attempted, completed=result.attempted)
     return ReplaySummary(

@@ -65,7 +65,7 @@ def spark_conf(app_name: str, settings: PlatformSettings | None = None) -> dict[
     """
     settings = settings or get_settings()
     spark = settings.spark
-    return {
+    conf = {
         "spark.app.name": app_name,
         "spark.master": spark.master,
         "spark.jars": ",".join(str(jar) for jar in spark_jar_paths()),
@@ -77,6 +77,7 @@ def spark_conf(app_name: str, settings: PlatformSettings | None = None) -> dict[
         # task costs more than the work it does.
         "spark.databricks.delta.snapshotPartitions": str(spark.shuffle_partitions),
         "spark.driver.memory": spark.driver_memory,
+        "spark.executor.memory": spark.executor_memory,
         "spark.ui.enabled": str(spark.ui_enabled).lower(),
         "spark.ui.showConsoleProgress": "false",
         # Applied when the driver JVM starts (pyspark launch or spark-submit --conf).
@@ -94,6 +95,15 @@ def spark_conf(app_name: str, settings: PlatformSettings | None = None) -> dict[
         # (Delta's change data feed); appends cost nothing extra with it on.
         "spark.databricks.delta.properties.defaults.enableChangeDataFeed": "true",
     }
+    if spark.cores_max is not None:
+        # Standalone clusters: several applications (always-on and scheduled) share it.
+        conf["spark.cores.max"] = str(spark.cores_max)
+    if spark.driver_host is not None:
+        # Executors on other hosts (containers) connect back to the driver: advertise a name
+        # they resolve, listen on every interface.
+        conf["spark.driver.host"] = spark.driver_host
+        conf["spark.driver.bindAddress"] = "0.0.0.0"
+    return conf
 
 
 def spark_submit_conf(app_name: str, settings: PlatformSettings | None = None) -> dict[str, str]:

@@ -237,12 +237,23 @@ class SparkSettings(BaseModel):
         gains nothing from Spark's default of 200 and each partition costs a task per batch.
     :param driver_memory: ``spark.driver.memory`` (JVM size string, e.g. ``1g``).
     :param ui_enabled: whether the driver serves the Spark UI.
+    :param executor_memory: ``spark.executor.memory`` on a cluster (ignored by ``local``).
+    :param cores_max: ``spark.cores.max``: the most cores one application takes from a
+        standalone cluster. Unset, the first application takes every free core and the next
+        ones wait (the always-on jobs would starve the scheduled ones); ``None`` leaves
+        Spark's default (all), as wanted in ``local``.
+    :param driver_host: address the executors reach the driver at, when drivers run in a
+        container or on a host the workers know by another name (``spark.driver.host``; the
+        driver then binds every interface). ``None``: Spark's own choice (loopback locally).
     """
 
     master: str = "local[*]"
     shuffle_partitions: int = Field(4, ge=1)
     driver_memory: str = Field("1g", pattern=r"^\d+[kmgKMG]$")
     ui_enabled: bool = False
+    executor_memory: str = Field("1g", pattern=r"^\d+[kmgKMG]$")
+    cores_max: int | None = Field(None, ge=1)
+    driver_host: str | None = None
 
     @field_validator("master")
     @classmethod

@@ -20,7 +20,7 @@ export UV_PYTHON_DOWNLOADS := never
 export UV_PROJECT_ENVIRONMENT := $(VENV)
 
 .PHONY: help setup prereqs jars demo demo-down test lint typecheck unit integration \
-        kafka-up kafka-down kafka-status clean-data
+        kafka-up kafka-down kafka-status clean-data bench
 
 help: ## List the targets
 	@grep -E '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | awk -F':.*## ' '{printf "  make %-14s %s\n", $$1, $$2}'
@@ -77,6 +77,11 @@ kafka-down: $(VENV_STAMP) ## Stop the broker this platform started
 
 kafka-status: $(VENV_STAMP) ## Is the platform's broker running?
 	$(BIN)/ingestctl kafka status
+
+# Benchmarks (bench/README.md): never fail a build. ARGS=--full for the 1M-event version.
+ARGS ?=
+bench: setup ## Benchmarks: small (<10 min); ARGS=--full for 1M events and the demo's memory
+	-$(BIN)/python -m bench $(ARGS)
 
 clean-data: ## Delete Delta tables and checkpoints (keeps jars, venv and Kafka data)
 	rm -rf $(STATE)/data $(STATE)/checkpoints

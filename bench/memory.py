@@ -1,0 +1,93 @@
+"""Peak resident memory of the platform's processes, sampled with psutil every second.
+
+Only processes of this benchmark run count: those whose environment has ``INGEST_HOME``
+below the run's folder (every process the platform starts inherits it: the broker, Airflow's
+api-server, scheduler, dag-processor, triggerer and task runners, the spark-submit JVMs and
+their Python drivers and workers). Other engineers' processes on the shared machine are
+never counted. RSS counts shared pages once per process, so a group's sum is an upper
+bound of what it really holds.
+"""
+
+from __future__ import annotations
+
+import threading
+import time
+from collections import defaultdict
+from dataclasses import dataclass, field
+
+import psutil
+
+GROUPS = ("broker", "airflow", "spark", "bench_tools")
+
+
+def classify(cmdline: list[str]) -> str:
+    """The group of a process by its command line."""
+    text = " ".join(cmdline)
+    if "kafka.Kafka" in text:
+        return "broker"
+    if ("org.apache.spark.deploy.SparkSubmit" in text or "pyspark" in text
+            or "spark_jobs" in text or "spark-submit" in text):  # fmt: skip
+        return "spark"
+    if "airflow" in text:
+        return "airflow"
+    return "bench_tools"
+
+
+@dataclass
+class MemorySampler(threading.Thread):
+    """Sample RSS per group every ``interval_s`` until :meth:`stop`."""
+
+    root: str
+    interval_s: float = 1.0
+    peaks_mb: dict[str, float] = field(default_factory=lambda: defaultdict(float))
+    total_peak_mb: float = 0.0
+    samples: int = 0
+    peak_detail: dict[str, float] = field(default_factory=dict)
+
+    def __post_init__(self) -> None:
+        threading.Thread.__init__(self, name="memory-sampler", daemon=True)
+        self._stop_event = threading.Event()
+        self._mine: dict[int, str | None] = {}
+
+    def stop(self) -> None:
+        self._stop_event.set()
+        self.join(timeout=10)
+
+    def _group(self, process: psutil.Process) -> str | None:
+        # A process's environment and command line do not change: look them up once.
+        key = process.pid
+        if key not in self._mine:
+            try:
+                home = process.environ().get("INGEST_HOME", "")
+                cmd = process.cmdline()
+            except (psutil.NoSuchProcess, psutil.AccessDenied, psutil.ZombieProcess):
+                return None
+            self._mine[key] = classify(cmd) if home.startswith(self.root) else None
+        return self._mine[key]
+
+    def sample(self) -> None:
+        groups: dict[str, float] = defaultdict(float)
+        detail: dict[str, float] = defaultdict(float)
+        for process in psutil.process_iter(["pid", "name"]):
+            group = self._group(process)
+            if group is None:
+                continue
+            try:
+                rss = process.memory_info().rss / 2**20
+            except (psutil.NoSuchProcess, psutil.AccessDenied):
+                continue
+            groups[group] += rss
+            detail[f"{group}:{process.info['name']}"] += rss
+        platform = sum(v for g, v in groups.items() if g != "bench_tools")
+        for group, value in groups.items():
+            self.peaks_mb[group] = max(self.peaks_mb[group], value)
+        if platform > self.total_peak_mb:
+            self.total_peak_mb = platform
+            self.peak_detail = {k: round(v, 1) for k, v in sorted(detail.items())}
+        self.samples += 1
+
+    def run(self) -> None:
+        while not self._stop_event.is_set():
+            started = time.monotonic()
+            self.sample()
+            self._stop_event.wait(max(0.0, self.interval_s - (time.monotonic() - started)))

@@ -1,0 +1,81 @@
+"""The benchmarks' pure helpers (bench/report.py, bench/eventlog.py, bench/cycle.py): no
+services, no timing assertions (benchmarks are not tests)."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from bench import cycle, eventlog, report
+from bench.report import Measurement, Target
+
+pytestmark = pytest.mark.unit
+
+
+def test_percentile_stays_within_the_observed_values():
+    values = [float(v) for v in range(1, 101)]
+    assert report.percentile(values, 50) == pytest.approx(50.5)
+    assert 98 <= report.percentile(values, 99) <= 100
+    assert report.percentile([3.0], 99) == 3.0
+    with pytest.raises(ValueError, match="no values"):
+        report.percentile([], 50)
+
+
+def test_ratio_spread_and_targets():
+    assert report.ratio(8.0, 10.0) == 0.8
+    assert report.ratio(8.0, 0) is None
+    assert report.spread([1.0]) is None
+    assert report.spread([9.0, 10.0, 11.0]) == {"median": 10.0, "min": 9.0, "max": 11.0,
+                                                 "rel_range": 0.2}
+    at_least = Target("ratio", ">=", 0.8, ">= 0.8 x passthrough")
+    assert at_least.met(None, 0.79) is False
+    assert at_least.margin(None, 0.4) == pytest.approx(-0.5)
+    at_most = Target("value", "<=", 60.0, "<= 60 s")
+    assert at_most.met(61.0, None) is False
+    assert at_most.margin(90.0, None) == pytest.approx(-0.5)
+    with pytest.raises(ValueError, match="bad target"):
+        Target("ratio", "==", 1.0, "")
+
+
+def test_a_json_line_has_every_key_and_the_table_shows_the_miss(tmp_path):
+    m = Measurement("bronze_ingest_rate", 16000.0, "events/s", baseline=20000.0,
+                    baseline_name="passthrough", target=Target("ratio", ">=", 0.9, ">= 0.9"),
+                    n=2, spread={"median": 16000.0, "min": 15000.0, "max": 17000.0,
+                                 "rel_range": 0.125},
+                    load_avg={"start": [1.5, 1.0, 0.5]}, git_commit="abc")
+    path = tmp_path / "r.jsonl"
+    report.write_jsonl(path, [m])
+    (record,) = report.read_jsonl(path)
+    assert tuple(record) == report.RECORD_KEYS
+    assert record["ratio"] == 0.8
+    assert record["met"] is False
+    json.dumps(record)
+    (row,) = report.table_rows([record])
+    assert row[0] == "bronze_ingest_rate"
+    assert row[6].startswith("MISSED")
+    assert "| bronze_ingest_rate |" in report.markdown_table([record])
+
+
+def test_union_of_concurrent_triggers_counts_overlaps_once():
+    assert eventlog.union_ms([(0, 10), (5, 15), (20, 30)]) == 25
+    assert eventlog.union_ms([]) == 0
+
+
+def test_dags_test_output_gives_task_timings():
+    text = "\n".join([
+        "2026-11-29T14:46:41.300000Z [info     ] [DAG TEST] starting task_id=refine_silver x",
+        "2026-11-29T14:46:45.300000Z [info     ] Spark-Submit cmd: spark-submit --name x",
+        "2026-11-29T14:47:18.300000Z [info     ] [DAG TEST] end task task_id=refine_silver x",
+        "2026-11-29T14:47:18.400000Z [info     ] [DAG TEST] starting task_id=gate_silver x",
+        "2026-11-29T14:47:18.500000Z [info     ] gate silver: nothing to validate (no new)",
+        "2026-11-29T14:47:19.400000Z [info     ] [DAG TEST] end task task_id=gate_silver x",
+        "2026-11-29T14:47:19.500000Z [info     ] DagRun Finished: state=success",
+    ])
+    state, tasks = cycle.parse_output(text)
+    assert state == "success"
+    silver, gate = tasks
+    assert silver.wall_ms == pytest.approx(37000)
+    assert silver.submit_ms is not None
+    assert gate.skipped_spark
+    assert gate.phases_ms() == {"wall": pytest.approx(1000)}

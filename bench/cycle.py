@@ -56,7 +56,7 @@ class TaskTiming:
         out["pre_submit"] = self.submit_ms - self.start_ms
         out["process_start"] = app.start_ms - self.submit_ms
         app_end = app.end_ms or self.end_ms
-        if app.queries:
+        if app.queries and any(q.progress for q in app.queries):
             first = app.first_query_ms or app.start_ms
             last = app.last_batch_end_ms or first
             out["query_start"] = first - app.start_ms
@@ -64,9 +64,15 @@ class TaskTiming:
             # Gaps between a query's start and its first trigger count as query start.
             out["query_start"] += max(0.0, (last - first) - out["batches"])
             out["after_queries"] = app_end - last
+        elif app.queries:
+            # AvailableNow with nothing new: the query starts, finds no offsets, ends; no
+            # progress event. Its whole run is query start.
+            out["query_start"] = app_end - app.start_ms
         else:
             out["work"] = app_end - app.start_ms
         out["exit_and_backup"] = self.end_ms - app_end
+        # Of the SparkContext's life, the time a Spark job ran (the rest is driver work).
+        out["spark_jobs_running"] = app.jobs_busy_ms(app.start_ms, app_end)
         return out
 
 
@@ -93,7 +99,7 @@ class CycleRun:
                 totals["gate"] += phases["wall"]
                 continue
             for key, value in phases.items():
-                if key != "wall":
+                if key not in ("wall", "spark_jobs_running"):
                     totals[key] += value
             if len(phases) == 1:  # a task without Spark (publish_assets)
                 totals["other_tasks"] += phases["wall"]

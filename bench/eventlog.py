@@ -84,6 +84,7 @@ class SparkApp:
     end_ms: float | None
     queries: list[Query]
     sql: list[dict[str, Any]]
+    jobs: list[tuple[float, float]] = field(default_factory=list)
 
     @property
     def first_query_ms(self) -> float | None:
@@ -110,6 +111,12 @@ class SparkApp:
                 for key, value in (p.get("durationMs") or {}).items():
                     totals[key] += value
         return dict(sorted(totals.items(), key=lambda kv: -kv[1]))
+
+    def jobs_busy_ms(self, start: float, end: float) -> float:
+        """Wall time within ``[start, end]`` during which a Spark job ran (the rest of the
+        interval is driver-side work: Python, planning, Delta log reads on the driver)."""
+        return union_ms((max(a, start), min(b, end)) for a, b in self.jobs
+                        if b > start and a < end)  # fmt: skip
 
     def top_sql(self, count: int = 5) -> list[dict[str, Any]]:
         """The slowest SQL executions: ms, plan head, tables touched (nested executions
@@ -145,6 +152,8 @@ def parse(path: Path) -> SparkApp:
     queries: dict[str, Query] = {}
     sql_start: dict[int, tuple[float, str]] = {}
     sql: list[dict[str, Any]] = []
+    job_start: dict[int, float] = {}
+    spark_jobs: list[tuple[float, float]] = []
     with open(path) as handle:
         for line in handle:
             event = json.loads(line)
@@ -161,6 +170,11 @@ def parse(path: Path) -> SparkApp:
                 query = queries.setdefault(progress["runId"], Query(
                     progress["id"], progress.get("name") or "", iso_ms(progress["timestamp"])))
                 query.progress.append(progress)
+            elif kind == "SparkListenerJobStart":
+                job_start[event["Job ID"]] = float(event["Submission Time"])
+            elif kind == "SparkListenerJobEnd" and event["Job ID"] in job_start:
+                spark_jobs.append((job_start.pop(event["Job ID"]),
+                                   float(event["Completion Time"])))
             elif kind.endswith("SQLExecutionStart"):
                 sql_start[event["executionId"]] = (float(event["time"]),
                                                    event.get("physicalPlanDescription", ""))
@@ -169,7 +183,7 @@ def parse(path: Path) -> SparkApp:
                 head, tables = _plan_label(plan)
                 sql.append({"id": event["executionId"], "ms": float(event["time"]) - began,
                             "plan": head, "tables": tables})  # fmt: skip
-    return SparkApp(path, name, start, end, list(queries.values()), sql)
+    return SparkApp(path, name, start, end, list(queries.values()), sql, spark_jobs)
 
 
 def apps(log_dir: Path, *, name: str | None = None, since_ms: float = 0) -> list[SparkApp]:
@@ -211,4 +225,5 @@ def phases(app: SparkApp, spawned_ms: float, exited_ms: float) -> dict[str, floa
     else:
         out["work"] = (app.end_ms or exited_ms) - app.start_ms
         out["rest"] = total - out["process_start"] - out["work"]
+    out["spark_jobs_running"] = app.jobs_busy_ms(app.start_ms, app.end_ms or exited_ms)
     return out

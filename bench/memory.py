@@ -33,7 +33,7 @@ def classify(cmdline: list[str]) -> str:
     return "bench_tools"
 
 
-@dataclass
+@dataclass(eq=False)  # a Thread must stay hashable
 class MemorySampler(threading.Thread):
     """Sample RSS per group every ``interval_s`` until :meth:`stop`."""
 

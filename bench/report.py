@@ -210,3 +210,23 @@ def markdown_table(records: Iterable[dict[str, Any]]) -> str:
     lines = ["| " + " | ".join(TABLE_HEADER) + " |", "|" + "---|" * len(TABLE_HEADER)]
     lines += ["| " + " | ".join(row) + " |" for row in table_rows(records)]
     return "\n".join(lines)
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    """``python -m bench.report RESULTS.jsonl [--markdown]``: the table of a results file."""
+    import argparse
+
+    parser = argparse.ArgumentParser(prog="bench.report", description=main.__doc__)
+    parser.add_argument("results", type=Path)
+    parser.add_argument("--markdown", action="store_true")
+    args = parser.parse_args(argv)
+    records = read_jsonl(args.results)
+    if args.markdown:
+        print(markdown_table(records))
+    else:
+        print_table(records, title=str(args.results.name))
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

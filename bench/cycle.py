@@ -117,7 +117,7 @@ class CycleRun:
                                "skipped_spark": t.skipped_spark,
                                **({"progress_duration_s": {k: round(v / 1000, 3) for k, v in
                                                            t.app.duration_totals().items()},
-                                   "batches": sum(len(q.progress) for q in t.app.queries),
+                                   "triggers": sum(len(q.progress) for q in t.app.queries),
                                    "input_rows": t.app.input_rows}
                                   if t.app is not None else {})}
                       for t in self.tasks},

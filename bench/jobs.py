@@ -49,7 +49,7 @@ class JobRun:
         }
         if self.app is not None:
             out["event_log"] = str(self.app.path)
-            out["batches"] = sum(len(q.progress) for q in self.app.queries)
+            out["triggers"] = sum(len(q.progress) for q in self.app.queries)
             out["input_rows"] = self.app.input_rows
             out["progress_duration_s"] = {k: round(v / 1000, 3)
                                           for k, v in self.app.duration_totals().items()}

@@ -252,7 +252,7 @@ def backlog_cycle(bench: Bench, events: int, passthrough_rate: float | None,
                                       timing.phases_ms().items()},
                          "progress_duration_s": {k: round(v / 1000, 3) for k, v in
                                                  app.duration_totals().items()},
-                         "batches": sum(len(q.progress) for q in app.queries),
+                         "triggers": sum(len(q.progress) for q in app.queries),
                          "top_sql": [{"s": round(s["ms"] / 1000, 3), "plan": s["plan"],
                                       "tables": s["tables"]} for s in app.top_sql(6)]}))
         chain = events / (spans["refine_silver"] + spans["aggregate_gold"])

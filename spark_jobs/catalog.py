@@ -47,9 +47,10 @@ class TableSpec(BaseModel):
         return self
 
     def path(self, settings: PlatformSettings | None = None) -> Path:
-        """Absolute Delta path: ``<storage.data_dir>/<layer>/<name>``."""
+        """Absolute Delta path: ``<storage.data_dir>/<layer>/<name>`` (the layer's root is
+        ``storage.layer_dirs[layer]`` when set, see :meth:`StorageSettings.layer_path`)."""
         settings = settings or get_settings()
-        return settings.storage.data_path / self.layer / self.name
+        return settings.storage.layer_path(self.layer) / self.layer / self.name
 
     def asset_uri(self, settings: PlatformSettings | None = None) -> str:
         """URI of the table's Airflow Asset: ``file://<absolute Delta path>``."""

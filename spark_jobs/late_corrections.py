@@ -71,41 +71,62 @@ def gold_watermark(table: str, settings: PlatformSettings | None = None) -> date
     return datetime.fromtimestamp(millis / 1000, tz=UTC) if millis else None
 
 
-def all_payments(spark: SparkSession, settings: PlatformSettings | None = None) -> DataFrame:
-    """On-time Silver payments (without rows held by a gate remedy) plus late ones, one row
-    per ``event_id`` (on-time wins).
+def silver_with_late(
+    spark: SparkSession,
+    table: str,
+    columns: Sequence[str],
+    settings: PlatformSettings | None = None,
+) -> DataFrame:
+    """On-time rows of Silver ``table`` (without rows held by a gate remedy) plus the late
+    events of the same event types from ``silver_late_events``, one row per ``event_id``
+    (on-time wins).
 
-    :returns: ``event_id``, ``event_time``, ``currency``, ``amount`` decimal(18,2),
-        ``status``, ``method``, ``late`` boolean.
+    :param table: a Silver table of :data:`spark_jobs.contracts.CONTRACTS` (e.g.
+        ``silver_payments``, ``silver_customer_activity``).
+    :param columns: columns to keep (envelope or payload fields; ``event_time`` is a
+        timestamp).
+    :returns: ``columns`` plus ``late`` boolean.
+    :raises StopIteration: ``table`` is no event table.
     """
     from pyspark.sql import functions as F
 
-    from spark_jobs.contracts import ENVELOPE_DDL, PAYLOAD_DDL
+    from spark_jobs.contracts import CONTRACTS, ENVELOPE_DDL, PAYLOAD_DDL
 
     catalog, settings = get_catalog(), settings or get_settings()
-    empty = f"{ENVELOPE_DDL}, {PAYLOAD_DDL['payments']}".replace(
+    contracts = [c for c in CONTRACTS.values() if c.silver_table == table]
+    topic = next(c.topic for c in contracts)
+    schema = f"{ENVELOPE_DDL}, {PAYLOAD_DDL[topic]}".replace(
         "event_time string", "event_time timestamp"
     )
-    on_time = read_table(spark, catalog.table("silver_payments").path(settings))
+    on_time = read_table(spark, catalog.table(table).path(settings))
     if on_time is None:
-        on_time = spark.createDataFrame([], empty)
+        on_time = spark.createDataFrame([], schema)
     # Rows an operator held back after a failed gate never reach Gold (quality.holds).
-    on_time = without_held(spark, on_time, "silver_payments", settings)
-    on_time = on_time.select(*_PAYMENT_COLUMNS).withColumn("late", F.lit(False))
+    on_time = without_held(spark, on_time, table, settings)
+    on_time = on_time.select(*columns).withColumn("late", F.lit(False))
     late = read_table(spark, catalog.table("silver_late_events").path(settings))
     if late is None:
         return on_time
-    parsed = late.where(F.col("event_type") == "payment").select(
-        F.from_json("payload_json", empty).alias("p")
+    parsed = late.where(F.col("event_type").isin([c.event_type for c in contracts])).select(
+        F.from_json("payload_json", schema).alias("p")
     )
-    late_payments = (
+    late_rows = (
         parsed.select("p.*")
-        .select(*_PAYMENT_COLUMNS)
+        .select(*columns)
         .dropDuplicates(["event_id"])
         .join(on_time.select("event_id"), "event_id", "left_anti")
         .withColumn("late", F.lit(True))
     )
-    return on_time.unionByName(late_payments)
+    return on_time.unionByName(late_rows)
+
+
+def all_payments(spark: SparkSession, settings: PlatformSettings | None = None) -> DataFrame:
+    """On-time Silver payments (without held rows) plus late ones, one row per ``event_id``.
+
+    :returns: ``event_id``, ``event_time``, ``currency``, ``amount`` decimal(18,2),
+        ``status``, ``method``, ``late`` boolean.
+    """
+    return silver_with_late(spark, "silver_payments", _PAYMENT_COLUMNS, settings)
 
 
 def correct(spark: SparkSession, settings: PlatformSettings | None = None) -> dict[str, int]:

@@ -47,12 +47,22 @@ def gate_results(settings: PlatformSettings | None = None) -> pd.DataFrame:
     return read_pandas(path)
 
 
-def validated_through(results: pd.DataFrame, table: str) -> int:
-    """Newest version of ``table`` a cleared gate covered; -1 if none."""
+def _newest_cleared(results: pd.DataFrame, table: str) -> pd.Series | None:
     if results.empty:
-        return -1
+        return None
     rows = results[(results["table"] == table) & results["status"].isin(CLEARED)]
-    return int(rows["to_version"].max()) if not rows.empty else -1
+    return None if rows.empty else rows.sort_values("validated_at").iloc[-1]
+
+
+def validated_through(results: pd.DataFrame, table: str) -> int:
+    """Version of ``table`` the newest cleared gate result covered up to; -1 if none.
+
+    The newest result, not the largest version: after ``layer_full_refresh`` swaps in a
+    rebuilt table (a new Delta history starting at version 0), the refresh records a
+    cleared result for the new table, which must win over the old table's larger versions.
+    """
+    row = _newest_cleared(results, table)
+    return -1 if row is None else int(row["to_version"])
 
 
 def pending(layer: str, settings: PlatformSettings | None = None) -> list[Increment]:
@@ -79,9 +89,9 @@ def unresolved_failures(layer: str, settings: PlatformSettings | None = None) ->
     if results.empty:
         return results
     failed = results[(results["layer"] == layer) & (results["status"] == "failed")]
-    keep = [
-        index
-        for index, row in failed.iterrows()
-        if int(row["to_version"]) > validated_through(results, str(row["table"]))
-    ]
+    keep = []
+    for index, row in failed.iterrows():
+        cleared = _newest_cleared(results, str(row["table"]))
+        if cleared is None or row["validated_at"] > cleared["validated_at"]:
+            keep.append(index)
     return failed.loc[keep].sort_values("validated_at")

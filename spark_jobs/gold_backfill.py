@@ -1,0 +1,326 @@
+"""gold_backfill: recompute the Gold windows of one data interval from Silver, in batch.
+
+What ``medallion_incremental`` runs instead of its streaming steps when the DAG run is a
+backfill (or a manual run of a past interval): an AvailableNow job ignores the data
+interval, this job is scoped by it.
+
+For every windowed Gold table, the windows (or sessions) that **start** in ``[start, end)``
+are recomputed from Silver with the same pure functions as the stream
+(:mod:`spark_jobs.transforms.gold`), from on-time Silver rows (minus rows held by a gate
+remedy) **plus the late events** in ``silver_late_events``, one row per ``event_id``. So a
+backfill gives what the incremental runs gave when nothing arrived late, and the corrected
+figures when something did. Each window belongs to exactly one interval (by its start), so
+backfills of adjacent intervals never write the same row.
+
+Only windows the streaming query has **finalised** are written (window end at or before the
+watermark in its checkpoint): an open window is the stream's to append, and writing it here
+would make the stream append it a second time. They are counted as ``open`` in the report.
+
+The interval's rows are replaced by one MERGE per table (update changed windows, insert new
+ones, delete the interval's windows that no longer exist, e.g. after a quarantine). When the
+recomputation equals the table, nothing is committed: a repeated backfill leaves every Gold
+table at the same Delta version. ``gold_customer_metrics`` is a running total, not windowed:
+a backfill leaves it alone (``layer_full_refresh`` rebuilds it).
+
+The job holds ``gold_aggregate``'s checkpoint lock while it writes, so it never runs beside
+the streaming Gold job or the late corrections (Airflow also serialises them with the
+``gold_layer`` pool).
+
+Run::
+
+    python -m spark_jobs.gold_backfill --start 2018-08-01T10:00:00Z --end 2018-08-01T10:15:00Z
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+from collections.abc import Callable, Sequence
+from dataclasses import asdict, dataclass
+from datetime import timedelta
+from typing import TYPE_CHECKING
+
+from spark_jobs.catalog import get_catalog
+from spark_jobs.settings import PlatformSettings, get_settings
+from spark_jobs.time_range import TimeRange, TimeRangeError
+
+if TYPE_CHECKING:
+    from pyspark.sql import DataFrame, SparkSession
+
+JOB_NAME = "gold_backfill"
+#: A backfill's interval may span at most this long (one DAG run is normally 15 minutes).
+MAX_INTERVAL = timedelta(days=31)
+_PAYMENT_COLUMNS = ("event_id", "event_time", "currency", "amount", "status", "method")
+_ACTIVITY_COLUMNS = ("event_id", "event_time", "customer_id", "activity")
+
+
+@dataclass(frozen=True)
+class WindowedTable:
+    """How one Gold table is recomputed for an interval.
+
+    :param source: Silver table the rows come from.
+    :param columns: Silver columns the aggregation needs.
+    :param keys: columns identifying a row (as in ``include/pipeline.yaml``).
+    :param start_col: column placing a row in an interval.
+    :param end_col: column compared with the stream's watermark (finalised rows only).
+    :param reach: how far before the interval's start and after its end the input rows can
+        lie (window length); None: every row of the interval's keys (sessions).
+    """
+
+    source: str
+    columns: tuple[str, ...]
+    keys: tuple[str, ...]
+    start_col: str
+    end_col: str
+    reach: timedelta | None
+    aggregate: Callable[[DataFrame], DataFrame]
+
+
+def windowed_tables(gap: str) -> dict[str, WindowedTable]:
+    """The Gold tables a backfill recomputes, in the order it writes them.
+
+    :param gap: the session gap of ``gold_aggregate`` (``include/pipeline.yaml``).
+    """
+    from spark_jobs.late_corrections import PAYMENT_WINDOWS
+    from spark_jobs.transforms import gold
+
+    tables = {}
+    for table, (duration, slide, key) in PAYMENT_WINDOWS.items():
+        aggregate = (
+            (lambda df, d=duration: gold.payment_success_rate(df, d))
+            if table == "gold_payment_success_rate_15m"
+            else (lambda df, d=duration, s=slide: gold.payment_totals(df, d, s))
+        )
+        minutes = int(duration.split()[0])
+        tables[table] = WindowedTable(
+            "silver_payments", _PAYMENT_COLUMNS, ("window_start", key), "window_start",
+            "window_end", timedelta(minutes=minutes), aggregate,
+        )  # fmt: skip
+    tables["gold_customer_sessions"] = WindowedTable(
+        "silver_customer_activity", _ACTIVITY_COLUMNS, ("customer_id", "session_start"),
+        "session_start", "session_end", None, lambda df: gold.customer_sessions(df, gap),
+    )  # fmt: skip
+    return tables
+
+
+@dataclass
+class TableReport:
+    """What a backfill did to one table (counts of rows: windows or sessions).
+
+    :param recomputed: finalised rows of the interval in the recomputation.
+    :param open: rows of the interval whose window the stream has not finalised (skipped).
+    :param changed: existing rows whose values were replaced.
+    :param inserted: rows the table lacked.
+    :param deleted: rows of the interval the recomputation no longer has.
+    :param version: the table's Delta version afterwards (None: no table).
+    """
+
+    table: str
+    recomputed: int = 0
+    open: int = 0
+    changed: int = 0
+    inserted: int = 0
+    deleted: int = 0
+    version: int | None = None
+
+
+def _interval_rows(df: DataFrame, spec: WindowedTable, interval: TimeRange) -> DataFrame:
+    from pyspark.sql import functions as F
+
+    column = F.col(spec.start_col)
+    return df.where((column >= F.lit(interval.start)) & (column < F.lit(interval.end)))
+
+
+def _source(spark: SparkSession, spec: WindowedTable,
+            settings: PlatformSettings | None) -> DataFrame:  # fmt: skip
+    from spark_jobs.late_corrections import silver_with_late
+
+    return silver_with_late(spark, spec.source, spec.columns, settings).drop("late")
+
+
+def recompute(
+    spark: SparkSession,
+    table: str,
+    interval: TimeRange,
+    settings: PlatformSettings | None = None,
+    source: DataFrame | None = None,
+) -> DataFrame:
+    """The rows of Gold ``table`` that start in ``interval``, recomputed from Silver plus
+    late events (all of them, finalised or not).
+
+    :param source: the Silver rows (with late events) to use, when the caller already read
+        them (several tables share a source); read here otherwise.
+    :returns: the table's columns (see :mod:`spark_jobs.transforms.gold`).
+    :raises KeyError: ``table`` is not a windowed Gold table.
+    """
+    from pyspark.sql import functions as F
+
+    spec = _specs()[table]
+    rows = source if source is not None else _source(spark, spec, settings)
+    if spec.reach is not None:
+        low, high = interval.start - spec.reach, interval.end + spec.reach
+        rows = rows.where((F.col("event_time") >= F.lit(low)) & (F.col("event_time") < F.lit(high)))
+    else:
+        # A session starting in the interval may run on past its end: take every row of
+        # the customers active in it, then keep the sessions that start in it.
+        active = rows.where((F.col("event_time") >= F.lit(interval.start))
+                            & (F.col("event_time") < F.lit(interval.end)))  # fmt: skip
+        rows = rows.join(active.select("customer_id").distinct(), "customer_id", "left_semi")
+    aggregated = spec.aggregate(rows)
+    if spec.reach is None:
+        # Spark 4.2 pushes a filter on session_window's start below the aggregation, where
+        # each row still has its own one-event window: the filter then cuts sessions short.
+        # A local checkpoint materialises the sessions first.
+        aggregated = aggregated.localCheckpoint()
+    return _interval_rows(aggregated, spec, interval)
+
+
+def _specs() -> dict[str, WindowedTable]:
+    return windowed_tables(get_catalog().job("gold_aggregate").setting("session_gap"))
+
+
+def backfill_table(
+    spark: SparkSession,
+    table: str,
+    interval: TimeRange,
+    settings: PlatformSettings | None = None,
+    source: DataFrame | None = None,
+) -> TableReport:
+    """Replace ``table``'s finalised rows of ``interval`` by their recomputation (one MERGE;
+    no commit when nothing differs).
+
+    :param source: see :func:`recompute`.
+    :raises KeyError: ``table`` is not a windowed Gold table.
+    """
+    from delta.tables import DeltaTable
+    from pyspark.sql import functions as F
+
+    from spark_jobs.delta_io import delta_version, read_table
+    from spark_jobs.late_corrections import gold_watermark
+
+    settings = settings or get_settings()
+    spec = _specs()[table]
+    path = get_catalog().table(table).path(settings)
+    report = TableReport(table)
+    watermark = gold_watermark(table, settings)
+    current = read_table(spark, path)
+    fresh_all = recompute(spark, table, interval, settings, source)
+    if watermark is None or current is None:
+        report.open = fresh_all.count()  # the stream has not finalised anything yet
+        return report
+    final = F.col(spec.end_col) <= F.lit(watermark)
+    fresh = fresh_all.where(final).localCheckpoint()
+    existing = _interval_rows(current, spec, interval).where(final).select(*fresh.columns)
+    keys, values = list(spec.keys), [c for c in fresh.columns if c not in spec.keys]
+    s_in, t_in = F.col("s._in").isNotNull(), F.col("t._in").isNotNull()
+    same = F.lit(True)
+    for column in values:
+        same = same & F.col(f"s.{column}").eqNullSafe(F.col(f"t.{column}"))
+    counts = (
+        fresh.withColumn("_in", F.lit(1)).alias("s")
+        .join(existing.withColumn("_in", F.lit(1)).alias("t"), keys, "full_outer")
+        .agg(
+            F.count(F.when(s_in, 1)).alias("recomputed"),
+            F.count(F.when(s_in & ~t_in, 1)).alias("inserted"),
+            F.count(F.when(t_in & ~s_in, 1)).alias("deleted"),
+            F.count(F.when(s_in & t_in & ~same, 1)).alias("changed"),
+        )
+        .collect()[0]
+    )  # fmt: skip
+    report.recomputed, report.inserted = counts["recomputed"], counts["inserted"]
+    report.deleted, report.changed = counts["deleted"], counts["changed"]
+    report.open = fresh_all.where(~final).count()
+    if report.changed or report.inserted or report.deleted:
+        start, end = (f"'{t.isoformat()}'" for t in (interval.start, interval.end))
+        in_interval = (
+            f"t.{spec.start_col} >= timestamp{start} AND t.{spec.start_col} < "
+            f"timestamp{end} AND t.{spec.end_col} <= timestamp'{watermark.isoformat()}'"
+        )
+        (
+            DeltaTable.forPath(spark, str(path))
+            .alias("t")
+            .merge(fresh.alias("s"), " AND ".join(f"t.{k} = s.{k}" for k in keys))
+            .whenMatchedUpdateAll()
+            .whenNotMatchedInsertAll()
+            .whenNotMatchedBySourceDelete(in_interval)
+            .execute()
+        )
+    report.version = delta_version(path)
+    return report
+
+
+def run(
+    spark: SparkSession,
+    interval: TimeRange,
+    *,
+    settings: PlatformSettings | None = None,
+    tables: Sequence[str] | None = None,
+) -> list[TableReport]:
+    """Backfill every windowed Gold table (or ``tables``) for ``interval``; each Silver
+    source is read once.
+
+    :raises KeyError: an unknown table in ``tables``.
+    """
+    specs = _specs()
+    sources: dict[str, DataFrame] = {}
+    reports = []
+    try:
+        for table in tables or list(specs):
+            spec = specs[table]
+            if spec.source not in sources:
+                sources[spec.source] = _source(spark, spec, settings).persist()
+            reports.append(backfill_table(spark, table, interval, settings,
+                                          sources[spec.source]))  # fmt: skip
+    finally:
+        for frame in sources.values():
+            frame.unpersist()
+    return reports
+
+
+def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
+    """Parse ``--start``/``--end`` (ISO 8601 with a UTC offset) into ``args.interval``; a bad
+    value exits 2 with a message saying what is wrong."""
+    parser = argparse.ArgumentParser(prog=JOB_NAME, description=__doc__.splitlines()[0])
+    parser.add_argument("--start", required=True, help="interval start, e.g. 2018-08-01T10:00Z")
+    parser.add_argument("--end", required=True, help="interval end (excluded)")
+    parser.add_argument(
+        "--table",
+        action="append",
+        dest="tables",
+        help="only this Gold table (repeatable; default: every windowed one)",
+    )
+    args = parser.parse_args(argv)
+    try:
+        args.interval = TimeRange.parse(args.start, args.end, MAX_INTERVAL)
+    except TimeRangeError as error:
+        parser.error(str(error))
+    known = _specs()
+    for table in args.tables or []:
+        if table not in known:
+            parser.error(f"--table {table!r} is not a windowed Gold table; known: {sorted(known)}")
+    return args
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    """spark-submit entry point: prints one JSON line per table (see :class:`TableReport`)."""
+    from spark_jobs.job_cli import operator_errors
+    from spark_jobs.locks import checkpoint_lock
+    from spark_jobs.session import build_spark_session
+
+    args = parse_args(argv)
+
+    @operator_errors
+    def body() -> int:
+        with checkpoint_lock(get_catalog().job("gold_aggregate").checkpoint()):
+            spark = build_spark_session(JOB_NAME)
+            print(f"gold_backfill: interval {args.interval}")
+            for report in run(spark, args.interval, tables=args.tables):
+                print(json.dumps(asdict(report)))
+        return 0
+
+    return body()
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import os
+
 import pytest
 
 from spark_jobs.session import spark_conf, spark_submit_conf
@@ -12,8 +14,9 @@ pytestmark = pytest.mark.unit
 
 @pytest.fixture
 def profile(monkeypatch: pytest.MonkeyPatch):
-    for name in ("INGEST_PROFILE", "INGEST_SPARK__DRIVER_HOST", "INGEST_SPARK__CORES_MAX"):
-        monkeypatch.delenv(name, raising=False)
+    for name in [n for n in os.environ if n.startswith(("INGEST_KAFKA__", "INGEST_SPARK__"))]:
+        monkeypatch.delenv(name)
+    monkeypatch.delenv("INGEST_PROFILE", raising=False)
 
     def select(name: str) -> PlatformSettings:
         monkeypatch.setenv("INGEST_PROFILE", name)

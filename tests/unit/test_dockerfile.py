@@ -1,0 +1,114 @@
+"""The Dockerfile's facts, checked without a Docker engine (parsed with dockerfile-parse):
+the official Airflow image of the locked version, Java 17, the project from uv.lock, the
+Maven jars baked in where the settings look for them, no secret in the image."""
+
+from __future__ import annotations
+
+import re
+import tomllib
+from pathlib import Path
+from typing import Any
+
+import pytest
+from dockerfile_parse import DockerfileParser
+
+pytestmark = pytest.mark.unit
+
+ROOT = Path(__file__).resolve().parents[2]
+SECRET_NAME = re.compile(r"PASSWORD|SECRET|FERNET|TOKEN|_KEY$|SQL_ALCHEMY_CONN|AIRFLOW_CONN_",
+                         re.IGNORECASE)  # fmt: skip
+
+
+@pytest.fixture(scope="module")
+def dockerfile() -> DockerfileParser:
+    parser = DockerfileParser(str(ROOT / "Dockerfile"))
+    parser.content  # noqa: B018 (read the file now: a parse error fails here)
+    return parser
+
+
+def stages(parser: DockerfileParser) -> list[dict[str, Any]]:
+    """``[{"name", "image", "instructions": [(instruction, value), ...]}]`` in file order;
+    build arguments substituted as Docker does."""
+    found: list[dict[str, Any]] = []
+    images = iter(parser.parent_images)
+    for item in parser.structure:
+        if item["instruction"] == "FROM":
+            name = item["value"].split()[-1] if " AS " in item["value"].upper() else None
+            found.append({"name": name, "image": next(images), "instructions": []})
+        elif found:
+            found[-1]["instructions"].append((item["instruction"], item["value"]))
+    return found
+
+
+def locked_version(package: str) -> str:
+    lock = tomllib.loads((ROOT / "uv.lock").read_text())
+    return next(p["version"] for p in lock["package"] if p["name"] == package)
+
+
+def test_based_on_the_official_airflow_image_of_the_locked_version(dockerfile) -> None:
+    expected = f"apache/airflow:{locked_version('apache-airflow')}-python3.11"
+    assert dockerfile.baseimage == expected
+    python = tomllib.loads((ROOT / "pyproject.toml").read_text())["project"]["requires-python"]
+    assert "3.11" in python
+    # Every Airflow-based stage uses the same image (the requirements are exported there).
+    assert {s["image"] for s in stages(dockerfile) if "airflow" in s["image"]} == {expected}
+
+
+def test_java_17_is_installed_and_found(dockerfile) -> None:
+    final = stages(dockerfile)[-1]["instructions"]
+    runs = " ".join(value for kind, value in final if kind == "RUN")
+    assert "openjdk-17-jre-headless" in runs
+    assert "java-17-openjdk" in dockerfile.envs["JAVA_HOME"]
+
+
+def test_the_maven_jars_are_baked_in_where_the_settings_look(dockerfile) -> None:
+    all_stages = stages(dockerfile)
+    jars = next(s for s in all_stages if s["name"] == "jars")
+    build = " ".join(value for kind, value in jars["instructions"] if kind == "RUN")
+    assert "mvn" in build
+    assert "include/maven/pom.xml" in build
+    copies = [value for kind, value in all_stages[-1]["instructions"] if kind == "COPY"]
+    jars_dir = dockerfile.envs["INGEST_JARS_DIR"]
+    # spark_jobs.session looks in <INGEST_JARS_DIR>/spark
+    assert any(c.startswith("--from=jars ") and c.split()[-1] == f"{jars_dir}/spark"
+               for c in copies), copies  # fmt: skip
+
+
+def test_the_project_is_installed_from_the_lock_file(dockerfile) -> None:
+    all_stages = stages(dockerfile)
+    export = " ".join(value for s in all_stages for kind, value in s["instructions"]
+                      if kind == "RUN" and "uv export" in value)  # fmt: skip
+    assert "--locked" in export
+    assert "--no-dev" in export
+    install = " ".join(value for kind, value in all_stages[-1]["instructions"] if kind == "RUN"
+                       and "pip install" in value)  # fmt: skip
+    assert "--require-hashes" in install
+    assert "--no-deps" in install  # exactly the lock's versions, no resolver
+    makefile = (ROOT / "Makefile").read_text()
+    uv_version = re.search(r"^UV_VERSION\s*:=\s*(\S+)", makefile, re.MULTILINE)
+    assert uv_version is not None
+    build_args = dict(item["value"].split("=", 1) for item in dockerfile.structure
+                      if item["instruction"] == "ARG" and "=" in item["value"])  # fmt: skip
+    assert build_args["UV_VERSION"] == uv_version.group(1)
+    copied = " ".join(value for kind, value in all_stages[-1]["instructions"] if kind == "COPY")
+    for source in ("spark_jobs/", "plugins/", "dags/", "include/", "uv.lock"):
+        assert source in copied
+
+
+def test_runs_as_airflow_and_holds_no_secret(dockerfile) -> None:
+    final = stages(dockerfile)[-1]["instructions"]
+    users = [value for kind, value in final if kind == "USER"]
+    assert users[-1] == "airflow"
+    names = [*dockerfile.envs] + [item["value"].split("=")[0] for item in dockerfile.structure
+                                  if item["instruction"] == "ARG"]  # fmt: skip
+    assert not [n for n in names if SECRET_NAME.search(n)], names
+    assert not any(re.search(r"://[^/\s:]+:[^@\s]+@", v) for v in dockerfile.envs.values())
+    # nothing installs at container start (the official image's escape hatch stays unused)
+    assert "_PIP_ADDITIONAL_REQUIREMENTS" not in dockerfile.content
+    assert not [kind for kind, _ in final if kind in ("ENTRYPOINT", "CMD")]
+
+
+def test_build_context_leaves_out_local_state_and_secrets() -> None:
+    ignored = (ROOT / ".dockerignore").read_text().split()
+    for entry in (".venv", ".ingest", ".env", ".git"):
+        assert entry in ignored

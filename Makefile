@@ -85,3 +85,12 @@ bench: setup ## Benchmarks: small (<10 min); ARGS=--full for 1M events and the d
 
 clean-data: ## Delete Delta tables and checkpoints (keeps jars, venv and Kafka data)
 	rm -rf $(STATE)/data $(STATE)/checkpoints
+
+# --- deployment (docker-compose.yaml, Dockerfile; README "Running on a cluster") ----------
+.PHONY: deploy-check image
+
+deploy-check: $(VENV_STAMP) ## Validate Dockerfile and docker-compose.yaml (no Docker engine needed)
+	$(BIN)/pytest -q tests/unit/test_compose.py tests/unit/test_dockerfile.py
+
+image: ## Build the platform's image (needs a Docker engine with BuildKit)
+	docker build -t $${INGEST_IMAGE:-ingest-platform:latest} .

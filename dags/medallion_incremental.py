@@ -3,33 +3,49 @@
 
 Every 15 minutes (a real 15-minute data interval), refine what Bronze received into Silver
 and Silver into Gold with **AvailableNow** Spark jobs, with a **Great Expectations gate**
-after each layer:
+after each layer. `choose_path` sends each run down one of two paths:
 
-`refine_silver` → `gate_silver` → `aggregate_gold` → `gate_gold` → `correct_late` →
-`publish_assets`
+* **incremental** (scheduled runs; manual runs of the current interval):
+  `refine_silver` → `gate_silver` → `aggregate_gold` → `gate_gold` → `correct_late` →
+  `publish_assets`. The AvailableNow jobs process whatever arrived, whatever the interval.
+* **backfill** (`airflow backfill create`, the UI's backfill form, and manual runs of an
+  interval that ended more than 15 minutes ago): `recompute_gold` → `gate_backfill` →
+  `publish_assets`. The streaming steps are skipped; the Gold windows and sessions that
+  start in the run's data interval are recomputed from Silver plus late events and
+  replaced (`spark_jobs.gold_backfill`). Running it twice changes nothing.
+
+Every task that writes or gates Gold runs in the `gold_layer` pool (one slot), so backfill
+runs (which have their own `max_active_runs`) and scheduled runs never write Gold at once;
+`refine_silver` runs in the `silver_layer` pool.
 
 * Spark tasks run `spark-submit` on the `spark_default` connection (`local[*]` embedded;
   point it at `spark://host:7077` to run on a cluster).
 * A gate validates only the Delta versions its layer produced since the last gate that
-  passed. A failed gate stops the run there: the increment does not reach the next layer,
-  and every later run fails at the same gate until an operator resolves it
-  (`python -m spark_jobs.quality.gate quarantine|accept --layer silver ...`, see the
-  README's *Quality gates*). Nothing is lost: Silver keeps refining meanwhile.
+  passed. A failed gate stops the run there, and every later run fails at the same gate
+  until an operator resolves it (`python -m spark_jobs.quality.gate quarantine|accept
+  --layer silver ...`, see the README's *Quality gates*).
 * `gate_silver` publishes the Silver Assets, `publish_assets` the Gold ones.
-* One run at a time; no catch-up. The jobs' checkpoint locks refuse a second driver.
+* One scheduled run at a time; no catch-up. Backfills may reach back to 2016 (the Olist
+  history): the DAG's start date.
 """
 
 from __future__ import annotations
 
 from datetime import UTC, datetime, timedelta
+from typing import Any
 
 from airflow.providers.standard.operators.empty import EmptyOperator
-from airflow.sdk import DAG, Asset, DeltaDataIntervalTimetable
+from airflow.sdk import DAG, Asset, DeltaDataIntervalTimetable, task
 
 from ingest_platform.operators import LayerGateOperator, SparkJobOperator
+from ingest_platform.orchestration import GOLD_POOL, SILVER_POOL
 from spark_jobs.catalog import get_catalog
 
 AVAILABLE_NOW = ["--trigger", "available-now"]
+INTERVAL = timedelta(minutes=15)
+#: The run's data interval, as the gold_backfill job reads it (ISO 8601 with offset).
+DATA_INTERVAL = ["--start", "{{ data_interval_start | ts }}",
+                 "--end", "{{ data_interval_end | ts }}"]  # fmt: skip
 
 
 def _assets(layer: str) -> list[Asset]:
@@ -40,8 +56,8 @@ def _assets(layer: str) -> list[Asset]:
 
 with DAG(
     dag_id="medallion_incremental",
-    schedule=DeltaDataIntervalTimetable(timedelta(minutes=15)),
-    start_date=datetime(2026, 1, 1, tzinfo=UTC),
+    schedule=DeltaDataIntervalTimetable(INTERVAL),
+    start_date=datetime(2016, 1, 1, tzinfo=UTC),
     catchup=False,
     max_active_runs=1,
     dagrun_timeout=timedelta(minutes=60),
@@ -50,21 +66,48 @@ with DAG(
         "retries": 1,
         "retry_delay": timedelta(minutes=1),
     },
-    tags=["medallion", "spark", "great-expectations"],
+    tags=["medallion", "spark", "great-expectations", "backfill"],
     doc_md=__doc__,
 ) as dag:
+
+    @task.branch(task_id="choose_path")
+    def choose_path(**context: Any) -> str:
+        """``recompute_gold`` for backfills and past manual runs, else ``refine_silver``."""
+        from ingest_platform.orchestration import medallion_path
+
+        run = context["dag_run"]
+        path = medallion_path(str(run.run_type), context.get("data_interval_end"),
+                              datetime.now(UTC), INTERVAL)  # fmt: skip
+        print(f"run {run.run_id} ({run.run_type}), data interval "
+              f"{context.get('data_interval_start')} .. {context.get('data_interval_end')}: "
+              f"{path} path")  # fmt: skip
+        return "recompute_gold" if path == "backfill" else "refine_silver"
+
     refine_silver = SparkJobOperator(
-        task_id="refine_silver", job="silver_refine", job_args=AVAILABLE_NOW
+        task_id="refine_silver", job="silver_refine", job_args=AVAILABLE_NOW, pool=SILVER_POOL
     )
     # A failed gate is a data problem, not a flaky task: no retry.
     gate_silver = LayerGateOperator(
         task_id="gate_silver", layer="silver", retries=0, outlets=_assets("silver")
     )
     aggregate_gold = SparkJobOperator(
-        task_id="aggregate_gold", job="gold_aggregate", job_args=AVAILABLE_NOW
+        task_id="aggregate_gold", job="gold_aggregate", job_args=AVAILABLE_NOW, pool=GOLD_POOL
     )
-    gate_gold = LayerGateOperator(task_id="gate_gold", layer="gold", retries=0)
-    correct_late = SparkJobOperator(task_id="correct_late", job="late_corrections")
-    publish_assets = EmptyOperator(task_id="publish_assets", outlets=_assets("gold"))
+    gate_gold = LayerGateOperator(task_id="gate_gold", layer="gold", retries=0, pool=GOLD_POOL)
+    correct_late = SparkJobOperator(task_id="correct_late", job="late_corrections",
+                                    pool=GOLD_POOL)  # fmt: skip
+    recompute_gold = SparkJobOperator(
+        task_id="recompute_gold", job="gold_backfill", job_args=DATA_INTERVAL, pool=GOLD_POOL
+    )
+    gate_backfill = LayerGateOperator(task_id="gate_backfill", layer="gold", retries=0,
+                                      pool=GOLD_POOL)  # fmt: skip
+    publish_assets = EmptyOperator(
+        task_id="publish_assets",
+        outlets=_assets("gold"),
+        trigger_rule="none_failed_min_one_success",
+    )
 
-    refine_silver >> gate_silver >> aggregate_gold >> gate_gold >> correct_late >> publish_assets
+    route = choose_path()
+    route >> refine_silver >> gate_silver >> aggregate_gold >> gate_gold >> correct_late
+    route >> recompute_gold >> gate_backfill
+    [correct_late, gate_backfill] >> publish_assets

@@ -31,6 +31,7 @@ from typing import TYPE_CHECKING
 
 from spark_jobs.catalog import get_catalog
 from spark_jobs.delta_io import committed_offsets, read_table, table_exists
+from spark_jobs.job_cli import operator_errors
 from spark_jobs.quality.holds import without_held
 from spark_jobs.settings import PlatformSettings, get_settings
 
@@ -225,15 +226,20 @@ def reconcile_payment_totals(
     return actual.count()
 
 
+@operator_errors
 def main(argv: Sequence[str] | None = None) -> int:
     """Entry point: correct, then reconcile including late payments."""
+    from spark_jobs.locks import checkpoint_lock
     from spark_jobs.session import build_spark_session
 
-    spark = build_spark_session(JOB_NAME)
-    changed = correct(spark)
-    print(f"late corrections: windows rewritten {changed}")
-    checked = reconcile_payment_totals(spark, include_late=True)
-    print(f"gold_payment_totals_5m: {checked} final windows match Silver")
+    # The Gold tables are gold_aggregate's: never rewrite them beside its driver (or a
+    # backfill, which holds the same lock).
+    with checkpoint_lock(get_catalog().job("gold_aggregate").checkpoint()):
+        spark = build_spark_session(JOB_NAME)
+        changed = correct(spark)
+        print(f"late corrections: windows rewritten {changed}")
+        checked = reconcile_payment_totals(spark, include_late=True)
+        print(f"gold_payment_totals_5m: {checked} final windows match Silver")
     return 0
 
 

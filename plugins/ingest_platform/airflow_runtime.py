@@ -77,6 +77,17 @@ def airflow_environment(
     return env
 
 
+def ensure_pools(cli: bool = False) -> None:
+    """Create the platform's pools (:data:`ingest_platform.orchestration.POOLS`) in the
+    embedded Airflow's database (or the command-line one with ``cli``).
+
+    :raises AirflowError: the CLI failed.
+    """
+    from ingest_platform.orchestration import pool_command
+
+    run_cli(pool_command(), cli=cli)
+
+
 def run_cli(args: list[str], env: Mapping[str, str] | None = None, check: bool = True,
             cli: bool = False) -> subprocess.CompletedProcess[str]:  # fmt: skip
     """Run ``airflow <args>`` with the embedded environment; output captured as text.
@@ -155,6 +166,7 @@ class Standalone:
             if self.pid() is None:
                 raise AirflowError(f"airflow standalone exited; {self.log_file}:\n{self._tail()}")
             if self.healthy() and self.password_file.exists():
+                ensure_pools()  # before a DAG is unpaused: tasks need their pools
                 return
             time.sleep(2)
         raise AirflowError(f"airflow standalone did not answer on {self.url} within "

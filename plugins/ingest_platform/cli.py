@@ -179,7 +179,9 @@ def airflow_cli(ctx: typer.Context) -> None:
 
     if not (airflow_home(cli=True) / "airflow.db").exists():
         airflow_home(cli=True).mkdir(parents=True, exist_ok=True)
-        for init in (["db", "migrate"], ["dags", "reserialize"]):
+        from ingest_platform.orchestration import pool_command
+
+        for init in (["db", "migrate"], pool_command(), ["dags", "reserialize"]):
             subprocess.run([airflow, *init], env=env, check=True, stdout=subprocess.DEVNULL,
                            stderr=subprocess.DEVNULL)  # fmt: skip
     raise typer.Exit(subprocess.run([airflow, *ctx.args], env=env, check=False).returncode)

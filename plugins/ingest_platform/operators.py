@@ -29,6 +29,8 @@ JOB_MODULES = {
     "silver_refine": "spark_jobs.silver_refine",
     "gold_aggregate": "spark_jobs.gold_aggregate",
     "late_corrections": "spark_jobs.late_corrections",
+    "gold_backfill": "spark_jobs.gold_backfill",
+    "bronze_replay": "spark_jobs.bronze_replay",
     "quality_gate": "spark_jobs.quality.gate",
 }
 

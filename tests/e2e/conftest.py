@@ -13,7 +13,7 @@ import pandas as pd
 import pytest
 from deltalake import DeltaTable
 
-from ingest_platform.airflow_runtime import run_cli
+from ingest_platform.airflow_runtime import ensure_pools, run_cli
 from spark_jobs.catalog import get_catalog
 from spark_jobs.delta_io import table_exists
 from spark_jobs.settings import get_settings
@@ -85,6 +85,7 @@ def airflow_platform(
         get_settings.cache_clear()
         ensure_topics(kafka_bootstrap, [prefix + t for t in TOPICS], partitions=3)
         run_cli(["db", "migrate"])
+        ensure_pools()
         platform = AirflowPlatform(home=home, prefix=prefix, bootstrap=kafka_bootstrap)
         try:
             yield platform

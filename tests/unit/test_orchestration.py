@@ -30,10 +30,24 @@ def test_medallion_incremental_runs_the_layers_in_order_behind_gates(dagbag) -> 
     assert dag.timetable.delta == timedelta(minutes=15)
     assert dag.max_active_runs == 1
     assert dag.catchup is False
-    order = ["refine_silver", "gate_silver", "aggregate_gold", "gate_gold", "correct_late",
-             "publish_assets"]  # fmt: skip
+    order = ["choose_path", "refine_silver", "gate_silver", "aggregate_gold", "gate_gold",
+             "correct_late"]  # fmt: skip
     for upstream, downstream in itertools.pairwise(order):
         assert dag.get_task(downstream).upstream_task_ids == {upstream}
+    backfill = ["choose_path", "recompute_gold", "gate_backfill"]
+    for upstream, downstream in itertools.pairwise(backfill):
+        assert dag.get_task(downstream).upstream_task_ids == {upstream}
+    publish = dag.get_task("publish_assets")
+    assert publish.upstream_task_ids == {"correct_late", "gate_backfill"}
+    assert publish.trigger_rule == "none_failed_min_one_success"
+    # Gold's writers and gates share one pool slot, whatever run (backfill or not) they are in.
+    gold_writers = {t.task_id for t in dag.tasks if t.pool == "gold_layer"}
+    assert gold_writers == {"aggregate_gold", "gate_gold", "correct_late", "recompute_gold",
+                            "gate_backfill"}  # fmt: skip
+    assert dag.get_task("refine_silver").pool == "silver_layer"
+    assert dag.get_task("recompute_gold").job_args == [
+        "--start", "{{ data_interval_start | ts }}", "--end", "{{ data_interval_end | ts }}"
+    ]  # fmt: skip
     for task_id in ("refine_silver", "gate_silver", "aggregate_gold", "gate_gold",
                     "correct_late"):  # fmt: skip
         assert dag.get_task(task_id)._conn_id == "spark_default"
@@ -120,3 +134,35 @@ def test_suites_cover_every_gated_table_and_build(tmp_path) -> None:
             kinds = {e.expectation_type for e in suite.expectations}
             assert "expect_column_values_to_not_be_null" in kinds
             assert "expect_table_row_count_to_be_between" in kinds
+
+
+def test_pools_the_dags_use_are_declared_in_the_pools_file(dagbag) -> None:
+    import json
+
+    from ingest_platform.orchestration import POOLS_FILE
+
+    declared = json.loads(POOLS_FILE.read_text())
+    used = {t.pool for dag in dagbag.dags.values() for t in dag.tasks} - {"default_pool"}
+    assert used <= set(declared)
+    assert all(entry["slots"] == 1 for entry in declared.values())
+
+
+@pytest.mark.parametrize(
+    ("run_type", "ended_ago", "expected"),
+    [
+        ("backfill", timedelta(days=400), "backfill"),
+        ("backfill", timedelta(0), "backfill"),  # a backfill is a backfill, even of today
+        ("manual", timedelta(days=2), "backfill"),  # a person re-running a past interval
+        ("manual", timedelta(minutes=16), "backfill"),
+        ("manual", timedelta(minutes=1), "incremental"),  # "run now"
+        ("scheduled", timedelta(hours=5), "incremental"),  # late, but the live schedule
+        ("asset_triggered", timedelta(days=1), "incremental"),
+    ],
+)
+def test_medallion_path_follows_run_type_and_interval(
+    run_type: str, ended_ago: timedelta, expected: str
+) -> None:
+    from ingest_platform.orchestration import medallion_path
+
+    now = datetime(2026, 11, 29, 12, 0, tzinfo=UTC)
+    assert medallion_path(run_type, now - ended_ago, now, timedelta(minutes=15)) == expected

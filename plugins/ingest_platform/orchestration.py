@@ -1,0 +1,65 @@
+"""Orchestration facts shared by the DAGs and the platform's Airflow set-up: the pools that
+serialise writers of a layer, and how a ``medallion_incremental`` run chooses between its
+incremental (streaming) path and its backfill path.
+
+Pools, not locks, because Airflow gives a backfill its own ``max_active_runs``: without a
+pool, eight backfill runs and a scheduled run would all try to write Gold at once. A task
+waiting for a slot is shown as *scheduled* in the UI instead of failing on a busy lock (the
+jobs' checkpoint locks stay as the last line of defence for runs outside Airflow).
+"""
+
+from __future__ import annotations
+
+import sys
+from datetime import datetime, timedelta
+from pathlib import Path
+from typing import Literal
+
+from spark_jobs.settings import INCLUDE_DIR
+
+#: The pools, in the format of ``airflow pools import``; every Airflow the platform starts
+#: imports it (``make demo``, ``ingestctl airflow``, the compose stack's init service).
+POOLS_FILE: Path = INCLUDE_DIR / "airflow" / "pools.json"
+#: Pool of the tasks that write Silver; of those that write or gate Gold.
+SILVER_POOL, GOLD_POOL = "silver_layer", "gold_layer"
+
+RunPath = Literal["incremental", "backfill"]
+
+
+def medallion_path(
+    run_type: str, data_interval_end: datetime | None, now: datetime, interval: timedelta
+) -> RunPath:
+    """Which path a ``medallion_incremental`` run takes.
+
+    * ``backfill`` for a backfill run (``airflow backfill create``, the UI's backfill form),
+      and for a manual run whose data interval ended more than one ``interval`` before
+      ``now`` (a person re-running a past interval): the interval's Gold windows are
+      recomputed from Silver; the streaming steps, which ignore the interval, are skipped.
+    * ``incremental`` otherwise (scheduled runs, however late; manual runs of the current
+      interval): the AvailableNow jobs process whatever arrived.
+
+    :param run_type: ``DagRun.run_type`` (``scheduled``, ``manual``, ``backfill``, ...).
+    :param data_interval_end: the run's data interval end (timezone-aware), or None.
+    """
+    if run_type == "backfill":
+        return "backfill"
+    if run_type == "manual" and data_interval_end is not None:
+        return "backfill" if data_interval_end <= now - interval else "incremental"
+    return "incremental"
+
+
+def pool_command() -> list[str]:
+    """``airflow`` CLI arguments that create or update every pool of :data:`POOLS_FILE`."""
+    return ["pools", "import", str(POOLS_FILE)]
+
+
+def main() -> int:
+    """``python -m ingest_platform.orchestration``: import the pools with the ``airflow`` on
+    ``PATH`` (the compose stack's init service runs this after ``airflow db migrate``)."""
+    import subprocess
+
+    return subprocess.run(["airflow", *pool_command()], check=False).returncode
+
+
+if __name__ == "__main__":  # python -m ingest_platform.orchestration (compose init service)
+    sys.exit(main())

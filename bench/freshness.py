@@ -65,6 +65,7 @@ def measure(table: Path, window_start_s: float, window_end_s: float) -> Freshnes
 
     :raises ValueError: no row of the window is in the table.
     """
+    import pyarrow as pa
     import pyarrow.compute as pc
     import pyarrow.parquet as pq
 
@@ -78,8 +79,8 @@ def measure(table: Path, window_start_s: float, window_end_s: float) -> Freshnes
             times.append(visible_s)
         for path in files:
             column = pq.read_table(path, columns=["kafka_timestamp"]).column(0)
-            seconds = pc.divide(pc.cast(pc.cast(column, "timestamp[us, tz=UTC]"), "int64"),
-                                1_000_000.0).to_pylist()  # fmt: skip
+            micros = pc.cast(pc.cast(column, pa.timestamp("us", tz="UTC")), pa.int64())
+            seconds = pc.divide(pc.cast(micros, pa.float64()), 1_000_000.0).to_pylist()
             latencies.extend(visible_s - t for t in seconds
                              if t is not None and window_start_s <= t < window_end_s)
     if not latencies:

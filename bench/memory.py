@@ -77,7 +77,7 @@ class MemorySampler(threading.Thread):
             except (psutil.NoSuchProcess, psutil.AccessDenied):
                 continue
             groups[group] += rss
-            detail[f"{group}:{process.info['name']}"] += rss
+            detail[f"{group}:{process.info['name']}:{process.pid}"] += rss
         platform = sum(v for g, v in groups.items() if g != "bench_tools")
         for group, value in groups.items():
             self.peaks_mb[group] = max(self.peaks_mb[group], value)

@@ -48,6 +48,31 @@ def medallion_path(
     return "incremental"
 
 
+def replay_plan(params: dict[str, object]) -> int:
+    """The ``bronze_replay`` DAG's ``check_range``: validate its parameters and plan the
+    offsets, printing one line per partition.
+
+    :returns: records the replay will re-read.
+    :raises airflow.exceptions.AirflowFailException: a bad parameter, or a range Kafka no
+        longer holds (no retry: retrying cannot fix either).
+    """
+    from airflow.exceptions import AirflowFailException
+
+    from spark_jobs.bronze_replay import RangeNotInKafkaError, parse_topics, plan
+    from spark_jobs.time_range import TimeRange, TimeRangeError
+
+    try:
+        topics = parse_topics(params.get("topics") or [])  # type: ignore[arg-type]
+        time_range = TimeRange.parse(str(params.get("from_ts")), str(params.get("to_ts")))
+        plans = plan(topics, time_range)
+    except (TimeRangeError, ValueError, RangeNotInKafkaError) as error:
+        raise AirflowFailException(str(error)) from None
+    for p in plans:
+        print(f"{p.topic}[{p.partition}]: offsets {p.start}..{p.end} ({p.records} records; "
+              f"{p.left_to_stream} after bronze_ingest's position, left to it)")  # fmt: skip
+    return sum(p.records for p in plans)
+
+
 def pool_command() -> list[str]:
     """``airflow`` CLI arguments that create or update every pool of :data:`POOLS_FILE`."""
     return ["pools", "import", str(POOLS_FILE)]

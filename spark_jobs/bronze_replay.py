@@ -1,0 +1,239 @@
+"""bronze_replay: re-read a time range of Kafka topics in batch and write what Bronze lacks.
+
+For rebuilding Bronze after an accident (a deleted partition of ``bronze_events``, a restore
+from an old backup, a range skipped with ``--accept-data-loss`` that Kafka still had):
+
+1. **Plan** (kafka-python, before Spark starts): for each partition of each topic, the
+   offsets whose Kafka timestamps fall in ``[from, to)`` (Kafka's offsets-by-timestamp
+   lookup, ``offsets_for_times``). A range Kafka no longer holds entirely (retention
+   deleted records the range may have had: the partition's log start is above 0 and its
+   earliest remaining record is newer than ``from``) is **refused**, naming the partition
+   and the earliest time still available. The plan ends at the offsets ``bronze_ingest``
+   has committed: later records are the always-on job's to write, and writing them here
+   would duplicate them when it gets there.
+2. **Read** those offsets with Spark's Kafka batch source (``startingOffsets`` /
+   ``endingOffsets``), shaped exactly like the streaming job's rows
+   (:func:`spark_jobs.bronze_ingest.to_bronze`).
+3. **Write** by MERGE on ``(topic, partition, offset)``, inserting only rows Bronze lacks:
+   a range already in Bronze adds nothing, and running the replay twice adds nothing.
+
+Run::
+
+    python -m spark_jobs.bronze_replay --topics payments,orders \\
+        --from 2026-11-29T10:00:00Z --to 2026-11-29T11:00:00Z
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+from collections.abc import Sequence
+from dataclasses import asdict, dataclass
+from datetime import UTC, datetime, timedelta
+from typing import TYPE_CHECKING, Any
+
+from spark_jobs.catalog import get_catalog
+from spark_jobs.settings import PlatformSettings, get_settings
+from spark_jobs.time_range import TimeRange, TimeRangeError
+
+if TYPE_CHECKING:
+    from pyspark.sql import SparkSession
+
+JOB_NAME = "bronze_replay"
+#: Longest range one replay may cover (Kafka's default retention is 7 days).
+MAX_RANGE = timedelta(days=31)
+
+
+class RangeNotInKafkaError(RuntimeError):
+    """Kafka no longer holds (all of) the requested range; nothing was written."""
+
+
+@dataclass(frozen=True)
+class PartitionPlan:
+    """Offsets ``[start, end)`` of one partition to re-read.
+
+    :param in_range_end: end of the time range's offsets before clamping to the always-on
+        job's committed position; ``left_to_stream = in_range_end - end`` records are after
+        it (``bronze_ingest`` will write them).
+    """
+
+    topic: str
+    partition: int
+    start: int
+    end: int
+    in_range_end: int
+
+    @property
+    def records(self) -> int:
+        """Records to re-read."""
+        return max(0, self.end - self.start)
+
+    @property
+    def left_to_stream(self) -> int:
+        """Records of the range beyond ``bronze_ingest``'s committed offsets."""
+        return max(0, self.in_range_end - max(self.end, self.start))
+
+
+def parse_topics(text: str | Sequence[str], settings: PlatformSettings | None = None) -> list[str]:
+    """Contract topic names (``payments,orders`` or a list) -> Kafka topic names.
+
+    :raises ValueError: empty, or a name that is not a contract topic; lists the known ones.
+    """
+    from spark_jobs.contracts import TOPICS
+
+    settings = settings or get_settings()
+    names = [t.strip() for t in (text.split(",") if isinstance(text, str) else text)]
+    names = [t for t in names if t]
+    if not names:
+        raise ValueError(f"no topic given; known: {', '.join(TOPICS)}")
+    unknown = [t for t in names if t not in TOPICS]
+    if unknown:
+        raise ValueError(f"unknown topic(s) {unknown}; known: {', '.join(TOPICS)}")
+    return [settings.kafka.topic(t) for t in dict.fromkeys(names)]
+
+
+def _stream_position(settings: PlatformSettings) -> dict[tuple[str, int], int]:
+    """``bronze_ingest``'s committed next offset per (topic, partition); empty if none."""
+    from spark_jobs.delta_io import committed_offsets
+
+    committed = committed_offsets(get_catalog().job("bronze_ingest").checkpoint(settings))
+    if committed is None or not committed["sources"] or committed["sources"][0] is None:
+        return {}
+    return {(topic, int(p)): int(offset)
+            for topic, parts in committed["sources"][0].items()
+            for p, offset in parts.items()}  # fmt: skip
+
+
+def plan(
+    topics: Sequence[str], time_range: TimeRange, settings: PlatformSettings | None = None
+) -> list[PartitionPlan]:
+    """Offsets of ``time_range`` on every partition of ``topics`` (Kafka names).
+
+    :raises RangeNotInKafkaError: a topic does not exist, or retention deleted records the
+        range may have held; the message names the partition and the earliest time left.
+    """
+    from kafka import KafkaConsumer, TopicPartition
+
+    settings = settings or get_settings()
+    from_ms, to_ms = time_range.millis()
+    stream = _stream_position(settings)
+    consumer = KafkaConsumer(**settings.kafka.client_config(), enable_auto_commit=False)
+    try:
+        missing = [t for t in topics if consumer.partitions_for_topic(t) is None]
+        if missing:
+            raise RangeNotInKafkaError(f"Kafka has no topic {missing}; nothing was written")
+        partitions = [TopicPartition(t, p) for t in topics
+                      for p in sorted(consumer.partitions_for_topic(t) or ())]  # fmt: skip
+        first = consumer.beginning_offsets(partitions)
+        last = consumer.end_offsets(partitions)
+        at_from = consumer.offsets_for_times({tp: from_ms for tp in partitions})
+        at_to = consumer.offsets_for_times({tp: to_ms for tp in partitions})
+        earliest = consumer.offsets_for_times({tp: 0 for tp in partitions})
+    finally:
+        consumer.close()
+    plans, lost = [], []
+    for tp in partitions:
+        oldest = earliest[tp]  # the first record still held, with its timestamp
+        if first[tp] > 0 and oldest is not None and oldest.timestamp > from_ms:
+            held = datetime.fromtimestamp(oldest.timestamp / 1000, UTC).isoformat()
+            lost.append(f"{tp.topic}[{tp.partition}] (offsets below {first[tp]} deleted; "
+                        f"earliest available time {held})")  # fmt: skip
+            continue
+        start = at_from[tp].offset if at_from[tp] is not None else last[tp]
+        end = at_to[tp].offset if at_to[tp] is not None else last[tp]
+        clamped = min(end, stream.get((tp.topic, tp.partition), 0))
+        plans.append(PartitionPlan(tp.topic, tp.partition, start, max(start, clamped), end))
+    if lost:
+        raise RangeNotInKafkaError(
+            f"Kafka no longer holds all of {time_range}: {'; '.join(lost)}. Nothing was "
+            "written; choose --from at or after the earliest available time."
+        )
+    return plans
+
+
+def replay(
+    spark: SparkSession, plans: Sequence[PartitionPlan], settings: PlatformSettings | None = None
+) -> dict[str, int]:
+    """Read the planned offsets and insert the rows Bronze lacks.
+
+    :returns: ``{"read": rows read from Kafka, "inserted": rows added to Bronze}``.
+    """
+    from delta.tables import DeltaTable
+
+    from spark_jobs.bronze_ingest import to_bronze
+    from spark_jobs.delta_io import table_exists
+
+    settings = settings or get_settings()
+    todo = [p for p in plans if p.records]
+    if not todo:
+        return {"read": 0, "inserted": 0}
+    starting: dict[str, dict[str, int]] = {}
+    ending: dict[str, dict[str, int]] = {}
+    for p in todo:
+        starting.setdefault(p.topic, {})[str(p.partition)] = p.start
+        ending.setdefault(p.topic, {})[str(p.partition)] = p.end
+    rows = to_bronze(
+        spark.read.format("kafka")
+        .options(**settings.kafka.spark_options())
+        .option("assign", json.dumps({t: [int(p) for p in parts] for t, parts in starting.items()}))
+        .option("startingOffsets", json.dumps(starting))
+        .option("endingOffsets", json.dumps(ending))
+        .option("failOnDataLoss", "true")
+        .load()
+    ).localCheckpoint()  # read Kafka once: counted, then merged
+    read = rows.count()
+    table = get_catalog().table("bronze_events")
+    path = str(table.path(settings))
+    if not table_exists(path):
+        rows.write.format("delta").partitionBy(*table.partition_by).save(path)
+        return {"read": read, "inserted": read}
+    topics = ", ".join(f"'{t}'" for t in starting)
+    metrics = (
+        DeltaTable.forPath(spark, path).alias("t")
+        .merge(rows.alias("s"), f"t.topic IN ({topics}) AND t.topic = s.topic AND "
+               "t.partition = s.partition AND t.offset = s.offset")
+        .whenNotMatchedInsertAll()
+        .execute()  # one row of counts (num_inserted_rows, ...); no commit when none
+    ).collect()  # fmt: skip
+    inserted = int(metrics[0]["num_inserted_rows"]) if metrics else 0
+    return {"read": read, "inserted": inserted}
+
+
+def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
+    """``--topics``, ``--from``, ``--to``; a bad value exits 2 saying what is wrong."""
+    parser = argparse.ArgumentParser(prog=JOB_NAME, description=__doc__.splitlines()[0])
+    parser.add_argument("--topics", required=True, help="contract topics, comma-separated")
+    parser.add_argument("--from", dest="start", required=True, help="e.g. 2026-11-29T10:00Z")
+    parser.add_argument("--to", dest="end", required=True, help="end of the range (excluded)")
+    args = parser.parse_args(argv)
+    try:
+        args.range = TimeRange.parse(args.start, args.end, MAX_RANGE)
+        args.kafka_topics = parse_topics(args.topics)
+    except (TimeRangeError, ValueError) as error:
+        parser.error(str(error))
+    return args
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    """spark-submit entry point: prints the plan and the counts as JSON lines; a range
+    Kafka no longer holds exits 1 with the earliest available time, before Spark starts."""
+    from spark_jobs.session import build_spark_session
+
+    args = parse_args(argv)
+    try:
+        plans = plan(args.kafka_topics, args.range)
+    except RangeNotInKafkaError as error:
+        print(f"bronze_replay: {error}", file=sys.stderr)
+        return 1
+    summary: dict[str, Any] = {"range": str(args.range)}
+    for p in plans:
+        print(json.dumps(asdict(p) | {"records": p.records, "left_to_stream": p.left_to_stream}))
+    summary |= replay(build_spark_session(JOB_NAME), plans) if any(p.records for p in plans) else {
+        "read": 0, "inserted": 0}  # fmt: skip
+    print(json.dumps(summary))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -34,6 +34,7 @@ Run::
 from __future__ import annotations
 
 import argparse
+import functools
 import json
 import sys
 from collections.abc import Callable, Sequence
@@ -87,10 +88,10 @@ def windowed_tables(gap: str) -> dict[str, WindowedTable]:
 
     tables = {}
     for table, (duration, slide, key) in PAYMENT_WINDOWS.items():
-        aggregate = (
-            (lambda df, d=duration: gold.payment_success_rate(df, d))
+        aggregate: Callable[[DataFrame], DataFrame] = (
+            functools.partial(gold.payment_success_rate, duration=duration)
             if table == "gold_payment_success_rate_15m"
-            else (lambda df, d=duration, s=slide: gold.payment_totals(df, d, s))
+            else functools.partial(gold.payment_totals, duration=duration, slide=slide)
         )
         minutes = int(duration.split()[0])
         tables[table] = WindowedTable(

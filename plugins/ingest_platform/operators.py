@@ -31,6 +31,7 @@ JOB_MODULES = {
     "late_corrections": "spark_jobs.late_corrections",
     "gold_backfill": "spark_jobs.gold_backfill",
     "bronze_replay": "spark_jobs.bronze_replay",
+    "layer_refresh": "spark_jobs.layer_refresh",
     "quality_gate": "spark_jobs.quality.gate",
 }
 
@@ -103,6 +104,8 @@ class SparkJobOperator(SparkSubmitOperator):
     """
 
     template_fields = (*SparkSubmitOperator.template_fields, "job_args")
+    #: Repair before and back up after the run (off for jobs on staging checkpoints).
+    manage_checkpoint = True
 
     def __init__(self, *, job: str, job_args: Sequence[str] = (), **kwargs: Any) -> None:
         if job not in JOB_MODULES:
@@ -122,7 +125,7 @@ class SparkJobOperator(SparkSubmitOperator):
         from spark_jobs.catalog import get_catalog
         from spark_jobs.session import spark_submit_conf
 
-        checkpointed = self.job in get_catalog().jobs
+        checkpointed = self.job in get_catalog().jobs and self.manage_checkpoint
         if checkpointed:
             from ingest_platform.recovery import recover
 
@@ -184,4 +187,37 @@ class LayerGateOperator(SparkJobOperator):
         for inc in increments:
             self.log.info("gate %s: %s versions %d..%d pending", self.layer, inc.table,
                           inc.from_version, inc.to_version)  # fmt: skip
+        return super().execute(context)
+
+
+class StagedJobOperator(SparkJobOperator):
+    """Run a job of a ``layer_full_refresh`` on the refresh's staging folders
+    (:class:`spark_jobs.layer_refresh.RefreshLayout`, keyed by the DAG run id): the rebuilt
+    layers, new checkpoints and the staging gate bookkeeping; everything else stays live.
+
+    Skipped when the refresh does not rebuild ``builds`` (a Gold refresh skips the Silver
+    steps). No checkpoint repair or backup: the staging checkpoints are new.
+
+    :param builds: the layer this task rebuilds or gates (``silver`` or ``gold``).
+    """
+
+    manage_checkpoint = False
+
+    def __init__(self, *, builds: str, **kwargs: Any) -> None:
+        super().__init__(**kwargs)
+        self.builds = builds
+
+    def execute(self, context: Any) -> Any:
+        """Skip or run the job with the staging environment (see the class doc)."""
+        from airflow.sdk.exceptions import AirflowSkipException
+
+        from spark_jobs.layer_refresh import RefreshLayout, layers_of
+        from spark_jobs.settings import get_settings
+
+        layer = str(context["params"]["layer"])
+        if self.builds not in layers_of(layer):
+            raise AirflowSkipException(f"a {layer} refresh does not rebuild {self.builds}")
+        layout = RefreshLayout(str(context["run_id"]), get_settings())
+        self.env_vars = {**(self.env_vars or {}), **layout.environment(layer)}
+        self.log.info("staging: %s", layout.staging)
         return super().execute(context)

@@ -1,0 +1,89 @@
+"""
+### layer_full_refresh
+
+Manual only, guarded. Rebuilds a layer from the layer below with **new checkpoints**, beside
+the live tables, and swaps it in only after the rebuild passed its gate (parameter `layer`):
+
+* `gold`: Gold from live Silver (`gold_aggregate` from the start, then the late
+  corrections), gated, swapped.
+* `silver`: Silver from Bronze, then Gold from the rebuilt Silver (Gold's checkpoints follow
+  Silver's tables, so a new Silver needs a new Gold), both gated, both swapped.
+
+`prepare` **refuses while the layer's jobs run** (their checkpoint locks are held) and
+creates `<data>/_refresh/<run id>/staging` (with a copy of the live `ops_gate_holds`, so
+held rows stay out). The rebuild tasks run on the staging folders only; the live layer keeps
+serving and `medallion_incremental` keeps running meanwhile. `swap` refuses unless every
+rebuilt table passed its gate, takes the jobs' checkpoint locks (in the `gold_layer` pool),
+moves the live tables and checkpoints to `<data>/_refresh/<run id>/previous` and the rebuilt
+ones into place, and records the new tables' gate marks. The previous tables stay until you
+delete them. If a gate fails, nothing live changed: inspect the staging tables and Data Docs,
+fix, and trigger a new refresh.
+"""
+
+from __future__ import annotations
+
+from datetime import UTC, datetime
+
+from airflow.sdk import DAG, Param, task
+
+from ingest_platform.operators import SparkJobOperator, StagedJobOperator
+from ingest_platform.orchestration import GOLD_POOL
+
+AVAILABLE_NOW = ["--trigger", "available-now"]
+
+
+def _gate(layer: str) -> list[str]:
+    return ["validate", "--layer", layer, "--run-id", "{{ run_id }}"]
+
+
+with DAG(
+    dag_id="layer_full_refresh",
+    schedule=None,
+    start_date=datetime(2026, 1, 1, tzinfo=UTC),
+    catchup=False,
+    max_active_runs=1,
+    default_args={"owner": "data-platform", "retries": 0},
+    tags=["medallion", "operations", "backfill"],
+    doc_md=__doc__,
+    params={
+        "layer": Param(
+            "gold",
+            enum=["gold", "silver"],
+            description="gold: rebuild Gold; silver: rebuild Silver, then Gold",
+        ),
+    },
+) as dag:
+
+    @task
+    def prepare(params: dict | None = None, run_id: str | None = None) -> str:
+        """Refuse while the layer's jobs run; create the staging folders."""
+        from airflow.exceptions import AirflowFailException
+
+        from spark_jobs.layer_refresh import RefreshError, prepare
+
+        try:
+            return str(prepare(str((params or {})["layer"]), str(run_id)))
+        except (RefreshError, ValueError) as error:
+            raise AirflowFailException(str(error)) from None
+
+    rebuild_silver = StagedJobOperator(
+        task_id="rebuild_silver", job="silver_refine", job_args=AVAILABLE_NOW, builds="silver"
+    )
+    gate_silver = StagedJobOperator(
+        task_id="gate_silver", job="quality_gate", job_args=_gate("silver"), builds="silver"
+    )
+    rebuild_gold = StagedJobOperator(
+        task_id="rebuild_gold", job="gold_aggregate", job_args=AVAILABLE_NOW, builds="gold",
+        trigger_rule="none_failed",
+    )  # fmt: skip
+    correct_late = StagedJobOperator(task_id="correct_late", job="late_corrections",
+                                     builds="gold")  # fmt: skip
+    gate_gold = StagedJobOperator(
+        task_id="gate_gold", job="quality_gate", job_args=_gate("gold"), builds="gold"
+    )
+    swap = SparkJobOperator(
+        task_id="swap", job="layer_refresh", pool=GOLD_POOL,
+        job_args=["swap", "--layer", "{{ params.layer }}", "--refresh-id", "{{ run_id }}"],
+    )  # fmt: skip
+
+    prepare() >> rebuild_silver >> gate_silver >> rebuild_gold >> correct_late >> gate_gold >> swap

@@ -1,0 +1,277 @@
+"""Full refresh of a layer: rebuild it from the layer below with new checkpoints beside the
+live tables, gate the rebuild, then swap it in. The ``layer_full_refresh`` DAG drives it.
+
+* ``gold``: Gold is rebuilt from live Silver (``gold_aggregate`` AvailableNow from the start,
+  then the late corrections).
+* ``silver``: Silver is rebuilt from Bronze (``silver_refine``), and Gold from the rebuilt
+  Silver: Gold's checkpoints follow Silver's tables (their Delta table ids and versions),
+  so a new Silver needs a new Gold.
+
+Layout of refresh ``<id>`` (:class:`RefreshLayout`): the rebuild writes to
+``<data>/_refresh/<id>/staging/<layer>/<table>`` with checkpoints in
+``.../staging/checkpoints`` and its gate bookkeeping in ``.../staging/ops`` (starting from a
+copy of the live ``ops_gate_holds``, so rows an operator held back stay out of the rebuilt
+Gold). Nothing live changes until ``swap``, which:
+
+1. refuses unless every rebuilt gated table passed its gate (in the staging bookkeeping);
+2. takes the checkpoint locks of the layers' jobs (refuses while any of them runs);
+3. moves each live table and checkpoint (with its fingerprint) to
+   ``.../previous/``, and the staged ones into their place (renames on one file system);
+4. records a ``passed`` gate result for each swapped table in the live ``ops_gate_results``
+   (the new table's history starts again at version 0).
+
+The previous tables and checkpoints stay in ``_refresh/<id>/previous`` until an operator
+deletes them. Run::
+
+    python -m spark_jobs.layer_refresh swap --layer gold --refresh-id 20261129T101500
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import re
+import shutil
+import sys
+from collections.abc import Iterator, Sequence
+from contextlib import ExitStack, contextmanager
+from dataclasses import dataclass
+from datetime import UTC, datetime
+from pathlib import Path
+from typing import TYPE_CHECKING
+
+from spark_jobs.catalog import get_catalog
+from spark_jobs.settings import PlatformSettings, get_settings
+
+if TYPE_CHECKING:
+    from pyspark.sql import SparkSession
+
+JOB_NAME = "layer_refresh"
+#: Layer -> the layers a refresh of it rebuilds, in build order.
+REBUILDS: dict[str, tuple[str, ...]] = {"silver": ("silver", "gold"), "gold": ("gold",)}
+#: Layer -> the job that writes it (and whose checkpoint it owns).
+LAYER_JOBS: dict[str, str] = {"silver": "silver_refine", "gold": "gold_aggregate"}
+_REFRESH_ID = re.compile(r"^[A-Za-z0-9_.+:-]{1,100}$")
+
+
+class RefreshError(RuntimeError):
+    """A refresh step cannot go on; nothing live was changed (the message says why)."""
+
+
+def layers_of(layer: str) -> tuple[str, ...]:
+    """The layers a full refresh of ``layer`` rebuilds.
+
+    :raises ValueError: not ``silver`` or ``gold``.
+    """
+    try:
+        return REBUILDS[layer]
+    except KeyError:
+        raise ValueError(f"layer {layer!r} cannot be refreshed; choose one of "
+                         f"{sorted(REBUILDS)}") from None  # fmt: skip
+
+
+@dataclass(frozen=True)
+class RefreshLayout:
+    """Folders of one refresh (see the module doc)."""
+
+    refresh_id: str
+    settings: PlatformSettings
+
+    def __post_init__(self) -> None:
+        if not _REFRESH_ID.match(self.refresh_id):
+            raise ValueError(f"refresh id {self.refresh_id!r} must match {_REFRESH_ID.pattern}")
+
+    @property
+    def root(self) -> Path:
+        """``<data>/_refresh/<id>`` (``:`` and ``+`` of Airflow run ids replaced)."""
+        safe = re.sub(r"[:+]", "-", self.refresh_id)
+        return self.settings.storage.data_path / "_refresh" / safe
+
+    @property
+    def staging(self) -> Path:
+        """Root of the rebuilt layers and the staging gate bookkeeping."""
+        return self.root / "staging"
+
+    @property
+    def previous(self) -> Path:
+        """Where ``swap`` moves the live tables and checkpoints."""
+        return self.root / "previous"
+
+    def environment(self, layer: str) -> dict[str, str]:
+        """Environment variables that point the platform's jobs at the staging folders for
+        a refresh of ``layer`` (the rebuilt layers and ``ops``; the rest stays live)."""
+        dirs = {name: str(self.staging) for name in (*layers_of(layer), "ops")}
+        return {
+            "INGEST_STORAGE__LAYER_DIRS": json.dumps(dirs),
+            "INGEST_STORAGE__CHECKPOINT_DIR": str(self.staging / "checkpoints"),
+        }
+
+    def staged_settings(self, layer: str) -> PlatformSettings:
+        """The settings a staging job sees (:meth:`environment` applied)."""
+        storage = self.settings.storage.model_copy(update={
+            "layer_dirs": {name: self.staging for name in (*layers_of(layer), "ops")},
+            "checkpoint_dir": self.staging / "checkpoints",
+        })  # fmt: skip
+        return self.settings.model_copy(update={"storage": storage})
+
+
+def busy_jobs(layer: str, settings: PlatformSettings | None = None) -> list[str]:
+    """The jobs of the layers a refresh of ``layer`` rebuilds that hold their checkpoint lock
+    right now (a running driver, a backfill or late corrections for Gold)."""
+    from spark_jobs.locks import CheckpointBusyError, checkpoint_lock
+
+    busy = []
+    for name in layers_of(layer):
+        job = LAYER_JOBS[name]
+        try:
+            with checkpoint_lock(get_catalog().job(job).checkpoint(settings or get_settings())):
+                pass
+        except CheckpointBusyError:
+            busy.append(job)
+    return busy
+
+
+def prepare(layer: str, refresh_id: str, settings: PlatformSettings | None = None) -> Path:
+    """Check nothing of the layer runs and create the staging folders (with a copy of the live
+    ``ops_gate_holds``).
+
+    :returns: the staging folder.
+    :raises RefreshError: a job of the layer is running, or the refresh id was used.
+    """
+    settings = settings or get_settings()
+    layout = RefreshLayout(refresh_id, settings)
+    busy = busy_jobs(layer, settings)
+    if busy:
+        raise RefreshError(f"refusing to refresh {layer}: {', '.join(busy)} is running; wait "
+                           "for it to finish (or stop it) and trigger again")  # fmt: skip
+    if layout.root.exists():
+        raise RefreshError(f"refresh {refresh_id} already has folders at {layout.root}")
+    catalog = get_catalog()
+    holds = catalog.table("ops_gate_holds")
+    live_holds = holds.path(settings)
+    layout.staging.mkdir(parents=True)
+    if live_holds.exists():
+        shutil.copytree(live_holds, holds.path(layout.staged_settings(layer)))
+    return layout.staging
+
+
+def _unvalidated(layer: str, layout: RefreshLayout) -> list[str]:
+    from spark_jobs.delta_io import delta_version
+    from spark_jobs.quality.state import gate_results, validated_through
+    from spark_jobs.quality.suites import layer_rules
+
+    staged = layout.staged_settings(layer)
+    results = gate_results(staged)
+    problems = []
+    for name in layers_of(layer):
+        for rules in layer_rules(name):
+            version = delta_version(get_catalog().table(rules.table).path(staged))
+            if version is not None and validated_through(results, rules.table) < version:
+                problems.append(f"{rules.table} (version {version})")
+    return problems
+
+
+@contextmanager
+def _locked(layer: str, settings: PlatformSettings) -> Iterator[None]:
+    from spark_jobs.locks import CheckpointBusyError, checkpoint_lock
+
+    with ExitStack() as stack:
+        for name in layers_of(layer):
+            job = LAYER_JOBS[name]
+            try:
+                stack.enter_context(checkpoint_lock(get_catalog().job(job).checkpoint(settings)))
+            except CheckpointBusyError as error:
+                raise RefreshError(f"refusing to swap: {error}") from None
+        yield
+
+
+def _move(source: Path, target: Path, moved: list[str]) -> None:
+    if source.exists():
+        target.parent.mkdir(parents=True, exist_ok=True)
+        source.rename(target)
+        moved.append(f"{source} -> {target}")
+
+
+def swap(
+    spark: SparkSession, layer: str, refresh_id: str, settings: PlatformSettings | None = None
+) -> list[str]:
+    """Swap the rebuilt layers in (see the module doc).
+
+    :returns: the moves made, one line each.
+    :raises RefreshError: a rebuilt table has not passed its gate, or a job of the layer is
+        running; nothing was moved.
+    """
+    from spark_jobs.checkpoint_health import fingerprint_file
+    from spark_jobs.delta_io import delta_version
+    from spark_jobs.quality.gate import RESULTS_SCHEMA, docs_index
+    from spark_jobs.quality.state import RESULTS_TABLE
+
+    settings = settings or get_settings()
+    layout = RefreshLayout(refresh_id, settings)
+    staged = layout.staged_settings(layer)
+    if not layout.staging.is_dir():
+        raise RefreshError(f"refresh {refresh_id} has no staging folder {layout.staging}")
+    problems = _unvalidated(layer, layout)
+    if problems:
+        raise RefreshError(f"refusing to swap: the rebuild has not passed its gate for "
+                           f"{', '.join(problems)}; the live layer is unchanged")  # fmt: skip
+    catalog = get_catalog()
+    moved: list[str] = []
+    marks = []
+    now = datetime.now(UTC).replace(tzinfo=None)
+    with _locked(layer, settings):
+        for name in layers_of(layer):
+            for table in (t for t in catalog.tables.values() if t.layer == name):
+                live, new = table.path(settings), table.path(staged)
+                _move(live, layout.previous / name / table.name, moved)
+                _move(new, live, moved)
+                version = delta_version(live)
+                if version is not None:
+                    marks.append((f"full_refresh__{refresh_id}", name, table.name, 0, version,
+                                  0, "passed", "[]", docs_index(settings).as_uri(),
+                                  "layer_full_refresh", f"rebuilt by full refresh {refresh_id}, "
+                                  "validated in staging and swapped in", now))  # fmt: skip
+            job = catalog.job(LAYER_JOBS[name])
+            pairs = [
+                (job.checkpoint(settings), job.checkpoint(staged)),
+                (fingerprint_file(job, settings), fingerprint_file(job, staged)),
+            ]
+            for live, new in pairs:
+                _move(live, layout.previous / "checkpoints" / live.name, moved)
+                _move(new, live, moved)
+        if marks:
+            path = str(catalog.table(RESULTS_TABLE).path(settings))
+            spark.createDataFrame(marks, RESULTS_SCHEMA).write.format("delta").mode("append").save(
+                path
+            )
+    return moved
+
+
+def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
+    """``swap --layer silver|gold --refresh-id ID``; a bad value exits 2."""
+    parser = argparse.ArgumentParser(prog=JOB_NAME, description=__doc__.splitlines()[0])
+    parser.add_argument("command", choices=["swap"])
+    parser.add_argument("--layer", required=True, choices=sorted(REBUILDS))
+    parser.add_argument("--refresh-id", required=True)
+    args = parser.parse_args(argv)
+    if not _REFRESH_ID.match(args.refresh_id):
+        parser.error(f"--refresh-id must match {_REFRESH_ID.pattern}")
+    return args
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    """spark-submit entry point (``swap``); a refusal exits 1 with its reason."""
+    from spark_jobs.session import build_spark_session
+
+    args = parse_args(argv)
+    try:
+        for line in swap(build_spark_session(JOB_NAME), args.layer, args.refresh_id):
+            print(f"moved {line}")
+    except RefreshError as error:
+        print(f"layer_refresh: {error}", file=sys.stderr)
+        return 1
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

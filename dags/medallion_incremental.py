@@ -18,6 +18,9 @@ Every task that writes or gates Gold runs in the `gold_layer` pool (one slot), s
 runs (which have their own `max_active_runs`) and scheduled runs never write Gold at once;
 `refine_silver` runs in the `silver_layer` pool.
 
+* A Spark task whose input tables have no new Delta version since its last successful run
+  does not start Spark ("inputs unchanged"), and a gate with nothing pending passes
+  without Spark: a cycle with no new data costs no JVM.
 * Spark tasks run `spark-submit` on the `spark_default` connection (`local[*]` embedded;
   point it at `spark://host:7077` to run on a cluster).
 * A gate validates only the Delta versions its layer produced since the last gate that
@@ -43,6 +46,8 @@ from spark_jobs.catalog import get_catalog
 
 AVAILABLE_NOW = ["--trigger", "available-now"]
 INTERVAL = timedelta(minutes=15)
+#: The Silver tables gold_aggregate reads.
+SILVER_EVENTS = ["silver_payments", "silver_orders", "silver_customer_activity"]
 #: The run's data interval, as the gold_backfill job reads it (ISO 8601 with offset).
 DATA_INTERVAL = ["--start", "{{ data_interval_start | ts }}",
                  "--end", "{{ data_interval_end | ts }}"]  # fmt: skip
@@ -84,18 +89,24 @@ with DAG(
         return "recompute_gold" if path == "backfill" else "refine_silver"
 
     refine_silver = SparkJobOperator(
-        task_id="refine_silver", job="silver_refine", job_args=AVAILABLE_NOW, pool=SILVER_POOL
-    )
+        task_id="refine_silver", job="silver_refine", job_args=AVAILABLE_NOW, pool=SILVER_POOL,
+        inputs=["bronze_events"],
+    )  # fmt: skip
     # A failed gate is a data problem, not a flaky task: no retry.
     gate_silver = LayerGateOperator(
         task_id="gate_silver", layer="silver", retries=0, outlets=_assets("silver")
     )
     aggregate_gold = SparkJobOperator(
-        task_id="aggregate_gold", job="gold_aggregate", job_args=AVAILABLE_NOW, pool=GOLD_POOL
-    )
+        task_id="aggregate_gold", job="gold_aggregate", job_args=AVAILABLE_NOW, pool=GOLD_POOL,
+        inputs=[*SILVER_EVENTS, "ops_gate_holds"],
+    )  # fmt: skip
     gate_gold = LayerGateOperator(task_id="gate_gold", layer="gold", retries=0, pool=GOLD_POOL)
-    correct_late = SparkJobOperator(task_id="correct_late", job="late_corrections",
-                                    pool=GOLD_POOL)  # fmt: skip
+    correct_late = SparkJobOperator(
+        task_id="correct_late", job="late_corrections", pool=GOLD_POOL,
+        inputs=["silver_payments", "silver_late_events", "ops_gate_holds",
+                "gold_payment_totals_5m", "gold_payment_totals_10m_sliding",
+                "gold_payment_success_rate_15m"],
+    )  # fmt: skip
     recompute_gold = SparkJobOperator(
         task_id="recompute_gold", job="gold_backfill", job_args=DATA_INTERVAL, pool=GOLD_POOL
     )

@@ -258,6 +258,17 @@ class AirflowClient:
         """State of a DAG run (queued, running, success, failed)."""
         return str(self._call("GET", f"/dags/{dag_id}/dagRuns/{run_id}")["state"])
 
+    def runs(self, dag_id: str) -> list[dict[str, Any]]:
+        """Every run of ``dag_id`` (``dag_run_id``, ``run_type``, ``state``, data interval)."""
+        found = self._call("GET", f"/dags/{dag_id}/dagRuns", params={"limit": 100})
+        return list(found.get("dag_runs") or [])
+
+    def task_instances(self, dag_id: str, run_id: str) -> list[dict[str, Any]]:
+        """Task instances of a run (``task_id``, ``state``, ``pool``, ``start_date``,
+        ``end_date``, ...)."""
+        found = self._call("GET", f"/dags/{dag_id}/dagRuns/{run_id}/taskInstances")
+        return list(found["task_instances"])
+
     def task_states(self, dag_id: str, run_id: str) -> dict[str, str]:
         """``{task_id: state}`` of a run."""
         found = self._call("GET", f"/dags/{dag_id}/dagRuns/{run_id}/taskInstances")

@@ -166,3 +166,62 @@ def test_medallion_path_follows_run_type_and_interval(
 
     now = datetime(2026, 11, 29, 12, 0, tzinfo=UTC)
     assert medallion_path(run_type, now - ended_ago, now, timedelta(minutes=15)) == expected
+
+
+def test_bronze_replay_checks_the_range_before_spark(dagbag) -> None:
+    dag = dagbag.dags["bronze_replay"]
+    assert dag.schedule is None or dag.timetable.summary in ("None", "none")
+    assert dag.get_task("replay").upstream_task_ids == {"check_range"}
+    assert dag.get_task("replay").job == "bronze_replay"
+    assert set(dag.params["topics"]) == {"orders", "payments", "refunds", "customer_activity"}
+
+
+@pytest.mark.parametrize(
+    ("params", "message"),
+    [
+        ({"topics": ["paymentz"], "from_ts": "2026-01-01T00:00Z", "to_ts": "2026-01-01T01:00Z"},
+         "unknown topic"),
+        ({"topics": ["payments"], "from_ts": "2026-01-01T02:00Z", "to_ts": "2026-01-01T01:00Z"},
+         "not after start"),
+        ({"topics": [], "from_ts": "2026-01-01T00:00Z", "to_ts": "2026-01-01T01:00Z"},
+         "no topic given"),
+    ],
+)  # fmt: skip
+def test_replay_parameters_are_refused_with_the_reason(params: dict, message: str) -> None:
+    from airflow.exceptions import AirflowFailException
+
+    from ingest_platform.orchestration import replay_plan
+
+    with pytest.raises(AirflowFailException, match=message):
+        replay_plan(params)
+
+
+def test_layer_full_refresh_builds_in_staging_and_swaps_last(dagbag) -> None:
+    from spark_jobs.layer_refresh import RefreshLayout, layers_of
+    from spark_jobs.settings import get_settings
+
+    dag = dagbag.dags["layer_full_refresh"]
+    order = ["prepare", "rebuild_silver", "gate_silver", "rebuild_gold", "correct_late",
+             "gate_gold", "swap"]  # fmt: skip
+    for upstream, downstream in itertools.pairwise(order):
+        assert dag.get_task(downstream).upstream_task_ids == {upstream}
+    assert dag.get_task("swap").pool == "gold_layer"
+    assert dag.get_task("rebuild_gold").trigger_rule == "none_failed"  # after skipped Silver
+    assert layers_of("gold") == ("gold",)
+    assert layers_of("silver") == ("silver", "gold")
+    with pytest.raises(ValueError, match="cannot be refreshed"):
+        layers_of("bronze")
+    layout = RefreshLayout("manual__2026-11-29T10:00:00+00:00", get_settings())
+    env = layout.environment("gold")
+    assert str(layout.staging) in env["INGEST_STORAGE__CHECKPOINT_DIR"]
+    assert ":" not in layout.root.name
+    staged = layout.staged_settings("gold")
+    from spark_jobs.catalog import get_catalog
+
+    catalog = get_catalog()
+    assert catalog.table("gold_payment_totals_5m").path(staged).is_relative_to(layout.staging)
+    assert catalog.table("silver_payments").path(staged) == catalog.table("silver_payments").path(
+        get_settings()
+    )  # Silver stays live for a Gold refresh
+    with pytest.raises(ValueError, match="refresh id"):
+        RefreshLayout("../../etc", get_settings())

@@ -51,8 +51,6 @@ def test_dag_runs_with_local_executor_on_postgres(
     get_settings.cache_clear()
 
     run_cli(["db", "migrate"])
-    checked = run_cli(["db", "check"])
-    assert checked.returncode == 0
     with postgres.connect() as conn, conn.cursor() as cursor:
         cursor.execute("SELECT version_num FROM alembic_version")
         assert cursor.fetchone() is not None  # Airflow's schema lives in PostgreSQL

@@ -10,6 +10,7 @@ mode from the same Bronze input.
 from __future__ import annotations
 
 import shutil
+from concurrent.futures import ThreadPoolExecutor
 from datetime import UTC, datetime
 from pathlib import Path
 
@@ -76,16 +77,25 @@ def _snapshot(home: Path) -> dict[str, pd.DataFrame]:
     return frames
 
 
-def _task(task_id: str) -> str:
-    """``airflow tasks test medallion_incremental <task_id>``; its output.
+def _task(task_id: str, env: dict[str, str]) -> str:
+    """``airflow tasks test medallion_incremental <task_id>`` in ``env``; its output.
 
     ``tasks test`` exits 0 even when the task fails, so the final state is read from the
     output (and the exit code checked too)."""
-    done = run_cli(["tasks", "test", "medallion_incremental", task_id], check=False, cli=True)
+    done = run_cli(["tasks", "test", "medallion_incremental", task_id], env=env, check=False)
     output = done.stdout + done.stderr
     assert done.returncode == 0, output[-4000:]
     assert "new_state=success" in output or "Marking task as SUCCESS" in output, output[-4000:]
     return output
+
+
+def _on_cluster(cluster: StandaloneCluster, home: Path) -> list[str]:
+    """Run the DAG's Silver and Gold tasks on ``cluster`` with ``home`` as INGEST_HOME; the
+    only Spark-side change from local mode is the spark_default connection."""
+    env = {"INGEST_HOME": str(home), "AIRFLOW_HOME": str(home / "airflow-cli"),
+           "AIRFLOW_CONN_SPARK_DEFAULT": cluster.connection}  # fmt: skip
+    run_cli(["db", "migrate"], env=env)
+    return [_task("refine_silver", env), _task("aggregate_gold", env)]
 
 
 def test_medallion_tasks_on_a_standalone_cluster_equal_local_mode(
@@ -114,18 +124,16 @@ def test_medallion_tasks_on_a_standalone_cluster_equal_local_mode(
     assert DeltaTable(str(bronze)).to_pandas().shape[0] == sent.produce.acknowledged
     shutil.copytree(bronze, cluster_home / bronze.relative_to(local_home))
 
-    # Local mode (the suite's local SparkSession).
-    silver_refine.run(spark, trigger=AVAILABLE_NOW)
-    gold_aggregate.run(spark, trigger=AVAILABLE_NOW)
-    local = _snapshot(local_home)
-
-    # The cluster: the DAG's own tasks, with spark_default pointing at the master.
-    _use_home(monkeypatch, cluster_home)
-    monkeypatch.setenv("AIRFLOW_CONN_SPARK_DEFAULT", cluster.connection)
-    run_cli(["db", "migrate"], cli=True)
-    output = _task("refine_silver")
-    assert f"--master {cluster.url}" in output
-    _task("aggregate_gold")
+    # The cluster (the DAG's own tasks, in Airflow processes) and local mode (the suite's
+    # local SparkSession, here) at the same time: independent homes, and the machine waits
+    # less on JVM starts.
+    with ThreadPoolExecutor(max_workers=1) as pool:
+        cluster_run = pool.submit(_on_cluster, cluster, cluster_home)
+        silver_refine.run(spark, trigger=AVAILABLE_NOW)
+        gold_aggregate.run(spark, trigger=AVAILABLE_NOW)
+        local = _snapshot(local_home)
+        outputs = cluster_run.result(timeout=900)
+    assert f"--master {cluster.url}" in outputs[0]
     apps = {app["name"]: app for app in cluster.applications()}
     assert {"silver_refine", "gold_aggregate"} <= set(apps), apps.keys()
     # Executors really ran on the worker (cores granted by the master).

@@ -121,6 +121,20 @@ def test_airflow_runs_on_postgres_with_every_component(compose) -> None:
     assert services["airflow-init"]["environment"]["_AIRFLOW_DB_MIGRATE"] == "true"
 
 
+def test_airflow_keeps_its_login(compose) -> None:
+    services = compose["services"]
+    for name in AIRFLOW_SERVICES:
+        manager = services[name]["environment"]["AIRFLOW__CORE__AUTH_MANAGER"]
+        assert manager.startswith("airflow.providers.fab.")
+    locked_version("apache-airflow-providers-fab")  # installed in the image from the lock
+    init = services["airflow-init"]["environment"]
+    assert init["_AIRFLOW_WWW_USER_CREATE"] == "true"
+    assert REQUIRED_VAR.match(init["_AIRFLOW_WWW_USER_PASSWORD"])
+    # the UI and the Spark UI listen on the host's loopback only
+    for name in ("airflow-apiserver", "spark-master"):
+        assert all(port.startswith("127.0.0.1:") for port in services[name]["ports"])
+
+
 def test_long_running_services_have_healthchecks(compose) -> None:
     for name, service in compose["services"].items():
         if service.get("restart") == "no":  # one-shot: airflow-init, the ingestctl tool

@@ -119,6 +119,8 @@ def test_airflow_runs_on_postgres_with_every_component(compose) -> None:
             "service_completed_successfully"
         )
     assert services["airflow-init"]["environment"]["_AIRFLOW_DB_MIGRATE"] == "true"
+    # the pools the DAGs' tasks need (ingest_platform.orchestration imports POOLS_FILE)
+    assert "python -m ingest_platform.orchestration" in services["airflow-init"]["command"][-1]
 
 
 def test_airflow_keeps_its_login(compose) -> None:

@@ -103,9 +103,9 @@ with DAG(
     gate_gold = LayerGateOperator(task_id="gate_gold", layer="gold", retries=0, pool=GOLD_POOL)
     correct_late = SparkJobOperator(
         task_id="correct_late", job="late_corrections", pool=GOLD_POOL,
-        inputs=["silver_payments", "silver_late_events", "ops_gate_holds",
-                "gold_payment_totals_5m", "gold_payment_totals_10m_sliding",
-                "gold_payment_success_rate_15m"],
+        # Gold's watermark moves with gold_aggregate's batches; Gold itself is its output.
+        inputs=["silver_payments", "silver_late_events", "ops_gate_holds"],
+        input_jobs=["gold_aggregate"],
     )  # fmt: skip
     recompute_gold = SparkJobOperator(
         task_id="recompute_gold", job="gold_backfill", job_args=DATA_INTERVAL, pool=GOLD_POOL

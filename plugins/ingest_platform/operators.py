@@ -93,13 +93,17 @@ def spark_submit_command(
     return hook._build_spark_submit_command(job_application(job))
 
 
-def inputs_snapshot(job: str, inputs: Sequence[str]) -> dict[str, Any]:
+def inputs_snapshot(
+    job: str, inputs: Sequence[str], input_jobs: Sequence[str] = ()
+) -> dict[str, Any]:
     """What a scheduled job's run depends on, cheaply read without Spark: the Delta version
     of each input table, the newest committed batch of each of the job's checkpoint folders
     (a restore or reset changes it), and for ``silver_refine`` the landing files (name,
     size, modification time) it loads customers from.
 
     :param inputs: catalog table names the job reads.
+    :param input_jobs: other jobs whose checkpoint progress the job depends on (the late
+        corrections follow ``gold_aggregate``'s watermark).
     :returns: a JSON-serialisable dict; equal snapshots mean nothing new to process.
     """
     from spark_jobs.catalog import get_catalog
@@ -114,6 +118,9 @@ def inputs_snapshot(job: str, inputs: Sequence[str]) -> dict[str, Any]:
     if job in catalog.jobs:
         folders = query_dirs(catalog.job(job).checkpoint(settings))
         snapshot["batches"] = {name: last_committed_batch(f) for name, f in folders.items()}
+    for other in input_jobs:
+        folders = query_dirs(catalog.job(other).checkpoint(settings))
+        snapshot[f"{other}.batches"] = {n: last_committed_batch(f) for n, f in folders.items()}
     if job == "silver_refine":
         landing = settings.storage.landing_path
         files = sorted(p for p in landing.rglob("*") if p.is_file()) if landing.is_dir() else []
@@ -132,6 +139,9 @@ class SparkJobOperator(SparkSubmitOperator):
         if :func:`inputs_snapshot` equals the one taken at the start of the job's last
         successful run (nothing was committed since: an AvailableNow run would find
         nothing), and logs "inputs unchanged". The empty 15-minute cycle then costs no JVM.
+        Never list a table the job writes itself: its own commit would count as new input.
+    :param input_jobs: jobs whose checkpoint progress counts as input (see
+        :func:`inputs_snapshot`).
     :param kwargs: passed to :class:`SparkSubmitOperator` (``conn_id``, ``pool``, ...).
     :raises ValueError: unknown ``job`` (at DAG parse time).
     """
@@ -140,8 +150,8 @@ class SparkJobOperator(SparkSubmitOperator):
     #: Repair before and back up after the run (off for jobs on staging checkpoints).
     manage_checkpoint = True
 
-    def __init__(self, *, job: str, job_args: Sequence[str] = (),
-                 inputs: Sequence[str] = (), **kwargs: Any) -> None:  # fmt: skip
+    def __init__(self, *, job: str, job_args: Sequence[str] = (), inputs: Sequence[str] = (),
+                 input_jobs: Sequence[str] = (), **kwargs: Any) -> None:  # fmt: skip
         if job not in JOB_MODULES:
             raise ValueError(f"unknown job {job!r}; known: {sorted(JOB_MODULES)}")
         from spark_jobs.catalog import get_catalog
@@ -154,6 +164,7 @@ class SparkJobOperator(SparkSubmitOperator):
         self.job = job
         self.job_args = list(job_args)
         self.inputs = list(inputs)
+        self.input_jobs = list(input_jobs)
 
     def _inputs_file(self) -> Path:
         from spark_jobs.streaming_runtime import runtime_files
@@ -172,7 +183,7 @@ class SparkJobOperator(SparkSubmitOperator):
         from spark_jobs.catalog import get_catalog
         from spark_jobs.session import spark_submit_conf
 
-        snapshot = inputs_snapshot(self.job, self.inputs) if self.inputs else None
+        snapshot = inputs_snapshot(self.job, self.inputs, self.input_jobs) if self.inputs else None
         recorded = self._inputs_file()
         if (
             snapshot is not None

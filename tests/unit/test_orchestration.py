@@ -225,3 +225,35 @@ def test_layer_full_refresh_builds_in_staging_and_swaps_last(dagbag) -> None:
     )  # Silver stays live for a Gold refresh
     with pytest.raises(ValueError, match="refresh id"):
         RefreshLayout("../../etc", get_settings())
+
+
+def test_inputs_snapshot_changes_with_a_new_delta_version_or_checkpoint_batch(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from ingest_platform.operators import inputs_snapshot
+    from spark_jobs.catalog import get_catalog
+    from spark_jobs.settings import get_settings
+
+    monkeypatch.setenv("INGEST_HOME", str(tmp_path))
+    get_settings.cache_clear()
+    try:
+        log = get_catalog().table("bronze_events").path() / "_delta_log"
+        log.mkdir(parents=True)
+        (log / f"{0:020d}.json").write_text("{}")
+        first = inputs_snapshot("silver_refine", ["bronze_events"])
+        assert first["tables"] == {"bronze_events": 0}
+        assert inputs_snapshot("silver_refine", ["bronze_events"]) == first
+        (log / f"{1:020d}.json").write_text("{}")  # Bronze got a commit
+        second = inputs_snapshot("silver_refine", ["bronze_events"])
+        assert second != first
+        commits = get_catalog().job("silver_refine").checkpoint() / "commits"
+        commits.mkdir(parents=True)
+        (commits / "0").write_text("v1")  # the job's checkpoint moved (e.g. a restore)
+        assert inputs_snapshot("silver_refine", ["bronze_events"]) != second
+        landing = get_settings().storage.landing_path / "customers"
+        landing.mkdir(parents=True)
+        third = inputs_snapshot("silver_refine", ["bronze_events"])
+        (landing / "olist.csv").write_text("customer_id\n")  # new dimension file
+        assert inputs_snapshot("silver_refine", ["bronze_events"]) != third
+    finally:
+        get_settings.cache_clear()

@@ -214,7 +214,9 @@ class SparkJobOperator(SparkSubmitOperator):
             # Input versions as of the run's start (what it surely processed), the job's own
             # checkpoint as the run left it.
             after = inputs_snapshot(self.job, [])
-            recorded.write_text(json.dumps(snapshot | {"batches": after.get("batches")}))
+            if "batches" in after:
+                snapshot["batches"] = after["batches"]
+            recorded.write_text(json.dumps(snapshot))
         return result
 
     def _backup(self) -> None:

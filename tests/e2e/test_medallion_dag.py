@@ -110,7 +110,9 @@ def test_olist_end_to_end_equals_pandas_and_a_rerun_changes_nothing(
     assert run_state(second) == "success", (second.stdout + second.stderr)[-5000:]
     assert "nothing to validate" in second.stdout + second.stderr
     # No new Delta version anywhere: the Spark tasks do not even start a JVM.
-    assert (second.stdout + second.stderr).count("inputs unchanged") == 3
+    skipped = [line for line in (second.stdout + second.stderr).splitlines()
+               if "inputs unchanged" in line or "Spark-Submit cmd" in line]  # fmt: skip
+    assert sum("inputs unchanged" in line for line in skipped) == 3, skipped
     assert platform.versions() == before
 
 

@@ -220,8 +220,8 @@ def _gold_between(platform: AirflowPlatform, start: pd.Timestamp,
                           ("gold_payment_totals_10m_sliding", "window_start"),
                           ("gold_payment_success_rate_15m", "window_start")):  # fmt: skip
         frame = platform.read(table)
-        frame = frame[(frame[column] >= start.tz_localize(None))
-                      & (frame[column] < end.tz_localize(None))]  # fmt: skip
+        when = pd.to_datetime(frame[column], utc=True)
+        frame = frame[(when >= start) & (when < end)]
         frames[table] = sorted(map(tuple, frame.astype(str).values.tolist()))
     return frames
 

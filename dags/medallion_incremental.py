@@ -81,7 +81,7 @@ with DAG(
         from ingest_platform.orchestration import medallion_path
 
         run = context["dag_run"]
-        path = medallion_path(str(run.run_type), context.get("data_interval_end"),
+        path = medallion_path(run.run_type, context.get("data_interval_end"),
                               datetime.now(UTC), INTERVAL)  # fmt: skip
         print(f"run {run.run_id} ({run.run_type}), data interval "
               f"{context.get('data_interval_start')} .. {context.get('data_interval_end')}: "

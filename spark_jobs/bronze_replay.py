@@ -135,8 +135,9 @@ def plan(
     plans, lost = [], []
     for tp in partitions:
         oldest = earliest[tp]  # the first record still held, with its timestamp
-        if first[tp] > 0 and oldest is not None and oldest.timestamp > from_ms:
-            held = datetime.fromtimestamp(oldest.timestamp / 1000, UTC).isoformat()
+        if first[tp] > 0 and (oldest is None or oldest.timestamp > from_ms):
+            held = ("none: every record was deleted" if oldest is None else
+                    datetime.fromtimestamp(oldest.timestamp / 1000, UTC).isoformat())  # fmt: skip
             lost.append(f"{tp.topic}[{tp.partition}] (offsets below {first[tp]} deleted; "
                         f"earliest available time {held})")  # fmt: skip
             continue

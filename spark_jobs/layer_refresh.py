@@ -51,7 +51,7 @@ JOB_NAME = "layer_refresh"
 REBUILDS: dict[str, tuple[str, ...]] = {"silver": ("silver", "gold"), "gold": ("gold",)}
 #: Layer -> the job that writes it (and whose checkpoint it owns).
 LAYER_JOBS: dict[str, str] = {"silver": "silver_refine", "gold": "gold_aggregate"}
-_REFRESH_ID = re.compile(r"^[A-Za-z0-9_.+:-]{1,100}$")
+_REFRESH_ID = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.+:-]{0,99}$")
 
 
 class RefreshError(RuntimeError):
@@ -155,6 +155,16 @@ def prepare(layer: str, refresh_id: str, settings: PlatformSettings | None = Non
     return layout.staging
 
 
+def rebuilt_tables(layer: str) -> list[str]:
+    """The tables a refresh of ``layer`` rebuilds and swaps: every table of the rebuilt
+    layers except the sinks of always-on jobs (``gold_payment_alerts`` belongs to
+    ``payment_alerts``, which a refresh neither stops nor rebuilds)."""
+    catalog = get_catalog()
+    always_on = {job.sink for job in catalog.jobs.values() if job.mode == "always_on"}
+    return [name for name, table in catalog.tables.items()
+            if table.layer in layers_of(layer) and name not in always_on]  # fmt: skip
+
+
 def _unvalidated(layer: str, layout: RefreshLayout) -> list[str]:
     from spark_jobs.delta_io import delta_version
     from spark_jobs.quality.state import gate_results, validated_through
@@ -185,23 +195,40 @@ def _locked(layer: str, settings: PlatformSettings) -> Iterator[None]:
         yield
 
 
-def _move(source: Path, target: Path, moved: list[str]) -> None:
-    if source.exists():
-        target.parent.mkdir(parents=True, exist_ok=True)
-        source.rename(target)
-        moved.append(f"{source} -> {target}")
+def _moves(layer: str, layout: RefreshLayout) -> list[tuple[Path, Path]]:
+    """Every rename of a swap, in order: per table and per checkpoint, live -> previous then
+    staged -> live."""
+    from spark_jobs.checkpoint_health import fingerprint_file
+
+    settings, staged = layout.settings, layout.staged_settings(layer)
+    catalog = get_catalog()
+    moves = []
+    for name in rebuilt_tables(layer):
+        table = catalog.table(name)
+        live = table.path(settings)
+        moves += [(live, layout.previous / table.layer / name), (table.path(staged), live)]
+    for name in layers_of(layer):
+        job = catalog.job(LAYER_JOBS[name])
+        pairs = [
+            (job.checkpoint(settings), job.checkpoint(staged)),
+            (fingerprint_file(job, settings), fingerprint_file(job, staged)),
+        ]
+        for live, new in pairs:
+            moves += [(live, layout.previous / "checkpoints" / live.name), (new, live)]
+    return moves
 
 
 def swap(
     spark: SparkSession, layer: str, refresh_id: str, settings: PlatformSettings | None = None
 ) -> list[str]:
-    """Swap the rebuilt layers in (see the module doc).
+    """Swap the rebuilt layers in (see the module doc). Resumable: the moves are listed in
+    ``<refresh>/swap.json`` before the first one, each done move is recorded, and a swap
+    interrupted (killed, a full disk) carries on from where it stopped when run again.
 
     :returns: the moves made, one line each.
-    :raises RefreshError: a rebuilt table has not passed its gate, or a job of the layer is
-        running; nothing was moved.
+    :raises RefreshError: a rebuilt table is missing from staging or has not passed its
+        gate, or a job of the layer is running; nothing was moved.
     """
-    from spark_jobs.checkpoint_health import fingerprint_file
     from spark_jobs.delta_io import delta_version
     from spark_jobs.quality.gate import RESULTS_SCHEMA, docs_index
     from spark_jobs.quality.state import RESULTS_TABLE
@@ -209,41 +236,60 @@ def swap(
     settings = settings or get_settings()
     layout = RefreshLayout(refresh_id, settings)
     staged = layout.staged_settings(layer)
+    journal_path = layout.root / "swap.json"
+    catalog = get_catalog()
     if not layout.staging.is_dir():
         raise RefreshError(f"refresh {refresh_id} has no staging folder {layout.staging}")
-    problems = _unvalidated(layer, layout)
-    if problems:
-        raise RefreshError(f"refusing to swap: the rebuild has not passed its gate for "
-                           f"{', '.join(problems)}; the live layer is unchanged")  # fmt: skip
-    catalog = get_catalog()
+    journal = json.loads(journal_path.read_text()) if journal_path.exists() else None
+    if journal is None:
+        missing = [
+            t for t in rebuilt_tables(layer)
+            if delta_version(catalog.table(t).path(staged)) is None
+            and delta_version(catalog.table(t).path(settings)) is not None
+        ]  # fmt: skip
+        if missing:
+            raise RefreshError(f"refusing to swap: the rebuild produced no {', '.join(missing)} "
+                               "(live has them); the live layer is unchanged")  # fmt: skip
+        problems = _unvalidated(layer, layout)
+        if problems:
+            raise RefreshError(f"refusing to swap: the rebuild has not passed its gate for "
+                               f"{', '.join(problems)}; the live layer is unchanged")  # fmt: skip
     moved: list[str] = []
-    marks = []
-    now = datetime.now(UTC).replace(tzinfo=None)
     with _locked(layer, settings):
-        for name in layers_of(layer):
-            for table in (t for t in catalog.tables.values() if t.layer == name):
-                live, new = table.path(settings), table.path(staged)
-                _move(live, layout.previous / name / table.name, moved)
-                _move(new, live, moved)
-                version = delta_version(live)
+        if journal is None:
+            journal = {"layer": layer, "done": 0, "marks_recorded": False,
+                       "moves": [[str(a), str(b)] for a, b in _moves(layer, layout)]}  # fmt: skip
+            journal_path.write_text(json.dumps(journal, indent=1))
+        for index, (source, target) in enumerate(journal["moves"]):
+            if index < journal["done"]:
+                continue
+            source_path, target_path = Path(source), Path(target)
+            if source_path.exists():  # else: renamed before a crash, or never existed
+                if target_path.exists():
+                    raise RefreshError(f"cannot move {source} to {target}: the target exists "
+                                       f"(see {journal_path})")  # fmt: skip
+                target_path.parent.mkdir(parents=True, exist_ok=True)
+                source_path.rename(target_path)
+                moved.append(f"{source} -> {target}")
+            journal["done"] = index + 1
+            journal_path.write_text(json.dumps(journal, indent=1))
+        if not journal["marks_recorded"]:
+            now = datetime.now(UTC).replace(tzinfo=None)
+            marks = []
+            for name in rebuilt_tables(layer):
+                version = delta_version(catalog.table(name).path(settings))
                 if version is not None:
-                    marks.append((f"full_refresh__{refresh_id}", name, table.name, 0, version,
-                                  0, "passed", "[]", docs_index(settings).as_uri(),
-                                  "layer_full_refresh", f"rebuilt by full refresh {refresh_id}, "
-                                  "validated in staging and swapped in", now))  # fmt: skip
-            job = catalog.job(LAYER_JOBS[name])
-            pairs = [
-                (job.checkpoint(settings), job.checkpoint(staged)),
-                (fingerprint_file(job, settings), fingerprint_file(job, staged)),
-            ]
-            for live, new in pairs:
-                _move(live, layout.previous / "checkpoints" / live.name, moved)
-                _move(new, live, moved)
-        if marks:
-            path = str(catalog.table(RESULTS_TABLE).path(settings))
-            spark.createDataFrame(marks, RESULTS_SCHEMA).write.format("delta").mode("append").save(
-                path
-            )
+                    marks.append((f"full_refresh__{refresh_id}", catalog.table(name).layer,
+                                  name, 0, version, 0, "passed", "[]",
+                                  docs_index(settings).as_uri(), "layer_full_refresh",
+                                  f"rebuilt by full refresh {refresh_id}, validated in staging "
+                                  "and swapped in", now))  # fmt: skip
+            if marks:
+                path = str(catalog.table(RESULTS_TABLE).path(settings))
+                results = spark.createDataFrame(marks, RESULTS_SCHEMA)
+                results.write.format("delta").mode("append").save(path)
+            journal["marks_recorded"] = True
+            journal_path.write_text(json.dumps(journal, indent=1))
     return moved
 
 

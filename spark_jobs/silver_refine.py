@@ -383,7 +383,14 @@ def start(
         raise FileNotFoundError(f"no bronze_events table at {bronze}: run bronze_ingest first")
     load_customers(spark, settings)
     writer = SilverBatchWriter(spark, catalog, settings)
-    stream = spark.readStream.format("delta").option("maxFilesPerTrigger", 200).load(str(bronze))
+    # Bronze is append-only by contract: a commit that removes files (an accidental DELETE,
+    # later repaired by bronze_replay, whose MERGE only appends) is skipped, not fatal.
+    stream = (
+        spark.readStream.format("delta")
+        .option("maxFilesPerTrigger", 200)
+        .option("skipChangeCommits", "true")
+        .load(str(bronze))
+    )
     query = (
         stream.writeStream.foreachBatch(writer)
         .option("checkpointLocation", str(job.checkpoint(settings)))

@@ -134,7 +134,8 @@ class Standalone:
             cmdline = Path(f"/proc/{pid}/cmdline").read_bytes()
         except (OSError, ValueError):
             return None
-        return pid if b"standalone" in cmdline else None
+        # Right after the fork the command line can still read empty: count it as ours.
+        return pid if b"standalone" in cmdline or not cmdline else None
 
     def healthy(self) -> bool:
         """Whether the API server answers its health endpoint."""

@@ -20,6 +20,9 @@ from spark_jobs.settings import PROJECT_ROOT, PlatformSettings
 #: Where the shared datasets sit relative to the repository (never copied into it).
 OLIST_SAMPLE = PROJECT_ROOT.parent / "shared" / "datasets" / "olist_ecommerce" / "sample"
 DAGS = ("streaming_supervisor", "medallion_incremental")
+#: Scheduled maintenance and manual-only DAGs the demo unpauses (a trigger then runs at once).
+MANUAL_DAGS = ("checkpoint_maintenance", "checkpoint_restore", "bronze_replay",
+               "layer_full_refresh")  # fmt: skip
 
 
 class DemoError(RuntimeError):
@@ -162,6 +165,8 @@ def run_demo(
     echo(f"waiting for bronze_ingest to land {backlog} records ...")
     wait_for_bronze(settings, backlog, echo=echo)
     client.unpause("medallion_incremental")
+    for dag_id in MANUAL_DAGS:  # never scheduled: unpaused so that a trigger runs at once
+        client.unpause(dag_id)
     # Unpausing schedules the newest complete 15-minute interval at once (no catch-up):
     # that run refines what Bronze holds. Trigger one only if the scheduler made none.
     scheduled = None

@@ -27,7 +27,7 @@ RunPath = Literal["incremental", "backfill"]
 
 
 def medallion_path(
-    run_type: str, data_interval_end: datetime | None, now: datetime, interval: timedelta
+    run_type: object, data_interval_end: datetime | None, now: datetime, interval: timedelta
 ) -> RunPath:
     """Which path a ``medallion_incremental`` run takes.
 
@@ -38,9 +38,15 @@ def medallion_path(
     * ``incremental`` otherwise (scheduled runs, however late; manual runs of the current
       interval): the AvailableNow jobs process whatever arrived.
 
-    :param run_type: ``DagRun.run_type`` (``scheduled``, ``manual``, ``backfill``, ...).
+    :param run_type: ``DagRun.run_type`` (``scheduled``, ``manual``, ``backfill``, ...): the
+        Task SDK's enum (whose ``str()`` is ``DagRunType.BACKFILL``) or its value.
     :param data_interval_end: the run's data interval end (timezone-aware), or None.
+
+    Note: Airflow 3.3 gives a run triggered by hand (UI, ``airflow dags trigger``) the
+    current interval whatever logical date is asked for; ``airflow dags test DAG <date>``
+    and backfills carry the past interval.
     """
+    run_type = str(getattr(run_type, "value", run_type))
     if run_type == "backfill":
         return "backfill"
     if run_type == "manual" and data_interval_end is not None:

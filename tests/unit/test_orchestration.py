@@ -162,10 +162,44 @@ def test_pools_the_dags_use_are_declared_in_the_pools_file(dagbag) -> None:
 def test_medallion_path_follows_run_type_and_interval(
     run_type: str, ended_ago: timedelta, expected: str
 ) -> None:
+    from airflow.sdk.api.datamodels._generated import DagRunType
+
     from ingest_platform.orchestration import medallion_path
 
     now = datetime(2026, 11, 29, 12, 0, tzinfo=UTC)
     assert medallion_path(run_type, now - ended_ago, now, timedelta(minutes=15)) == expected
+    # What the Task SDK really hands the task: an enum whose str() is "DagRunType.X".
+    as_enum = DagRunType(run_type)
+    assert medallion_path(as_enum, now - ended_ago, now, timedelta(minutes=15)) == expected
+
+
+def test_a_swap_without_a_rebuild_is_refused_and_alerts_are_never_swapped(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from spark_jobs import layer_refresh
+    from spark_jobs.catalog import get_catalog
+    from spark_jobs.settings import get_settings
+
+    monkeypatch.setenv("INGEST_HOME", str(tmp_path))
+    get_settings.cache_clear()
+    try:
+        assert "gold_payment_alerts" not in layer_refresh.rebuilt_tables("gold")
+        assert "gold_payment_totals_5m" in layer_refresh.rebuilt_tables("gold")
+        live = []
+        for table in ("gold_payment_totals_5m", "gold_payment_alerts"):
+            log = get_catalog().table(table).path() / "_delta_log"
+            log.mkdir(parents=True)
+            (log / f"{0:020d}.json").write_text("{}")
+            live.append(log.parent)
+        layer_refresh.prepare("gold", "r1")
+        with pytest.raises(layer_refresh.RefreshError, match="produced no gold_payment_totals_5m"):
+            layer_refresh.swap(None, "gold", "r1")  # type: ignore[arg-type]
+        assert all(path.is_dir() for path in live)  # nothing moved
+        for bad in (".", "..", "-x", "a/b"):
+            with pytest.raises(ValueError, match="refresh id"):
+                layer_refresh.RefreshLayout(bad, get_settings())
+    finally:
+        get_settings.cache_clear()
 
 
 def test_bronze_replay_checks_the_range_before_spark(dagbag) -> None:

@@ -62,6 +62,8 @@ class TimeRange(BaseModel):
             found = cls(**values)
         except ValidationError as error:
             raise TimeRangeError("; ".join(e["msg"] for e in error.errors())) from None
+        except OverflowError:  # e.g. 0001-01-01T00:00+01:00 has no UTC equivalent
+            raise TimeRangeError(f"{start} .. {end} is outside the representable years") from None
         if max_span is not None and found.end - found.start > max_span:
             raise TimeRangeError(f"range {found} is longer than the limit of {max_span}")
         return found

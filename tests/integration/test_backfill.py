@@ -166,6 +166,7 @@ def _topic(event: dict) -> str:
         ("2026-04-01T10:15:00Z", "2026-04-01T10:00:00Z", "not after start"),
         ("yesterday", "2026-04-01T10:00:00Z", "not an ISO 8601"),
         ("2026-01-01T00:00:00Z", "2026-03-01T00:00:00Z", "longer than the limit"),
+        ("0001-01-01T00:00:00+01:00", "2026-03-01T00:00:00Z", "outside the representable"),
     ],
 )
 def test_backfill_refuses_a_bad_interval_before_spark(start: str, end: str, message: str) -> None:

@@ -211,7 +211,8 @@ def backfill_table(
         report.open = fresh_all.count()  # the stream has not finalised anything yet
         return report
     final = F.col(spec.end_col) <= F.lit(watermark)
-    fresh = fresh_all.where(final).localCheckpoint()
+    fresh_all = fresh_all.localCheckpoint()  # computed once: counted twice, then merged
+    fresh = fresh_all.where(final)
     existing = _interval_rows(current, spec, interval).where(final).select(*fresh.columns)
     keys, values = list(spec.keys), [c for c in fresh.columns if c not in spec.keys]
     s_in, t_in = F.col("s._in").isNotNull(), F.col("t._in").isNotNull()

@@ -7,6 +7,7 @@ stopped when the session ends.
 
 from __future__ import annotations
 
+import contextlib
 import logging
 import os
 import socket
@@ -31,9 +32,17 @@ PROJECT_ROOT = Path(__file__).resolve().parents[1]
 
 def free_port() -> int:
     """Return a TCP port on 127.0.0.1 that nothing listens on right now."""
-    with socket.socket() as probe:
-        probe.bind(("127.0.0.1", 0))
-        return int(probe.getsockname()[1])
+    return free_ports(1)[0]
+
+
+def free_ports(count: int) -> tuple[int, ...]:
+    """Return ``count`` distinct TCP ports on 127.0.0.1 that nothing listens on right now
+    (all probes are held open together, so the kernel cannot hand the same port twice)."""
+    with contextlib.ExitStack() as stack:
+        probes = [stack.enter_context(socket.socket()) for _ in range(count)]
+        for probe in probes:
+            probe.bind(("127.0.0.1", 0))
+        return tuple(int(probe.getsockname()[1]) for probe in probes)
 
 
 @pytest.fixture(scope="session")

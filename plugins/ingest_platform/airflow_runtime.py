@@ -43,12 +43,22 @@ def airflow_home(cli: bool = False) -> Path:
     return ingest_home() / ("airflow-cli" if cli else "airflow")
 
 
+#: Airflow's default ports of the worker and triggerer log servers ([logging] section).
+LOG_SERVER_PORTS: tuple[int, int] = (8793, 8794)
+
+
 def airflow_environment(
-    port: int = 8080, parallelism: int = 3, *, cli: bool = False
+    port: int = 8080,
+    parallelism: int = 3,
+    *,
+    cli: bool = False,
+    log_ports: tuple[int, int] = LOG_SERVER_PORTS,
 ) -> dict[str, str]:
     """Environment variables for every Airflow process of the embedded platform.
 
     :param port: the API server's (UI's) port.
+    :param log_ports: the worker's and the triggerer's log-server ports (two Airflows on one
+        machine, such as parallel test workers, need different ones).
     :param cli: for command-line use beside a running platform: its own ``AIRFLOW_HOME``
         (see :func:`airflow_home`).
     :param parallelism: task slots of the LocalExecutor: 3 on 2 cores (a Spark task, a gate
@@ -67,6 +77,8 @@ def airflow_environment(
         # The UI and API listen on loopback only (standalone's default is every interface).
         "AIRFLOW__API__HOST": "127.0.0.1",
         "AIRFLOW__API__BASE_URL": f"http://127.0.0.1:{port}",
+        "AIRFLOW__LOGGING__WORKER_LOG_SERVER_PORT": str(log_ports[0]),
+        "AIRFLOW__LOGGING__TRIGGER_LOG_SERVER_PORT": str(log_ports[1]),
         "AIRFLOW__SCHEDULER__MIN_FILE_PROCESS_INTERVAL": "60",
         "AIRFLOW_CONN_SPARK_DEFAULT": os.environ.get(
             "AIRFLOW_CONN_SPARK_DEFAULT", LOCAL_SPARK_CONNECTION
@@ -107,9 +119,14 @@ def run_cli(args: list[str], env: Mapping[str, str] | None = None, check: bool =
 
 @dataclass
 class Standalone:
-    """``airflow standalone`` in the background (pid file and log in ``AIRFLOW_HOME``)."""
+    """``airflow standalone`` in the background (pid file and log in ``AIRFLOW_HOME``).
+
+    :param port: the API server's (UI's) port.
+    :param log_ports: the worker's and triggerer's log-server ports (Airflow's 8793, 8794).
+    """
 
     port: int = 8080
+    log_ports: tuple[int, int] = LOG_SERVER_PORTS
 
     @property
     def pid_file(self) -> Path:
@@ -155,7 +172,7 @@ class Standalone:
         """
         airflow_home().mkdir(parents=True, exist_ok=True)
         if self.pid() is None:
-            env = {**os.environ, **airflow_environment(self.port)}
+            env = {**os.environ, **airflow_environment(self.port, log_ports=self.log_ports)}
             airflow = str(Path(sys.executable).parent / "airflow")
             with self.log_file.open("ab") as log:
                 process = subprocess.Popen([airflow, "standalone"], env=env, stdout=log,

@@ -13,7 +13,7 @@ import pytest
 
 from ingest_platform.airflow_runtime import AirflowClient, Standalone, airflow_home, run_cli
 from spark_jobs.settings import get_settings
-from tests.conftest import free_port
+from tests.conftest import free_port, free_ports
 from tests.e2e.postgres import PostgresServer
 
 pytestmark = [pytest.mark.e2e, pytest.mark.slow]
@@ -55,7 +55,8 @@ def test_dag_runs_with_local_executor_on_postgres(
         cursor.execute("SELECT version_num FROM alembic_version")
         assert cursor.fetchone() is not None  # Airflow's schema lives in PostgreSQL
 
-    standalone = Standalone(port=free_port())
+    api_port, worker_log_port, trigger_log_port = free_ports(3)
+    standalone = Standalone(port=api_port, log_ports=(worker_log_port, trigger_log_port))
     try:
         standalone.up(timeout_s=300)
         client = standalone.client()  # the login is kept: a token for the admin user

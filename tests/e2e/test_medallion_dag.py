@@ -29,7 +29,7 @@ from ingest_platform.airflow_runtime import Standalone
 from ingest_platform.demo import _produce, kafka_backlog, wait_for_bronze
 from ingest_platform.producer import Message, produce
 from spark_jobs.settings import get_settings
-from tests.conftest import free_port
+from tests.conftest import free_ports
 from tests.e2e.conftest import AirflowPlatform, run_state
 
 pytestmark = [pytest.mark.e2e, pytest.mark.slow]
@@ -235,7 +235,8 @@ def test_eight_interval_backfill_recomputes_gold_without_overlapping_scheduled_r
     before = _gold_between(platform, start, end)
     assert sum(len(rows) for rows in before.values()) > 8
     # Test 3 left 3,000 payments in Bronze: the scheduled run has real work meanwhile.
-    standalone = Standalone(port=free_port())
+    api_port, worker_log_port, trigger_log_port = free_ports(3)
+    standalone = Standalone(port=api_port, log_ports=(worker_log_port, trigger_log_port))
     standalone.up()
     try:
         client = standalone.client()

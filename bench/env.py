@@ -23,6 +23,7 @@ from pathlib import Path
 from typing import Any
 
 from bench.eventlog import write_spark_defaults
+from ingest_platform.processes import stop_process_group
 
 REPO = Path(__file__).resolve().parents[1]
 BIN = Path(sys.executable).parent
@@ -170,16 +171,7 @@ class BenchEnv:
     def stop(self, process: subprocess.Popen[bytes], grace_s: float = 20) -> None:
         """SIGTERM the process group of a process the bench started; SIGKILL after
         ``grace_s``."""
-        if process.poll() is not None:
-            return
-        with contextlib.suppress(ProcessLookupError):
-            os.killpg(process.pid, signal.SIGTERM)
-        try:
-            process.wait(timeout=grace_s)
-        except subprocess.TimeoutExpired:
-            with contextlib.suppress(ProcessLookupError):
-                os.killpg(process.pid, signal.SIGKILL)
-            process.wait(timeout=10)
+        stop_process_group(process, grace_s)
 
     def cleanup(self) -> None:
         """Stop every process the bench started and still runs, then the broker."""

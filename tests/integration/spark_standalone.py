@@ -7,13 +7,14 @@ from __future__ import annotations
 import contextlib
 import json
 import os
-import signal
 import subprocess
 import time
 import urllib.request
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
+
+from ingest_platform.processes import stop_process_group
 
 
 class ClusterStartError(RuntimeError):
@@ -120,13 +121,5 @@ class StandaloneCluster:
         object started, SIGKILL what outlives ``timeout_s``."""
         for name in ("worker", "master"):
             process = self.processes.pop(name, None)
-            if process is None or process.poll() is not None:
-                continue
-            with contextlib.suppress(ProcessLookupError):
-                os.killpg(process.pid, signal.SIGTERM)
-            try:
-                process.wait(timeout=timeout_s)
-            except subprocess.TimeoutExpired:
-                with contextlib.suppress(ProcessLookupError):
-                    os.killpg(process.pid, signal.SIGKILL)
-                process.wait(timeout=10)
+            if process is not None:
+                stop_process_group(process, timeout_s)

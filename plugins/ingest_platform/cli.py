@@ -277,7 +277,13 @@ MismatchOption = Annotated[
         "--allow-partition-mismatch", help="Write to existing topics with another partition count."
     ),
 ]
-PrefixOption = Annotated[str, typer.Option("--topic-prefix", help="Prefix of every topic name.")]
+PrefixOption = Annotated[
+    str | None,
+    typer.Option(
+        "--topic-prefix",
+        help="Prefix of every topic name (default: the platform's, INGEST_KAFKA__TOPIC_PREFIX).",
+    ),
+]
 AllowFailuresOption = Annotated[
     bool, typer.Option("--allow-failures", help="Exit 0 even if the broker refused some messages.")
 ]
@@ -330,7 +336,11 @@ def _send(source: str, events: Any, options: dict[str, Any]) -> ReplaySummary:
             shift_to_now=options.get("shift_to_now", False),
             partitions=options["partitions"] or settings.replay.partitions,
             allow_partition_mismatch=options["allow_partition_mismatch"],
-            topic_prefix=options["topic_prefix"],
+            topic_prefix=(
+                settings.kafka.topic_prefix
+                if options["topic_prefix"] is None
+                else options["topic_prefix"]
+            ),
             progress=options["progress"],
             kafka=settings.kafka,
         )
@@ -392,7 +402,7 @@ def replay(
     fault_seed: FaultSeedOption = 0,
     partitions: PartitionsOption = None,
     allow_partition_mismatch: MismatchOption = False,
-    topic_prefix: PrefixOption = "",
+    topic_prefix: PrefixOption = None,
     allow_failures: AllowFailuresOption = False,
     summary_json: SummaryOption = None,
     progress: ProgressOption = True,
@@ -447,7 +457,7 @@ def generate(
     fault_seed: FaultSeedOption = 0,
     partitions: PartitionsOption = None,
     allow_partition_mismatch: MismatchOption = False,
-    topic_prefix: PrefixOption = "",
+    topic_prefix: PrefixOption = None,
     allow_failures: AllowFailuresOption = False,
     summary_json: SummaryOption = None,
     progress: ProgressOption = True,

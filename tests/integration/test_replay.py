@@ -197,6 +197,25 @@ def test_broker_down_is_a_clear_error_not_a_traceback(tmp_path: Path) -> None:
     assert "Traceback" not in result.stderr
 
 
+def test_topic_prefix_defaults_to_the_platform_setting(
+    kafka_bootstrap: str, tmp_path: Path
+) -> None:
+    """Without --topic-prefix, events go to the topics the platform's jobs read
+    (INGEST_KAFKA__TOPIC_PREFIX); an explicit --topic-prefix still wins."""
+    env_prefix, flag_prefix = _prefix(), _prefix()
+    env = cli_env(kafka_bootstrap, INGEST_KAFKA__TOPIC_PREFIX=env_prefix,
+                  INGEST_STORAGE__LANDING_DIR=str(tmp_path / "landing"))  # fmt: skip
+    args = [CLI, "generate", "--count", "7", "--as-fast-as-possible", "--no-progress"]
+    done = subprocess.run(args, env=env, capture_output=True, text=True)
+    assert done.returncode == 0, done.stderr
+    assert len(_values(kafka_bootstrap, env_prefix)) == 7
+    done = subprocess.run([*args, "--topic-prefix", flag_prefix], env=env, capture_output=True,
+                          text=True)  # fmt: skip
+    assert done.returncode == 0, done.stderr
+    assert len(_values(kafka_bootstrap, flag_prefix)) == 7
+    assert len(_values(kafka_bootstrap, env_prefix)) == 7
+
+
 def test_unwritable_summary_path_is_refused_before_sending(
     kafka_bootstrap: str, tmp_path: Path
 ) -> None:

@@ -43,6 +43,13 @@ def airflow_home(cli: bool = False) -> Path:
     return ingest_home() / ("airflow-cli" if cli else "airflow")
 
 
+#: ``sqlite3.connect`` arguments of the embedded (SQLite) metadata database, imported by
+#: Airflow through ``[database] sql_alchemy_connect_args``. sqlite3 waits 5 s for another
+#: process's write lock by default; a busy scheduler beside ``airflow backfill create`` on a
+#: loaded 2-core machine held it longer ("database is locked"). 60 s (Python's sqlite3
+#: ``timeout``, in seconds).
+SQLITE_CONNECT_ARGS: dict[str, object] = {"timeout": 60}
+
 #: Airflow's default ports of the worker and triggerer log servers ([logging] section).
 LOG_SERVER_PORTS: tuple[int, int] = (8793, 8794)
 
@@ -86,6 +93,10 @@ def airflow_environment(
         "PATH": bin_dir + os.pathsep + os.environ.get("PATH", ""),
         "TZ": "UTC",
     }
+    if os.environ.get("AIRFLOW__DATABASE__SQL_ALCHEMY_CONN", "sqlite").startswith("sqlite"):
+        env["AIRFLOW__DATABASE__SQL_ALCHEMY_CONNECT_ARGS"] = (
+            "ingest_platform.airflow_runtime.SQLITE_CONNECT_ARGS"
+        )
     return env
 
 

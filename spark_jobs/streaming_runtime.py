@@ -21,6 +21,7 @@ from __future__ import annotations
 
 import json
 import os
+import threading
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -137,6 +138,18 @@ class HeartbeatListener(_Listener):
         self.files = files
         self.status = "running"
         self.queries: dict[str, dict[str, Any]] = {}
+        self._terminated: set[str] = set()
+        self._changed = threading.Condition()
+
+    def wait_terminated(self, query_ids: list[str], timeout_s: float) -> bool:
+        """Wait until Spark delivered the terminated event of every query in ``query_ids``
+        (Spark posts listener events asynchronously and in order, so the queries' last
+        progress events came before). Returns whether they all arrived within ``timeout_s``
+        seconds."""
+        with self._changed:
+            return self._changed.wait_for(
+                lambda: set(query_ids) <= self._terminated, timeout=timeout_s
+            )
 
     def _query(self, event: Any) -> dict[str, Any]:
         # Idle and terminated events carry the query's id but not its name.
@@ -183,6 +196,9 @@ class HeartbeatListener(_Listener):
         entry["status"] = "terminated"
         entry["exception"] = event.exception
         self.beat("failed" if event.exception else None)
+        with self._changed:
+            self._terminated.add(str(event.id))
+            self._changed.notify_all()
 
 
 def run_supervised(
@@ -207,8 +223,9 @@ def run_supervised(
     listener = HeartbeatListener(job, files)
     spark.streams.addListener(listener)
     listener.beat("running")
-    queries = start_queries()
+    queries: list[StreamingQuery] = []
     try:
+        queries = start_queries()
         while any(query.isActive for query in queries):
             spark.streams.awaitAnyTermination(max(1, round(poll_s)))
             spark.streams.resetTerminated()
@@ -222,6 +239,12 @@ def run_supervised(
     except Exception:
         listener.beat("failed")
         raise
+    finally:
+        # Spark delivers listener events asynchronously: let the last ones reach the listener,
+        # then unregister it, before the process (and py4j's callback server) goes away.
+        # Otherwise the JVM calls back a dead Python side and logs a py4j stack trace.
+        listener.wait_terminated([str(query.id) for query in queries], timeout_s=10)
+        spark.streams.removeListener(listener)
     listener.beat("stopped")
     return 0
 

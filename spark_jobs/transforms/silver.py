@@ -342,8 +342,16 @@ def deduplicate(on_time: DataFrame, seen: DataFrame) -> tuple[DataFrame, DataFra
     ranked = on_time.withColumn("_rank", F.row_number().over(order)).withColumn(
         "_batch_first_hash", F.first("payload_hash").over(order)
     )
-    prior = seen.select("event_id", F.col("payload_hash").alias("_seen_hash"))
-    joined = ranked.join(F.broadcast(prior), "event_id", "left")
+    # ``seen`` holds every id Silver ever kept and grows without bound: a forced broadcast of
+    # it (1.1M ids) exhausted the 1g driver heap in ``bench --full``. Only the ids of this
+    # batch matter, so ``seen`` is cut down to them first (a semi-join whose build side is
+    # the batch); no broadcast hint, Spark (AQE) broadcasts whichever side its statistics
+    # show to be small and sort-merges otherwise.
+    batch_ids = on_time.select("event_id").distinct()
+    prior = seen.join(batch_ids, "event_id", "left_semi").select(
+        "event_id", F.col("payload_hash").alias("_seen_hash")
+    )
+    joined = ranked.join(prior, "event_id", "left")
     is_first = (F.col("_rank") == 1) & F.col("_seen_hash").isNull()
     first_hash = F.coalesce(F.col("_seen_hash"), F.col("_batch_first_hash"))
     first = joined.where(is_first).drop("_rank", "_batch_first_hash", "_seen_hash")

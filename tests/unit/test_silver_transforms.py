@@ -151,6 +151,26 @@ def test_late_split_and_deduplication(spark) -> None:
     assert [(r.event_id, r.offset) for r in conflicts.collect()] == [("b", 3)]
 
 
+def test_deduplication_reads_only_the_batch_ids_from_an_unbounded_history(spark) -> None:
+    """``seen`` (every id Silver ever kept) is never broadcast whole: bench --full ran the 1g
+    driver out of heap broadcasting 1.1M ids. The join works on the batch's ids only, and the
+    history's rows for other ids never reach the join."""
+    values = [payment(event_id="x"), payment(event_id="y")]
+    on_time, _ = split_late(usable_rows(_parse(spark, values)), None)
+    x_hash = on_time.where("event_id = 'x'").first().payload_hash
+    history = spark.range(50_000).selectExpr("concat('old-', id) AS event_id",
+                                             "sha2(cast(id AS string), 256) AS payload_hash")
+    seen = history.unionByName(
+        spark.createDataFrame([("x", x_hash)], "event_id string, payload_hash string")
+    )
+    first, duplicates, _ = deduplicate(on_time, seen)
+    assert [r.event_id for r in first.collect()] == ["y"]
+    assert [r.event_id for r in duplicates.collect()] == ["x"]
+    plan = first._jdf.queryExecution().optimizedPlan().toString()
+    assert "strategy=broadcast" not in plan  # no broadcast hint on the history
+    assert "LeftSemi" in plan  # the history is cut down to the batch's ids first
+
+
 def test_no_watermark_yet_means_nothing_is_late(spark) -> None:
     on_time, late = split_late(usable_rows(_parse(spark, [payment()])), None)
     assert (on_time.count(), late.count()) == (1, 0)

@@ -96,7 +96,8 @@ class Bench:
         met = {True: "met", False: "MISSED", None: ""}[m.met]
         ratio = f" ratio {m.ratio:.3g}" if m.ratio is not None else ""
         value = "-" if m.value is None else f"{m.value:.4g}"
-        print(f"[bench] {m.name}: {value} {m.unit}{ratio} {met}", flush=True)
+        failed = f" FAILED: {m.params.get('error')}" if m.value is None and m.params else ""
+        print(f"[bench] {m.name}: {value} {m.unit}{ratio} {met}{failed}", flush=True)
         return m
 
     @contextlib.contextmanager
@@ -216,8 +217,15 @@ def rate_of(runs: Sequence[jobs.JobRun], events: int) -> tuple[float, dict[str, 
 # -- 4-6. cycles ----------------------------------------------------------------------------
 def cycle_measurement(bench: Bench, name: str, run: cycles.CycleRun, loads: dict[str, Any],
                       target: Target | None, params: dict[str, Any]) -> None:  # fmt: skip
+    """Record a cycle; a failed DAG run has no value, says why, and keeps its log beside the
+    results file (the work folder is deleted at the end)."""
+    params = params | {"state": run.state}
+    if run.state != "success":
+        kept = bench.results.with_name(f"{bench.results.stem}-{name}.log")
+        shutil.copyfile(run.process.log, kept)
+        params["error"] = f"medallion_incremental run {run.state}; its log: {kept}"
     bench.add(Measurement(name, run.wall_s if run.state == "success" else None, "s",
-                          target=target, load_avg=loads, params=params | {"state": run.state},
+                          target=target, load_avg=loads, params=params,
                           profile=run.profile()))  # fmt: skip
 
 

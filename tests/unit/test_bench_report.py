@@ -79,3 +79,25 @@ def test_dags_test_output_gives_task_timings():
     assert silver.submit_ms is not None
     assert gate.skipped_spark
     assert gate.phases_ms() == {"wall": pytest.approx(1000)}
+
+
+def test_a_failed_cycle_is_recorded_without_value_with_its_reason_and_log(tmp_path, capsys):
+    from bench import run as bench_run
+    from bench.env import Finished
+
+    log = tmp_path / "work" / "cycle-new.log"
+    log.parent.mkdir()
+    log.write_text("java.lang.OutOfMemoryError: Java heap space\n")
+    results = tmp_path / "results" / "20261129T000000Z.jsonl"
+    results.parent.mkdir()
+    bench = bench_run.Bench(env=None, profile=bench_run.SMALL, results=results, commit="abc")
+    failed = cycle.CycleRun(Finished(["airflow"], 1, 0.0, 90_000.0, log), state="failed")
+    bench_run.cycle_measurement(bench, "cycle_with_new_events", failed, {"start": [1.0]}, None,
+                                {"new_events": 100})  # fmt: skip
+    (line,) = [json.loads(text) for text in results.read_text().splitlines()]
+    kept = results.with_name("20261129T000000Z-cycle_with_new_events.log")
+    assert line["value"] is None
+    assert line["params"]["state"] == "failed"
+    assert str(kept) in line["params"]["error"]
+    assert "OutOfMemoryError" in kept.read_text()
+    assert "FAILED: medallion_incremental run failed" in capsys.readouterr().out

@@ -1,4 +1,5 @@
-"""``make bench`` / ``python -m bench [--full]``: run the benchmarks of issue 9.
+"""``make bench`` / ``python -m bench [--full]``: throughput, freshness, cycle cost, gate cost
+and memory of the platform, against same-run baselines (bench/README.md).
 
 Order of one run (one isolated platform under ``<workdir>/<run id>``, see :mod:`bench.env`):
 

@@ -243,7 +243,10 @@ def run_supervised(
         # Spark delivers listener events asynchronously: let the last ones reach the listener,
         # then unregister it, before the process (and py4j's callback server) goes away.
         # Otherwise the JVM calls back a dead Python side and logs a py4j stack trace.
-        listener.wait_terminated([str(query.id) for query in queries], timeout_s=10)
+        # Only queries that ended: after an interrupt the others are still active and will
+        # post nothing, so waiting for them would only delay the exit.
+        ended = [str(query.id) for query in queries if not query.isActive]
+        listener.wait_terminated(ended, timeout_s=10)
         spark.streams.removeListener(listener)
     listener.beat("stopped")
     return 0

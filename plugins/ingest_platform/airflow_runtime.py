@@ -93,10 +93,22 @@ def airflow_environment(
         "PATH": bin_dir + os.pathsep + os.environ.get("PATH", ""),
         "TZ": "UTC",
     }
-    if os.environ.get("AIRFLOW__DATABASE__SQL_ALCHEMY_CONN", "sqlite").startswith("sqlite"):
+    # The SQLite busy timeout only for the embedded SQLite database: not when the connection
+    # comes from anywhere else (_CMD, _SECRET) or the user chose connect args themselves.
+    other_db = any(
+        os.environ.get(f"AIRFLOW__DATABASE__SQL_ALCHEMY_CONN{suffix}")
+        for suffix in ("_CMD", "_SECRET")
+    ) or not os.environ.get("AIRFLOW__DATABASE__SQL_ALCHEMY_CONN", "sqlite").startswith("sqlite")
+    if not other_db:
         env["AIRFLOW__DATABASE__SQL_ALCHEMY_CONNECT_ARGS"] = (
             "ingest_platform.airflow_runtime.SQLITE_CONNECT_ARGS"
         )
+    # Settings the user exported win over the embedded defaults (log-server ports, connect args).
+    for key in ("AIRFLOW__LOGGING__WORKER_LOG_SERVER_PORT",
+                "AIRFLOW__LOGGING__TRIGGER_LOG_SERVER_PORT",
+                "AIRFLOW__DATABASE__SQL_ALCHEMY_CONNECT_ARGS"):  # fmt: skip
+        if os.environ.get(key):
+            env.pop(key, None)
     return env
 
 

@@ -45,3 +45,28 @@ def test_unknown_profile_is_refused(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setenv("INGEST_PROFILE", "nonexistent")
     with pytest.raises(KeyError, match="nonexistent"):
         PlatformSettings()
+
+
+def test_embedded_airflow_sets_the_sqlite_timeout_only_for_its_own_sqlite(monkeypatch) -> None:
+    from ingest_platform.airflow_runtime import airflow_environment
+
+    key = "AIRFLOW__DATABASE__SQL_ALCHEMY_CONNECT_ARGS"
+    for name in ("", "_CMD", "_SECRET"):
+        monkeypatch.delenv(f"AIRFLOW__DATABASE__SQL_ALCHEMY_CONN{name}", raising=False)
+    monkeypatch.delenv(key, raising=False)
+    assert airflow_environment()[key] == "ingest_platform.airflow_runtime.SQLITE_CONNECT_ARGS"
+    monkeypatch.setenv("AIRFLOW__DATABASE__SQL_ALCHEMY_CONN", "postgresql://u@h/db")
+    assert key not in airflow_environment()
+    monkeypatch.delenv("AIRFLOW__DATABASE__SQL_ALCHEMY_CONN")
+    monkeypatch.setenv("AIRFLOW__DATABASE__SQL_ALCHEMY_CONN_CMD", "echo postgresql://u@h/db")
+    assert key not in airflow_environment()
+
+
+def test_log_server_ports_exported_by_the_user_win(monkeypatch) -> None:
+    from ingest_platform.airflow_runtime import airflow_environment
+
+    port = "AIRFLOW__LOGGING__WORKER_LOG_SERVER_PORT"
+    monkeypatch.delenv(port, raising=False)
+    assert airflow_environment(log_ports=(18793, 18794))[port] == "18793"
+    monkeypatch.setenv(port, "9001")
+    assert port not in airflow_environment(log_ports=(18793, 18794))  # os.environ's 9001 stays

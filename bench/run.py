@@ -450,20 +450,50 @@ def demo_memory(bench: Bench) -> None:
 
 
 # -- the run -------------------------------------------------------------------------------
+PARTS = ("throughput", "cycles", "freshness", "memory")
+
+
+def _positive(kind: type[int] | type[float]) -> Callable[[str], Any]:
+    """argparse type: a number > 0 (a count of events, repetitions, seconds)."""
+
+    def parse(text: str) -> Any:
+        try:
+            value = kind(text)
+        except ValueError:
+            raise argparse.ArgumentTypeError(f"{text!r} is not a number") from None
+        if value <= 0:
+            raise argparse.ArgumentTypeError(f"must be greater than 0, got {text}")
+        return value
+
+    return parse
+
+
+def _parts(text: str) -> str:
+    """argparse type of --only: a comma list of :data:`PARTS`."""
+    unknown = {p.strip() for p in text.split(",") if p.strip()} - set(PARTS)
+    if unknown:
+        raise argparse.ArgumentTypeError(f"unknown part(s) {', '.join(sorted(unknown))}; "
+                                         f"choose from {', '.join(PARTS)}")  # fmt: skip
+    return text
+
+
 def parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
+    """The command line; bad values are refused (exit 2) before a broker starts."""
     parser = argparse.ArgumentParser(prog="bench", description=__doc__.splitlines()[0])
     parser.add_argument("--full", action="store_true",
                         help="1M events, 2 repetitions, 3 empty cycles, a 100k-event cycle, "
                         "90 s freshness windows, the demo's memory")  # fmt: skip
-    parser.add_argument("--events", type=int, help="backlog size (default 100k; --full 1M)")
-    parser.add_argument("--repeats", type=int, help="passthrough/bronze repetitions")
-    parser.add_argument("--empty-cycles", type=int)
-    parser.add_argument("--new-events", type=int, help="events of the cycle with new data")
-    parser.add_argument("--fresh-window", type=float, help="freshness window (s)")
+    parser.add_argument("--events", type=_positive(int),
+                        help="backlog size (default 100k; --full 1M)")  # fmt: skip
+    parser.add_argument("--repeats", type=_positive(int), help="passthrough/bronze repetitions")
+    parser.add_argument("--empty-cycles", type=_positive(int))
+    parser.add_argument("--new-events", type=_positive(int),
+                        help="events of the cycle with new data")  # fmt: skip
+    parser.add_argument("--fresh-window", type=_positive(float), help="freshness window (s)")
     parser.add_argument("--demo", action=argparse.BooleanOptionalAction, default=None,
                         help="measure memory during `ingestctl demo` (default with --full)")
-    parser.add_argument("--only", default="", help="comma list of: throughput, cycles, "
-                        "freshness, memory (default: all)")  # fmt: skip
+    parser.add_argument("--only", default="", type=_parts, help="comma list of: throughput, "
+                        "cycles, freshness, memory (default: all)")  # fmt: skip
     parser.add_argument("--workdir", type=Path, default=Path("/tmp/bench"))
     parser.add_argument("--keep", action="store_true", help="keep the run's folder")
     parser.add_argument("--kafka-port", type=int, default=39092)

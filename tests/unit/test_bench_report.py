@@ -101,3 +101,19 @@ def test_a_failed_cycle_is_recorded_without_value_with_its_reason_and_log(tmp_pa
     assert str(kept) in line["params"]["error"]
     assert "OutOfMemoryError" in kept.read_text()
     assert "FAILED: medallion_incremental run failed" in capsys.readouterr().out
+
+
+@pytest.mark.parametrize(("args", "message"), [
+    (["--only", "nonsense"], "unknown part(s) nonsense"),
+    (["--events", "0"], "must be greater than 0"),
+    (["--events", "-5"], "must be greater than 0"),
+    (["--fresh-window", "x"], "'x' is not a number"),
+])  # fmt: skip
+def test_bad_bench_arguments_are_refused_before_anything_starts(args, message, capsys):
+    from bench import run as bench_run
+
+    with pytest.raises(SystemExit) as exit_info:
+        bench_run.parse_args(args)
+    assert exit_info.value.code == 2
+    assert message in capsys.readouterr().err
+    assert bench_run.parse_args(["--only", "cycles,memory", "--events", "10"]).events == 10

@@ -19,6 +19,7 @@ knows which process to watch or stop.
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import threading
@@ -243,11 +244,13 @@ def run_supervised(
         # Spark delivers listener events asynchronously: let the last ones reach the listener,
         # then unregister it, before the process (and py4j's callback server) goes away.
         # Otherwise the JVM calls back a dead Python side and logs a py4j stack trace.
-        # Only queries that ended: after an interrupt the others are still active and will
-        # post nothing, so waiting for them would only delay the exit.
-        ended = [str(query.id) for query in queries if not query.isActive]
-        listener.wait_terminated(ended, timeout_s=10)
-        spark.streams.removeListener(listener)
+        # Best effort: if the JVM is gone, the original error must surface, not py4j's.
+        with contextlib.suppress(Exception):
+            # Only queries that ended: after an interrupt the others are still active and
+            # post nothing, so waiting for them would only delay the exit.
+            ended = [str(query.id) for query in queries if not query.isActive]
+            listener.wait_terminated(ended, timeout_s=10)
+            spark.streams.removeListener(listener)
     listener.beat("stopped")
     return 0
 

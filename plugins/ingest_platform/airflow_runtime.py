@@ -45,9 +45,12 @@ def airflow_home(cli: bool = False) -> Path:
 
 #: ``sqlite3.connect`` arguments of the embedded (SQLite) metadata database, imported by
 #: Airflow through ``[database] sql_alchemy_connect_args``. sqlite3 waits 5 s for another
-#: process's write lock by default; a busy scheduler beside ``airflow backfill create`` on a
-#: loaded 2-core machine held it longer ("database is locked"). 60 s (Python's sqlite3
-#: ``timeout``, in seconds).
+#: process's write lock by default; a busy scheduler on a loaded 2-core machine holds it
+#: longer ("database is locked"). 60 s (Python's sqlite3 ``timeout``, in seconds). No timeout
+#: helps a transaction that read before it writes when another process committed in between
+#: (SQLite refuses at once: a stale WAL snapshot), as ``airflow backfill create`` does beside a
+#: running scheduler; Airflow then removes the partial backfill and a retry works (README,
+#: *Backfills*). PostgreSQL (docker-compose) has neither limit.
 SQLITE_CONNECT_ARGS: dict[str, object] = {"timeout": 60}
 
 #: Airflow's default ports of the worker and triggerer log servers ([logging] section).

@@ -11,7 +11,10 @@ Each always-on job (``bronze_ingest``, ``payment_alerts``) runs its queries thro
 * stops the queries gracefully when ``stop.request`` appears beside the heartbeat: it waits
   until no micro-batch is running (``isTriggerActive`` false), then stops, so a stop never
   interrupts a batch half-written (a batch that is interrupted anyway is replayed
-  idempotently on restart).
+  idempotently on restart); SIGTERM (``kill <pid>``, the supervisor's terminate, a container
+  stop) is the same request;
+* leaves the heartbeat at ``stopped`` after a stop, SIGTERM or Ctrl-C, ``failed`` after a
+  query's failure: never ``running`` for a driver that has gone.
 
 The driver's checkpoint lock (:mod:`spark_jobs.locks`) carries its pid, so the supervisor
 knows which process to watch or stop.
@@ -22,6 +25,7 @@ from __future__ import annotations
 import contextlib
 import json
 import os
+import signal
 import threading
 import time
 from collections.abc import Callable
@@ -210,13 +214,15 @@ def run_supervised(
     settings: PlatformSettings | None = None,
     poll_s: float = 2.0,
 ) -> int:
-    """Run a job's queries until they end (AvailableNow), fail, or a stop is requested.
+    """Run a job's queries until they end (AvailableNow), fail, or a stop is requested (the
+    ``stop.request`` file, or SIGTERM when called from the main thread).
 
     :param start_queries: starts the job's queries and returns them.
     :param poll_s: seconds between checks for a stop request (whole seconds, at least 1).
     :returns: 0 when the queries ended or were stopped on request.
     :raises pyspark.errors.StreamingQueryException: a query failed (the heartbeat says
         ``failed`` with the exception).
+    :raises KeyboardInterrupt: Ctrl-C (the heartbeat says ``stopped``).
     """
     settings = settings or get_settings()
     files = runtime_files(job, settings)
@@ -224,13 +230,15 @@ def run_supervised(
     listener = HeartbeatListener(job, files)
     spark.streams.addListener(listener)
     listener.beat("running")
+    terminate = threading.Event()
+    restore_sigterm = _on_sigterm(terminate.set)
     queries: list[StreamingQuery] = []
     try:
         queries = start_queries()
         while any(query.isActive for query in queries):
             spark.streams.awaitAnyTermination(max(1, round(poll_s)))
             spark.streams.resetTerminated()
-            if files.stop_request.exists():
+            if files.stop_request.exists() or terminate.is_set():
                 listener.beat("stopping")
                 _stop_between_batches(queries, settings.supervisor.stop_timeout_s)
                 files.stop_request.unlink(missing_ok=True)
@@ -238,9 +246,14 @@ def run_supervised(
         for query in queries:
             query.awaitTermination()  # re-raises a query's failure
     except Exception:
-        listener.beat("failed")
+        # A SIGTERM to the whole process group also stops the JVM under the queries.
+        listener.beat("stopped" if terminate.is_set() else "failed")
+        raise
+    except BaseException:  # Ctrl-C: an operator's stop, not the job's failure
+        listener.beat("stopped")
         raise
     finally:
+        restore_sigterm()
         # Spark delivers listener events asynchronously: let the last ones reach the listener,
         # then unregister it, before the process (and py4j's callback server) goes away.
         # Otherwise the JVM calls back a dead Python side and logs a py4j stack trace.
@@ -253,6 +266,16 @@ def run_supervised(
             spark.streams.removeListener(listener)
     listener.beat("stopped")
     return 0
+
+
+def _on_sigterm(handler: Callable[[], None]) -> Callable[[], None]:
+    """Call ``handler`` on SIGTERM instead of dying at once; returns what restores the previous
+    handling. Python only lets the main thread install signal handlers: elsewhere (a job run
+    in a thread, as in tests) SIGTERM keeps its previous handling."""
+    if threading.current_thread() is not threading.main_thread():
+        return lambda: None
+    previous = signal.signal(signal.SIGTERM, lambda _signum, _frame: handler())
+    return lambda: signal.signal(signal.SIGTERM, previous)
 
 
 def _stop_between_batches(queries: list[StreamingQuery], timeout_s: float) -> None:

@@ -4,11 +4,15 @@ Delta, no duplicates on rerun) and the heartbeat/graceful-stop runtime."""
 from __future__ import annotations
 
 import json
+import os
+import signal
+import sys
 import threading
 import time
 
 import pytest
 
+from ingest_platform import supervisor
 from spark_jobs import bronze_ingest, payment_alerts
 from spark_jobs.settings import get_settings
 from spark_jobs.streaming_runtime import read_json, run_supervised, runtime_files
@@ -98,3 +102,39 @@ def test_heartbeat_and_graceful_stop(platform: Platform) -> None:
     assert not files.stop_request.exists()
     bronze = platform.read("bronze_events")
     assert list(bronze.value.map(lambda v: json.loads(v)["event_id"])) == ["h1"]
+
+
+def test_sigterm_stops_an_always_on_driver_and_its_heartbeat_says_stopped(
+    platform: Platform,
+) -> None:
+    """``kill <pid>`` (SIGTERM) is a stop request: the driver stops its query, releases the
+    checkpoint lock, exits, and its heartbeat ends ``stopped`` instead of ``running``."""
+    platform.send("payments", [payment("term1", "2026-01-01T11:00:00Z")])
+    files = runtime_files("bronze_ingest")
+    command = [sys.executable, "-m", "spark_jobs.bronze_ingest", "--trigger",
+               "processing-time=1 second"]  # fmt: skip
+    pid = supervisor.start("bronze_ingest", command, wait_s=180)
+    try:
+        deadline = time.monotonic() + 180
+        while time.monotonic() < deadline:
+            beat = read_json(files.heartbeat) or {}
+            progress = beat.get("queries", {}).get("bronze_ingest", {}).get("last_progress")
+            if beat.get("pid") == pid and progress and progress["input_rows"] >= 1:
+                break
+            time.sleep(0.5)
+        assert read_json(files.heartbeat)["status"] == "running"
+        os.kill(pid, signal.SIGTERM)
+        deadline = time.monotonic() + 90
+        while supervisor.driver_pid("bronze_ingest") is not None:
+            assert time.monotonic() < deadline, "the driver outlived SIGTERM by 90 s"
+            time.sleep(0.5)
+    finally:
+        if supervisor.driver_pid("bronze_ingest") is not None:
+            supervisor.stop("bronze_ingest")
+    beat = read_json(files.heartbeat)
+    assert beat["pid"] == pid
+    assert beat["status"] == "stopped"
+    assert beat["queries"]["bronze_ingest"]["status"] == "terminated"
+    assert beat["queries"]["bronze_ingest"]["exception"] is None
+    ids = list(platform.read("bronze_events").value.map(lambda v: json.loads(v)["event_id"]))
+    assert ids.count("term1") == 1

@@ -16,12 +16,10 @@ from typing import Literal
 import yaml
 from pydantic import BaseModel, Field, model_validator
 
-from spark_jobs.settings import INCLUDE_DIR, PlatformSettings, get_settings
+from spark_jobs.settings import INCLUDE_DIR, TOPIC_PATTERN, PlatformSettings, get_settings
 
 PIPELINE_YAML: Path = INCLUDE_DIR / "pipeline.yaml"
 _NAME = r"^[a-z][a-z0-9_]*$"
-#: Kafka's own rule for topic names: at most 249 of [a-zA-Z0-9._-].
-TOPIC_PATTERN = r"^[A-Za-z0-9._-]{1,249}$"
 
 
 class TableSpec(BaseModel):

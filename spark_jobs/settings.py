@@ -11,11 +11,13 @@ This module imports neither pyspark nor Airflow, so DAG files may import it at p
 from __future__ import annotations
 
 import os
+import re
+from collections.abc import Iterable
 from functools import lru_cache
 from pathlib import Path
 from typing import Any, Literal
 
-from pydantic import BaseModel, Field, SecretStr, field_validator
+from pydantic import BaseModel, Field, SecretStr, field_validator, model_validator
 from pydantic_settings import (
     BaseSettings,
     PydanticBaseSettingsSource,
@@ -73,6 +75,28 @@ class KafkaSecurityError(ValueError):
 def _jaas_quote(value: str) -> str:
     # Kafka parses sasl.jaas.config with a StreamTokenizer: backslash escapes inside quotes.
     return '"' + value.replace("\\", "\\\\").replace('"', '\\"') + '"'
+
+
+#: Kafka's rule for topic names (``org.apache.kafka.common.internals.Topic.validate``): 1 to
+#: 249 characters of [A-Za-z0-9._-].
+TOPIC_PATTERN = r"^[A-Za-z0-9._-]{1,249}$"
+
+
+def check_topic_prefix(prefix: str, names: Iterable[str]) -> str:
+    """Return ``prefix`` when ``prefix + name`` is a valid Kafka topic name for every name
+    (:data:`TOPIC_PATTERN`).
+
+    :raises ValueError: the message names the longest invalid topic and what is wrong.
+    """
+    for name in sorted(names, key=len, reverse=True):
+        topic = prefix + name
+        if re.fullmatch(TOPIC_PATTERN, topic):
+            continue
+        shown = topic if len(topic) <= 80 else f"{topic[:40]}...{topic[-30:]}"
+        why = (f"{len(topic)} characters, Kafka allows at most 249" if len(topic) > 249
+               else "Kafka allows only [A-Za-z0-9._-]")  # fmt: skip
+        raise ValueError(f"topic prefix makes an invalid Kafka topic name {shown!r}: {why}")
+    return prefix
 
 
 class KafkaSettings(BaseModel):
@@ -415,6 +439,14 @@ class PlatformSettings(BaseSettings):
     supervisor: SupervisorSettings = SupervisorSettings()
     alerts: AlertSettings = AlertSettings()
     checkpoints: CheckpointSettings = CheckpointSettings()
+
+    @model_validator(mode="after")
+    def _valid_topic_names(self) -> PlatformSettings:
+        """Every topic the platform uses, prefixed, is a valid Kafka topic name."""
+        from spark_jobs.contracts import TOPICS
+
+        check_topic_prefix(self.kafka.topic_prefix, (*TOPICS, self.alerts.topic))
+        return self
 
     @classmethod
     def settings_customise_sources(

@@ -15,6 +15,11 @@ class TopicMismatchError(RuntimeError):
     """An existing topic has a different partition count than the platform expects."""
 
 
+class TopicCollisionError(ValueError):
+    """A topic to create differs from an existing one only by ``.`` against ``_``: Kafka
+    refuses it (its metric names treat both alike; ``Topic.hasCollision``)."""
+
+
 def ensure_topics(
     bootstrap_servers: str,
     topics: Iterable[str],
@@ -33,6 +38,8 @@ def ensure_topics(
         single-node embedded broker) to use; the current profile's when ``None``.
     :raises TopicMismatchError: an existing topic has another partition count and
         ``allow_partition_mismatch`` is false; the message names topic and both counts.
+    :raises TopicCollisionError: a missing topic collides with an existing one (``.`` and
+        ``_`` alike); the message names both. Nothing is created.
     :raises kafka.errors.KafkaError: the broker refused (invalid name, not reachable).
     """
     from kafka import KafkaAdminClient
@@ -48,6 +55,15 @@ def ensure_topics(
     try:
         existing = set(admin.list_topics())
         missing = [name for name in wanted if name not in existing]
+        collisions = {name: other for name in missing for other in existing
+                      if other.replace(".", "_") == name.replace(".", "_")}  # fmt: skip
+        if collisions:
+            detail = ", ".join(f"{name!r} with existing {other!r}"
+                               for name, other in sorted(collisions.items()))  # fmt: skip
+            raise TopicCollisionError(
+                f"Kafka treats '.' and '_' in topic names alike, so these topics cannot be "
+                f"created: {detail}; choose another topic prefix"
+            )
         if missing:
             # Created concurrently by another producer: its partitions are checked below.
             factor = kafka.replication_factor

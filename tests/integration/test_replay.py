@@ -151,6 +151,26 @@ def test_topic_with_other_partition_count_is_refused_unless_allowed(
     assert allowed.returncode == 0, allowed.stderr
 
 
+def test_topic_colliding_with_an_existing_one_is_refused_and_nothing_is_created(
+    kafka_bootstrap: str, tmp_path: Path
+) -> None:
+    from kafka import KafkaAdminClient
+
+    stem = _prefix().rstrip(".")
+    ensure_topics(kafka_bootstrap, [f"{stem}_orders"], partitions=3)
+    # "<stem>.orders" differs from "<stem>_orders" only by "." against "_".
+    args = ["generate", "--count", "10", "--as-fast-as-possible", "--topic-prefix", f"{stem}."]
+    refused = _run(args, kafka_bootstrap, tmp_path)
+    assert refused.returncode == 1
+    assert f"'{stem}.orders' with existing '{stem}_orders'" in refused.stderr
+    assert "Traceback" not in refused.stderr
+    admin = KafkaAdminClient(bootstrap_servers=kafka_bootstrap)
+    try:
+        assert not [t for t in admin.list_topics() if t.startswith(f"{stem}.")]
+    finally:
+        admin.close()
+
+
 def test_shift_to_now_moves_the_first_event_to_the_present(
     kafka_bootstrap: str, uci_path: Path, tmp_path: Path
 ) -> None:
@@ -174,6 +194,8 @@ def test_shift_to_now_moves_the_first_event_to_the_present(
         (["generate", "--late-delay", "soon"], "late delay 'soon'"),
         (["generate", "--duplicate-rate", "2"], "duplicate-rate"),
         (["generate", "--topic-prefix", "bad prefix!"], "topic prefix"),
+        # 240 + len("customer_activity") > 249: refused before any topic is created.
+        (["generate", "--topic-prefix", "p" * 240], "257 characters, Kafka allows at most 249"),
         (["replay", "olist", "/nonexistent"], "does not exist"),
     ],
 )

@@ -70,3 +70,19 @@ def test_log_server_ports_exported_by_the_user_win(monkeypatch) -> None:
     assert airflow_environment(log_ports=(18793, 18794))[port] == "18793"
     monkeypatch.setenv(port, "9001")
     assert port not in airflow_environment(log_ports=(18793, 18794))  # os.environ's 9001 stays
+
+
+def test_topic_prefix_is_checked_against_the_longest_topic_it_prefixes(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    # 232 + len("customer_activity") = 249: Kafka's limit, accepted.
+    monkeypatch.setenv("INGEST_KAFKA__TOPIC_PREFIX", "p" * 232)
+    assert PlatformSettings().kafka.topic("customer_activity") == "p" * 232 + "customer_activity"
+    monkeypatch.setenv("INGEST_KAFKA__TOPIC_PREFIX", "p" * 233)
+    with pytest.raises(ValidationError, match="250 characters, Kafka allows at most 249"):
+        PlatformSettings()
+    # The alerts topic is prefixed too.
+    monkeypatch.setenv("INGEST_KAFKA__TOPIC_PREFIX", "p" * 60)
+    monkeypatch.setenv("INGEST_ALERTS__TOPIC", "a" * 190)
+    with pytest.raises(ValidationError, match="250 characters"):
+        PlatformSettings()

@@ -7,7 +7,6 @@ and operators can reconcile the tables against it.
 from __future__ import annotations
 
 import json
-import re
 import time
 from collections.abc import Iterable, Iterator, Sequence
 from dataclasses import dataclass
@@ -19,9 +18,8 @@ from ingest_platform.producer import Message, ProduceResult, produce
 from ingest_platform.replay.faults import FaultConfig, FaultCounts, Scheduled, inject
 from ingest_platform.replay.model import SourceError, SourceEvent
 from ingest_platform.topics import ensure_topics
-from spark_jobs.catalog import TOPIC_PATTERN
 from spark_jobs.contracts import TOPICS
-from spark_jobs.settings import KafkaSettings
+from spark_jobs.settings import KafkaSettings, check_topic_prefix
 
 
 @dataclass(frozen=True)
@@ -96,10 +94,12 @@ class ReplaySummary:
 
 
 def validate_topic_prefix(prefix: str) -> str:
-    """:raises SourceError: the prefix would make invalid Kafka topic names."""
-    if prefix and not re.fullmatch(TOPIC_PATTERN, prefix + "x"):
-        raise SourceError(f"topic prefix {prefix!r} may only use [A-Za-z0-9._-]")
-    return prefix
+    """:raises SourceError: the prefix would make an invalid Kafka topic name of a contract
+    topic (:func:`spark_jobs.settings.check_topic_prefix`)."""
+    try:
+        return check_topic_prefix(prefix, TOPICS)
+    except ValueError as error:
+        raise SourceError(str(error)) from None
 
 
 def _paced(items: Iterable[Scheduled], pace: Pace) -> Iterator[Scheduled]:

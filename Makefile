@@ -30,7 +30,7 @@ export UV_PROJECT_ENVIRONMENT := $(VENV)
 # common in CI images) that costs ~9 s more per start (bench/README.md).
 export UV_COMPILE_BYTECODE := 1
 
-.PHONY: help setup prereqs jars demo demo-down test lint typecheck unit integration \
+.PHONY: help setup prereqs test-prereqs jars demo demo-down test lint typecheck unit integration \
         kafka-up kafka-down kafka-status clean-data bench
 
 help: ## List the targets
@@ -38,6 +38,10 @@ help: ## List the targets
 
 prereqs:
 	@include/scripts/check_prereqs.sh
+
+# The tests also need a PostgreSQL server (installed by apt-get when run as root); the demo not.
+test-prereqs:
+	@include/scripts/check_prereqs.sh --test
 
 $(UV): | prereqs
 	python3.11 -m venv $(TOOLS)
@@ -71,7 +75,7 @@ lint: $(VENV_STAMP) ## ruff
 typecheck: $(VENV_STAMP) ## mypy
 	$(BIN)/mypy spark_jobs plugins/ingest_platform $(wildcard dags/*.py)
 
-test: setup lint typecheck ## Lint, type-check and run every test (starts its own Kafka broker)
+test: setup test-prereqs lint typecheck ## Lint, type-check and run every test (starts its own Kafka broker)
 	$(BIN)/pytest -n $(TEST_WORKERS) --dist loadfile $(PYTEST_ARGS)
 
 unit: setup ## Unit tests only (no services)

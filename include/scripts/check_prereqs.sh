@@ -1,5 +1,6 @@
 #!/usr/bin/env bash
 # Set-up prerequisites: stop with one line naming whatever is missing.
+# --test: also what only the tests need (a PostgreSQL server), installed when run as root.
 set -u
 missing=()
 command -v python3.11 >/dev/null 2>&1 || missing+=("Python 3.11 (python3.11 on PATH)")
@@ -14,6 +15,7 @@ if [ ${#missing[@]} -gt 0 ]; then
   printf 'set-up stopped: missing %s\n' "$(IFS=';'; echo "${missing[*]}" | sed 's/;/; /g')" >&2
   exit 1
 fi
+[ "${1:-}" = "--test" ] || exit 0
 # Debian's PostgreSQL server binaries: the tests run Airflow's metadata database on a server
 # of their own (tests/e2e/postgres.py). Installed here when missing and run as root.
 if ! compgen -G "/usr/lib/postgresql/*/bin/initdb" >/dev/null; then

@@ -29,7 +29,7 @@ class PostgresUnavailableError(RuntimeError):
 def server_bin_dir() -> Path:
     """The newest ``/usr/lib/postgresql/<version>/bin`` holding ``initdb`` and ``pg_ctl``.
 
-    :raises PostgresUnavailableError: none is installed (``make setup`` installs Debian's
+    :raises PostgresUnavailableError: none is installed (``make test`` installs Debian's
         ``postgresql`` package when run as root).
     """
     candidates = sorted(Path("/usr/lib/postgresql").glob("*/bin/initdb"),
@@ -37,7 +37,7 @@ def server_bin_dir() -> Path:
                         else 0)  # fmt: skip
     if not candidates:
         raise PostgresUnavailableError(
-            "PostgreSQL server binaries not found under /usr/lib/postgresql: run `make setup` "
+            "PostgreSQL server binaries not found under /usr/lib/postgresql: run `make test` "
             "as root (it runs `apt-get install -y postgresql`) or install Debian's postgresql"
         )
     return candidates[-1].parent

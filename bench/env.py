@@ -218,3 +218,20 @@ def interrupts_raise() -> Iterator[None]:
     finally:
         for sig, old in previous.items():
             signal.signal(sig, old)
+
+
+@contextlib.contextmanager
+def signals_deferred(message: str) -> Iterator[None]:
+    """While cleaning up: Ctrl-C, SIGTERM and SIGHUP print ``message`` instead of interrupting,
+    so that a second signal cannot leave the broker or the work folder behind (SIGKILL still
+    ends the bench)."""
+    def handler(signum: int, frame: Any) -> None:
+        print(message, file=sys.stderr, flush=True)
+
+    signals = (signal.SIGINT, signal.SIGTERM, signal.SIGHUP)
+    previous = {sig: signal.signal(sig, handler) for sig in signals}
+    try:
+        yield
+    finally:
+        for sig, old in previous.items():
+            signal.signal(sig, old)

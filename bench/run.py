@@ -44,7 +44,7 @@ from typing import Any
 
 from bench import cycle as cycles
 from bench import freshness, jobs, memory, report, workload
-from bench.env import BIN, REPO, BenchEnv, BenchError, interrupts_raise
+from bench.env import BIN, REPO, BenchEnv, BenchError, interrupts_raise, signals_deferred
 from bench.report import Measurement, Target
 
 RESULTS = REPO / "bench" / "results"
@@ -517,6 +517,15 @@ def main(argv: Sequence[str] | None = None) -> int:
     profile = profile_from(args)
     only = {s.strip() for s in args.only.split(",") if s.strip()} or {
         "throughput", "cycles", "freshness", "memory"}
+    from ingest_platform.kafka_broker import PortInUseError, ensure_port_free
+
+    try:  # before anything starts: a busy port is one line, not a traceback mid-run
+        for port in (args.kafka_port, args.kafka_controller_port, args.airflow_port):
+            ensure_port_free("127.0.0.1", port, hint="Stop that process, or choose other "
+                             "ports with --kafka-port, --kafka-controller-port, --airflow-port.")
+    except PortInUseError as error:
+        print(f"bench: {error}", file=sys.stderr)
+        return 2
     run_id = datetime.now(UTC).strftime("%Y%m%dT%H%M%SZ") + ("-full" if args.full else "")
     env = BenchEnv(args.workdir / run_id, args.kafka_port, args.kafka_controller_port,
                    args.airflow_port)  # fmt: skip
@@ -573,15 +582,17 @@ def main(argv: Sequence[str] | None = None) -> int:
         print("[bench] interrupted: stopping what the bench started", file=sys.stderr)
         return 130
     finally:
-        sampler.stop()
-        env.cleanup()
-        elapsed = time.monotonic() - began
-        print(f"[bench] finished in {elapsed:.0f} s", flush=True)
-        if bench.measurements:
-            _write_meta(results, run_id, profile, elapsed)
-            report.print_table(report.read_jsonl(results), title=f"bench {run_id}")
-        if not args.keep:
-            shutil.rmtree(env.root, ignore_errors=True)
+        with signals_deferred("[bench] still stopping what the bench started (broker, jobs, "
+                              "work folder); a moment"):  # fmt: skip
+            sampler.stop()
+            env.cleanup()
+            elapsed = time.monotonic() - began
+            print(f"[bench] finished in {elapsed:.0f} s", flush=True)
+            if bench.measurements:
+                _write_meta(results, run_id, profile, elapsed)
+                report.print_table(report.read_jsonl(results), title=f"bench {run_id}")
+            if not args.keep:
+                shutil.rmtree(env.root, ignore_errors=True)
     return 0
 
 

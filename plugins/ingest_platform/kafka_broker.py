@@ -191,7 +191,7 @@ class KafkaBroker:
                     f"client and controller ports are both {self.settings.port}: choose two"
                 )
             for port in (self.settings.port, self.settings.controller_port):
-                _ensure_port_free(self.settings.host, port)
+                ensure_port_free(self.settings.host, port)
             self._render_config()
             if not (self.storage_dir / "meta.properties").exists():
                 self._format_storage()
@@ -411,8 +411,17 @@ def _is_zombie(pid: int) -> bool:
         return True
 
 
-def _ensure_port_free(host: str, port: int) -> None:
-    """Raise :class:`PortInUseError` if ``host:port`` cannot be bound."""
+#: How ``ingestctl`` users choose other broker ports (the end of :class:`PortInUseError`).
+INGESTCTL_PORT_HINT = ("ingestctl never uses a Kafka broker it did not start: stop that "
+                       "process, or choose other ports with --port/--controller-port "
+                       "(or INGEST_KAFKA__PORT / INGEST_KAFKA__CONTROLLER_PORT).")  # fmt: skip
+
+
+def ensure_port_free(host: str, port: int, hint: str = INGESTCTL_PORT_HINT) -> None:
+    """Raise :class:`PortInUseError` if ``host:port`` cannot be bound.
+
+    :param hint: the message's last sentence: how the caller's user picks another port.
+    """
     with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as probe:
         # SO_REUSEADDR so that a port in TIME_WAIT from our own earlier broker counts as free,
         # exactly as the broker itself will see it.
@@ -424,9 +433,7 @@ def _ensure_port_free(host: str, port: int) -> None:
                 raise
             raise PortInUseError(
                 f"port {port} on {host} is already in use by another process "
-                f"({_port_owner(port)}). ingestctl never uses a Kafka broker it did not start: "
-                f"stop that process, or choose other ports with --port/--controller-port "
-                f"(or INGEST_KAFKA__PORT / INGEST_KAFKA__CONTROLLER_PORT)."
+                f"({_port_owner(port)}). {hint}"
             ) from None
 
 

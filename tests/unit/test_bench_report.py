@@ -117,3 +117,40 @@ def test_bad_bench_arguments_are_refused_before_anything_starts(args, message, c
     assert exit_info.value.code == 2
     assert message in capsys.readouterr().err
     assert bench_run.parse_args(["--only", "cycles,memory", "--events", "10"]).events == 10
+
+
+def test_a_busy_bench_port_is_refused_in_one_line_before_anything_starts(tmp_path, capsys):
+    import socket
+
+    from bench import run as bench_run
+
+    with socket.socket() as holder:
+        holder.bind(("127.0.0.1", 0))
+        holder.listen()
+        busy = holder.getsockname()[1]
+        code = bench_run.main(["--only", "cycles", "--kafka-port", str(busy),
+                               "--workdir", str(tmp_path / "work")])  # fmt: skip
+    assert code == 2
+    err = capsys.readouterr().err
+    assert f"port {busy} on 127.0.0.1 is already in use" in err
+    assert "--kafka-port" in err
+    assert "--port/--controller-port" not in err
+    assert "Traceback" not in err
+    assert not (tmp_path / "work").exists()  # no work folder, no broker
+
+
+def test_signals_during_the_bench_cleanup_do_not_interrupt_it(capsys):
+    import os
+    import signal
+
+    from bench.env import signals_deferred
+
+    finished = False
+    before = signal.getsignal(signal.SIGINT), signal.getsignal(signal.SIGTERM)
+    with signals_deferred("still stopping"):
+        os.kill(os.getpid(), signal.SIGTERM)  # would end the process by default
+        os.kill(os.getpid(), signal.SIGINT)  # would raise KeyboardInterrupt
+        finished = True
+    assert finished
+    assert capsys.readouterr().err.count("still stopping") == 2
+    assert (signal.getsignal(signal.SIGINT), signal.getsignal(signal.SIGTERM)) == before

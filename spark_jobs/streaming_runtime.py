@@ -275,7 +275,11 @@ def _on_sigterm(handler: Callable[[], None]) -> Callable[[], None]:
     if threading.current_thread() is not threading.main_thread():
         return lambda: None
     previous = signal.signal(signal.SIGTERM, lambda _signum, _frame: handler())
-    return lambda: signal.signal(signal.SIGTERM, previous)
+
+    def restore() -> None:
+        signal.signal(signal.SIGTERM, previous)
+
+    return restore
 
 
 def _stop_between_batches(queries: list[StreamingQuery], timeout_s: float) -> None:

@@ -165,14 +165,29 @@ def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
 
 @operator_errors
 def main(argv: Sequence[str] | None = None) -> int:
-    """spark-submit entry point: run until stopped (or until AvailableNow ends)."""
+    """spark-submit entry point: run until stopped (or until AvailableNow ends).
+
+    A broker that does not answer the alerts topic's creation, or a topic name Kafka refuses,
+    is one line on stderr and exit 1 (the heartbeat says ``failed``), not a traceback.
+    """
+    from kafka.errors import KafkaError
+
+    from ingest_platform.topics import TopicCollisionError
     from spark_jobs.session import build_spark_session
     from spark_jobs.streaming_runtime import run_supervised
 
     args = parse_args(argv)
     with owned_checkpoint(JOB_NAME):
         spark = build_spark_session(JOB_NAME)
-        return run_supervised(spark, JOB_NAME, lambda: start(spark, trigger=args.trigger))
+        try:
+            return run_supervised(spark, JOB_NAME, lambda: start(spark, trigger=args.trigger))
+        except TopicCollisionError as error:
+            print(f"{JOB_NAME}: {error}", file=sys.stderr)
+        except KafkaError as error:
+            print(f"{JOB_NAME}: Kafka at {get_settings().kafka.bootstrap_servers} refused or "
+                  f"did not answer: {error!r} (is the broker up? `ingestctl kafka status`)",
+                  file=sys.stderr)  # fmt: skip
+        return 1
 
 
 if __name__ == "__main__":

@@ -138,3 +138,25 @@ def test_sigterm_stops_an_always_on_driver_and_its_heartbeat_says_stopped(
     assert beat["queries"]["bronze_ingest"]["exception"] is None
     ids = list(platform.read("bronze_events").value.map(lambda v: json.loads(v)["event_id"]))
     assert ids.count("term1") == 1
+
+
+def test_payment_alerts_with_the_broker_down_is_one_line_and_a_failed_heartbeat(
+    platform: Platform, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    from tests.conftest import free_port
+
+    dead = free_port()
+    monkeypatch.setenv("INGEST_KAFKA__PORT", str(dead))
+    get_settings.cache_clear()
+    try:
+        code = payment_alerts.main(["--trigger", "available-now"])
+        err = capsys.readouterr().err
+        beat = read_json(runtime_files("payment_alerts").heartbeat)
+    finally:
+        monkeypatch.undo()
+        get_settings.cache_clear()
+    assert code == 1
+    assert f"payment_alerts: Kafka at 127.0.0.1:{dead} refused or did not answer" in err
+    assert "Traceback" not in err
+    assert beat is not None
+    assert beat["status"] == "failed"

@@ -24,6 +24,14 @@ os.environ["AIRFLOW_HOME"] = str(_AIRFLOW_HOME)
 os.environ.setdefault("AIRFLOW__CORE__LOAD_EXAMPLES", "False")
 os.environ.setdefault("AIRFLOW__CORE__UNIT_TEST_MODE", "True")
 
+# The JVMs the tests start as subprocesses (every spark-submit of an Airflow task, jobs run
+# with `python -m`) live for seconds on small inputs: C1 alone compiles enough, and C2's
+# compilation was ~40 % of such a JVM's CPU (tests/integration/test_spark_submit.py: 21 s of
+# user CPU with C2, 12 s without). spark-class passes SPARK_SUBMIT_OPTS to the driver JVM. The
+# suite's own long-lived driver (the `spark` fixture) keeps C2.
+SHORT_JVM_OPTS = "-XX:TieredStopAtLevel=1"
+os.environ.setdefault("SPARK_SUBMIT_OPTS", SHORT_JVM_OPTS)
+
 # py4j logs from __del__ after pytest closed its streams: keep it to warnings.
 logging.getLogger("py4j").setLevel(logging.WARNING)
 
@@ -50,16 +58,20 @@ def spark() -> Iterator[object]:
     """One local SparkSession for the whole suite, built by the platform's own builder."""
     from spark_jobs.session import build_spark_session
 
-    session = build_spark_session(
-        "tests",
-        # The suite's one driver runs hundreds of queries on hundreds of tables (Delta keeps
-        # their logs cached): with the jobs' 1g heap, G1 spent a third of its CPU collecting.
-        extra_conf={
-            "spark.master": "local[2]",
-            "spark.sql.shuffle.partitions": "2",
-            "spark.driver.memory": "3g",
-        },
-    )
+    with pytest.MonkeyPatch.context() as patch:
+        if os.environ.get("SPARK_SUBMIT_OPTS") == SHORT_JVM_OPTS:
+            patch.delenv("SPARK_SUBMIT_OPTS")  # this driver lives for the whole session
+        session = build_spark_session(
+            "tests",
+            # The suite's one driver runs hundreds of queries on hundreds of tables (Delta
+            # keeps their logs cached): with the jobs' 1g heap, G1 spent a third of its CPU
+            # collecting.
+            extra_conf={
+                "spark.master": "local[2]",
+                "spark.sql.shuffle.partitions": "2",
+                "spark.driver.memory": "3g",
+            },
+        )
     yield session
     session.stop()
 

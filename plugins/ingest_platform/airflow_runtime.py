@@ -43,6 +43,18 @@ def airflow_home(cli: bool = False) -> Path:
     return ingest_home() / ("airflow-cli" if cli else "airflow")
 
 
+def private_airflow_home(cli: bool = False) -> Path:
+    """:func:`airflow_home`, created if missing and made private (mode 0700): it holds
+    ``airflow.cfg`` (Fernet key, JWT secret), the admin password file and the metadata
+    database, which Airflow writes readable by everyone (umask 022). Only the folder is
+    restricted, not the process umask: the Spark jobs Airflow starts keep writing tables and
+    checkpoints that other users (a cluster's workers) may need to read."""
+    home = airflow_home(cli)
+    home.mkdir(parents=True, exist_ok=True)
+    home.chmod(0o700)
+    return home
+
+
 #: ``sqlite3.connect`` arguments of the embedded (SQLite) metadata database, imported by
 #: Airflow through ``[database] sql_alchemy_connect_args``. sqlite3 waits 5 s for another
 #: process's write lock by default; a busy scheduler on a loaded 2-core machine holds it
@@ -134,6 +146,8 @@ def run_cli(args: list[str], env: Mapping[str, str] | None = None, check: bool =
     :raises AirflowError: non-zero exit and ``check``; the message has the output's tail.
     """
     full = {**os.environ, **airflow_environment(cli=cli), **(env or {})}
+    if "AIRFLOW_HOME" not in (env or {}):
+        private_airflow_home(cli)
     airflow = str(Path(sys.executable).parent / "airflow")
     done = subprocess.run([airflow, *args], env=full, capture_output=True, text=True,
                           cwd=PROJECT_ROOT, check=False)  # fmt: skip
@@ -196,7 +210,7 @@ class Standalone:
         :raises AirflowError: it exited or did not answer within ``timeout_s``; the message
             has the log's tail.
         """
-        airflow_home().mkdir(parents=True, exist_ok=True)
+        private_airflow_home()
         if self.pid() is None:
             env = {**os.environ, **airflow_environment(self.port, log_ports=self.log_ports)}
             airflow = str(Path(sys.executable).parent / "airflow")

@@ -171,14 +171,13 @@ def airflow_cli(ctx: typer.Context) -> None:
     import os
     import sys
 
-    from ingest_platform.airflow_runtime import airflow_environment, airflow_home
+    from ingest_platform.airflow_runtime import airflow_environment, private_airflow_home
 
     env = {**os.environ, **airflow_environment(cli=True)}
     airflow = str(Path(sys.executable).parent / "airflow")
     import subprocess
 
-    if not (airflow_home(cli=True) / "airflow.db").exists():
-        airflow_home(cli=True).mkdir(parents=True, exist_ok=True)
+    if not (private_airflow_home(cli=True) / "airflow.db").exists():
         from ingest_platform.orchestration import pool_command
 
         for init in (["db", "migrate"], pool_command(), ["dags", "reserialize"]):

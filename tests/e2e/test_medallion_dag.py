@@ -258,6 +258,9 @@ def test_eight_interval_backfill_recomputes_gold_without_overlapping_scheduled_r
     standalone = Standalone(port=api_port, log_ports=(worker_log_port, trigger_log_port))
     standalone.up()
     try:
+        # Secrets on disk (the admin password, airflow.cfg's keys) are this user's only.
+        home = standalone.password_file.parent
+        assert home.stat().st_mode & 0o077 == 0, f"{home} is open to other users"
         client = standalone.client()
         client.wait_for_dag("medallion_incremental")
         client.unpause("medallion_incremental")  # the latest interval's scheduled run starts

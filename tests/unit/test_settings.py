@@ -86,3 +86,17 @@ def test_topic_prefix_is_checked_against_the_longest_topic_it_prefixes(
     monkeypatch.setenv("INGEST_ALERTS__TOPIC", "a" * 190)
     with pytest.raises(ValidationError, match="250 characters"):
         PlatformSettings()
+
+
+def test_the_embedded_airflow_home_is_private_even_when_it_existed_open(
+    monkeypatch: pytest.MonkeyPatch, tmp_path
+) -> None:
+    from ingest_platform.airflow_runtime import private_airflow_home
+
+    monkeypatch.setenv("INGEST_HOME", str(tmp_path))
+    (tmp_path / "airflow").mkdir(mode=0o755)
+    (tmp_path / "airflow").chmod(0o755)  # an older platform's demo left it open
+    for cli in (False, True):
+        home = private_airflow_home(cli)
+        assert home == tmp_path / ("airflow-cli" if cli else "airflow")
+        assert home.stat().st_mode & 0o777 == 0o700

@@ -40,7 +40,7 @@ prereqs:
 	@include/scripts/check_prereqs.sh
 
 # The tests also need a PostgreSQL server (installed by apt-get when run as root); the demo not.
-test-prereqs:
+test-prereqs: ## What only the tests need (a PostgreSQL server; apt-get when root)
 	@include/scripts/check_prereqs.sh --test
 
 $(UV): | prereqs

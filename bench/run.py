@@ -468,6 +468,17 @@ def _positive(kind: type[int] | type[float]) -> Callable[[str], Any]:
     return parse
 
 
+def _port(text: str) -> int:
+    """argparse type: a TCP port, 1-65535."""
+    try:
+        value = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"{text!r} is not a port number") from None
+    if not 1 <= value <= 65535:
+        raise argparse.ArgumentTypeError(f"a port is 1-65535, got {text}")
+    return value
+
+
 def _parts(text: str) -> str:
     """argparse type of --only: a comma list of :data:`PARTS`."""
     unknown = {p.strip() for p in text.split(",") if p.strip()} - set(PARTS)
@@ -496,12 +507,16 @@ def parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
                         "cycles, freshness, memory (default: all)")  # fmt: skip
     parser.add_argument("--workdir", type=Path, default=Path("/tmp/bench"))
     parser.add_argument("--keep", action="store_true", help="keep the run's folder")
-    parser.add_argument("--kafka-port", type=int, default=39092)
-    parser.add_argument("--kafka-controller-port", type=int, default=39093)
-    parser.add_argument("--airflow-port", type=int, default=8096)
+    parser.add_argument("--kafka-port", type=_port, default=39092)
+    parser.add_argument("--kafka-controller-port", type=_port, default=39093)
+    parser.add_argument("--airflow-port", type=_port, default=8096)
     parser.add_argument("--results", type=Path, help="JSON-lines file (default "
                         "bench/results/<run id>.jsonl)")  # fmt: skip
-    return parser.parse_args(argv)
+    args = parser.parse_args(argv)
+    ports = (args.kafka_port, args.kafka_controller_port, args.airflow_port)
+    if len(set(ports)) < len(ports):
+        parser.error("--kafka-port, --kafka-controller-port and --airflow-port must differ")
+    return args
 
 
 def profile_from(args: argparse.Namespace) -> Profile:

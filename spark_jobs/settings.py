@@ -446,6 +446,12 @@ class PlatformSettings(BaseSettings):
         from spark_jobs.contracts import TOPICS
 
         check_topic_prefix(self.kafka.topic_prefix, (*TOPICS, self.alerts.topic))
+        clash = [t for t in TOPICS if t.replace(".", "_") == self.alerts.topic.replace(".", "_")]
+        if clash:
+            raise ValueError(
+                f"alerts.topic {self.alerts.topic!r} is (or collides with) the contract topic "
+                f"{clash[0]!r}: the alerts would be read back as {clash[0]} events"
+            )
         return self
 
     @classmethod

@@ -223,6 +223,7 @@ def run_supervised(
     :raises pyspark.errors.StreamingQueryException: a query failed (the heartbeat says
         ``failed`` with the exception).
     :raises KeyboardInterrupt: Ctrl-C (the heartbeat says ``stopped``).
+    :raises SystemExit: SIGTERM before the queries started (exit 143; ``stopped``).
     """
     settings = settings or get_settings()
     files = runtime_files(job, settings)
@@ -231,10 +232,19 @@ def run_supervised(
     spark.streams.addListener(listener)
     listener.beat("running")
     terminate = threading.Event()
-    restore_sigterm = _on_sigterm(terminate.set)
+    polling = threading.Event()
+
+    def on_sigterm() -> None:
+        terminate.set()
+        if not polling.is_set():
+            # Still starting (a JVM call or kafka-python can block for long): stop now.
+            raise SystemExit(128 + signal.SIGTERM)
+
+    restore_sigterm = _on_sigterm(on_sigterm)
     queries: list[StreamingQuery] = []
     try:
         queries = start_queries()
+        polling.set()  # from here on, SIGTERM waits for the micro-batch to end
         while any(query.isActive for query in queries):
             spark.streams.awaitAnyTermination(max(1, round(poll_s)))
             spark.streams.resetTerminated()
@@ -249,7 +259,7 @@ def run_supervised(
         # A SIGTERM to the whole process group also stops the JVM under the queries.
         listener.beat("stopped" if terminate.is_set() else "failed")
         raise
-    except BaseException:  # Ctrl-C: an operator's stop, not the job's failure
+    except BaseException:  # Ctrl-C, SIGTERM while starting: an operator's stop, not a failure
         listener.beat("stopped")
         raise
     finally:

@@ -62,7 +62,7 @@ def ensure_topics(
                                for name, other in sorted(collisions.items()))  # fmt: skip
             raise TopicCollisionError(
                 f"Kafka treats '.' and '_' in topic names alike, so these topics cannot be "
-                f"created: {detail}; choose another topic prefix"
+                f"created: {detail}; choose another topic prefix (or alerts topic)"
             )
         if missing:
             # Created concurrently by another producer: its partitions are checked below.

@@ -6,6 +6,7 @@ from __future__ import annotations
 import json
 import os
 import signal
+import subprocess
 import sys
 import threading
 import time
@@ -160,3 +161,33 @@ def test_payment_alerts_with_the_broker_down_is_one_line_and_a_failed_heartbeat(
     assert "Traceback" not in err
     assert beat is not None
     assert beat["status"] == "failed"
+
+
+def test_sigterm_while_a_driver_is_still_starting_stops_it_at_once(platform: Platform) -> None:
+    """A driver blocked before its queries run (here: kafka-python waiting for a broker that
+    is down) stops on SIGTERM at once (exit 143) and its heartbeat ends ``stopped``: the
+    supervisor's 20 s grace would otherwise end in SIGKILL and a heartbeat left ``running``."""
+    from tests.conftest import cli_env, free_port
+
+    files = runtime_files("payment_alerts")
+    env = cli_env(f"127.0.0.1:{free_port()}")  # nothing listens there
+    driver = subprocess.Popen([sys.executable, "-m", "spark_jobs.payment_alerts"], env=env,
+                              stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)  # fmt: skip
+    try:
+        deadline = time.monotonic() + 120
+        while (read_json(files.heartbeat) or {}).get("pid") != driver.pid:
+            assert driver.poll() is None, driver.stderr.read().decode()[-2000:]  # type: ignore[union-attr]
+            assert time.monotonic() < deadline, "the driver never wrote its heartbeat"
+            time.sleep(0.2)
+        assert read_json(files.heartbeat)["status"] == "running"
+        time.sleep(1)  # inside ensure_topics, waiting for the broker (30 s before giving up)
+        sent = time.monotonic()
+        driver.send_signal(signal.SIGTERM)
+        code = driver.wait(timeout=60)
+        waited = time.monotonic() - sent
+    finally:
+        if driver.poll() is None:
+            driver.kill()
+    assert code == 143
+    assert waited < 15, f"exited {waited:.0f} s after SIGTERM"
+    assert read_json(files.heartbeat)["status"] == "stopped"

@@ -108,6 +108,9 @@ def test_a_failed_cycle_is_recorded_without_value_with_its_reason_and_log(tmp_pa
     (["--events", "0"], "must be greater than 0"),
     (["--events", "-5"], "must be greater than 0"),
     (["--fresh-window", "x"], "'x' is not a number"),
+    (["--kafka-port", "70000"], "a port is 1-65535"),
+    (["--kafka-port", "-1"], "a port is 1-65535"),
+    (["--kafka-port", "29192", "--kafka-controller-port", "29192"], "must differ"),
 ])  # fmt: skip
 def test_bad_bench_arguments_are_refused_before_anything_starts(args, message, capsys):
     from bench import run as bench_run

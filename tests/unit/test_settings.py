@@ -100,3 +100,12 @@ def test_the_embedded_airflow_home_is_private_even_when_it_existed_open(
         home = private_airflow_home(cli)
         assert home == tmp_path / ("airflow-cli" if cli else "airflow")
         assert home.stat().st_mode & 0o777 == 0o700
+
+
+@pytest.mark.parametrize("topic", ["payments", "customer.activity"])
+def test_the_alerts_topic_cannot_be_a_contract_topic(
+    monkeypatch: pytest.MonkeyPatch, topic: str
+) -> None:
+    monkeypatch.setenv("INGEST_ALERTS__TOPIC", topic)
+    with pytest.raises(ValidationError, match="would be read back as"):
+        PlatformSettings()

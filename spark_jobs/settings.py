@@ -82,6 +82,12 @@ def _jaas_quote(value: str) -> str:
 TOPIC_PATTERN = r"^[A-Za-z0-9._-]{1,249}$"
 
 
+def topic_collision_key(name: str) -> str:
+    """Kafka refuses two topics whose names differ only by ``.`` against ``_`` (its metric
+    names treat both alike; ``Topic.hasCollision``): names with equal keys collide."""
+    return name.replace(".", "_")
+
+
 def check_topic_prefix(prefix: str, names: Iterable[str]) -> str:
     """Return ``prefix`` when ``prefix + name`` is a valid Kafka topic name for every name
     (:data:`TOPIC_PATTERN`).
@@ -446,7 +452,8 @@ class PlatformSettings(BaseSettings):
         from spark_jobs.contracts import TOPICS
 
         check_topic_prefix(self.kafka.topic_prefix, (*TOPICS, self.alerts.topic))
-        clash = [t for t in TOPICS if t.replace(".", "_") == self.alerts.topic.replace(".", "_")]
+        key = topic_collision_key(self.alerts.topic)
+        clash = [t for t in TOPICS if topic_collision_key(t) == key]
         if clash:
             raise ValueError(
                 f"alerts.topic {self.alerts.topic!r} is (or collides with) the contract topic "

@@ -46,7 +46,7 @@ def ensure_topics(
     from kafka.admin import NewTopic
     from kafka.errors import TopicAlreadyExistsError
 
-    from spark_jobs.settings import get_settings
+    from spark_jobs.settings import get_settings, topic_collision_key
 
     kafka = kafka or get_settings().kafka
     wanted = list(dict.fromkeys(topics))
@@ -56,7 +56,7 @@ def ensure_topics(
         existing = set(admin.list_topics())
         missing = [name for name in wanted if name not in existing]
         collisions = {name: other for name in missing for other in existing
-                      if other.replace(".", "_") == name.replace(".", "_")}  # fmt: skip
+                      if topic_collision_key(other) == topic_collision_key(name)}  # fmt: skip
         if collisions:
             detail = ", ".join(f"{name!r} with existing {other!r}"
                                for name, other in sorted(collisions.items()))  # fmt: skip

@@ -380,7 +380,15 @@ def _check_writable(path: Path) -> None:
 @app.command("replay")
 def replay(
     source: Annotated[ReplaySource, typer.Argument(help="Which dataset PATH holds.")],
-    path: Annotated[Path, typer.Argument(exists=True, readable=True, help="Dataset folder.")],
+    path: Annotated[
+        Path,
+        typer.Argument(
+            exists=True,
+            readable=True,
+            help="The dataset's folder, or one file of it: a day's CSV of uci-retail "
+            "(e.g. 2010-12-01.csv); olist needs its folder (or its sample/ subfolder).",
+        ),
+    ],
     timezone: Annotated[
         str | None,
         typer.Option(
@@ -424,12 +432,15 @@ def replay(
     except SourceError as error:
         raise _fail(str(error)) from None
     summary = _send(source.value, events, locals())
-    if dimension and summary.produce.failed == 0:
-        # Only after every event was acknowledged: a refused or failed run leaves the
-        # dimension as it was.
+    if dimension:
+        # _send returned: every event was acknowledged, or --allow-failures accepted the
+        # failures. A run that failed (exit 1) or was interrupted leaves the dimension as
+        # it was. The rows are upserted by customer id, so replaying one file after another
+        # keeps every customer any of them had.
         landing = get_settings().storage.landing_path / "customers"
-        written = runner.write_dimension(customers, landing, source.value.replace("-", "_"))
-        typer.echo(f"customers dimension: {len(customers)} rows -> {written}")
+        written, total = runner.write_dimension(customers, landing, source.value.replace("-", "_"))
+        typer.echo(f"customers dimension: {len(customers)} rows upserted -> {written} "
+                   f"({total} customers)")  # fmt: skip
 
 
 @app.command("generate")

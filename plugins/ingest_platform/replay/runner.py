@@ -115,19 +115,52 @@ def _paced(items: Iterable[Scheduled], pace: Pace) -> Iterator[Scheduled]:
         yield item
 
 
-def write_dimension(rows: Sequence[dict[str, Any]], folder: Path, source: str) -> Path:
-    """Write a dimension's rows to ``<folder>/<source>.parquet`` (replaced atomically).
+def write_dimension(
+    rows: Sequence[dict[str, Any]], folder: Path, source: str, key: str = "customer_id"
+) -> tuple[Path, int]:
+    """Upsert a dimension's rows into ``<folder>/<source>.parquet`` by ``key`` (SCD type 1).
 
-    :returns: the file written.
+    The file accumulates every row any replay of ``source`` landed: a row whose key is
+    already there replaces it (the latest replay wins), a new key is added, and keys this
+    replay does not mention stay. So replaying a dataset one file at a time (one day of
+    UCI Online Retail after another) lands the union of their customers, not only the last
+    file's. Rows without a key are left out (nothing could update them, and
+    ``silver_refine`` ignores them). Every value is stored as a string.
+
+    The read-modify-write holds an exclusive lock on ``<folder>/.<source>.lock`` (two
+    replays at once do not lose each other's rows) and replaces the file atomically (the
+    Silver job never reads half a file).
+
+    :param rows: dicts with at least ``key``; other columns as the source has them.
+    :param folder: the landing folder, e.g. ``<landing_dir>/customers``.
+    :param source: the source's name: ``olist``, ``uci_retail``.
+    :param key: the dimension's key column.
+    :returns: the file and the number of rows (keys) it holds afterwards.
+    :raises ValueError: ``rows`` lack the ``key`` column.
     """
+    import fcntl
+
     import pandas as pd
 
     folder.mkdir(parents=True, exist_ok=True)
     target = folder / f"{source}.parquet"
     staging = folder / f".{source}.parquet.tmp"
-    pd.DataFrame(list(rows)).astype("string").to_parquet(staging, index=False)
-    staging.replace(target)
-    return target
+    incoming = pd.DataFrame(list(rows)).astype("string")
+    if len(incoming) and key not in incoming.columns:
+        raise ValueError(f"dimension rows of {source} have no {key!r} column")
+    if key not in incoming.columns:
+        incoming[key] = pd.Series(dtype="string")
+    incoming = incoming[incoming[key].notna()]
+    with open(folder / f".{source}.lock", "a") as lock:
+        fcntl.flock(lock, fcntl.LOCK_EX)  # released when the file closes (or the process dies)
+        if target.exists():
+            earlier = pd.read_parquet(target).astype("string")
+            merged = pd.concat([earlier, incoming], ignore_index=True)
+            # keep="last": this replay's row replaces an earlier one with the same key.
+            incoming = merged.drop_duplicates(subset=[key], keep="last").reset_index(drop=True)
+        incoming.to_parquet(staging, index=False)
+        staging.replace(target)
+    return target, len(incoming)
 
 
 def run(

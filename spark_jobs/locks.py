@@ -38,6 +38,7 @@ def checkpoint_lock(checkpoint: Path) -> Iterator[Path]:
     checkpoint.parent.mkdir(parents=True, exist_ok=True)
     path = lock_path(checkpoint)
     handle = open(path, "a+")  # noqa: SIM115 - held open for the whole block
+    held = False
     try:
         try:
             fcntl.flock(handle, fcntl.LOCK_EX | fcntl.LOCK_NB)
@@ -52,6 +53,34 @@ def checkpoint_lock(checkpoint: Path) -> Iterator[Path]:
         handle.truncate()
         handle.write(f"{os.getpid()}\n")
         handle.flush()
+        held = True
         yield path
     finally:
+        if held:
+            # No stale pid once released: a repair's or a finished driver's pid left behind
+            # reads as "held by pid N" to anyone who trusts the file alone.
+            handle.seek(0)
+            handle.truncate()
         handle.close()  # closing releases the flock
+
+
+def lock_holder(checkpoint: Path) -> int | None:
+    """Pid of the process holding ``checkpoint``'s lock, or None when nobody holds it.
+
+    The flock decides, not the file: the lock is probed with a shared non-blocking flock,
+    which only fails while some process holds the exclusive one. The pid is then the one
+    the holder wrote (0 when it has not written it yet).
+    """
+    path = lock_path(Path(checkpoint))
+    try:
+        handle = open(path)  # noqa: SIM115 - closed below
+    except OSError:
+        return None
+    with handle:
+        try:
+            fcntl.flock(handle, fcntl.LOCK_SH | fcntl.LOCK_NB)
+        except BlockingIOError:
+            text = handle.read().strip()
+            return int(text) if text.isdigit() else 0
+        fcntl.flock(handle, fcntl.LOCK_UN)
+        return None

@@ -39,7 +39,7 @@ from pathlib import Path
 from typing import Any
 
 from spark_jobs.catalog import get_catalog
-from spark_jobs.locks import lock_path
+from spark_jobs.locks import lock_holder
 from spark_jobs.settings import PROJECT_ROOT, PlatformSettings, get_settings
 from spark_jobs.streaming_runtime import RuntimeFiles, read_json, runtime_files, write_json
 
@@ -108,16 +108,18 @@ def _alive(pid: int, job: str) -> bool:
 
 
 def driver_pid(job: str, settings: PlatformSettings | None = None) -> int | None:
-    """Pid of the live driver holding ``job``'s checkpoint lock, or None."""
+    """Pid of the live driver holding ``job``'s checkpoint lock, or None.
+
+    Whether the lock is held is asked of the kernel (:func:`spark_jobs.locks.lock_holder`),
+    never read from the file alone: a repair or a finished run that held the lock before
+    leaves no driver behind, and a live process whose command line merely names the job
+    (an Airflow task, an editor) is not the driver. The holder must also be a process whose
+    command line names the job (a ``recover`` run by an operator holds the lock briefly and
+    is not a driver either).
+    """
     checkpoint = get_catalog().job(job).checkpoint(settings or get_settings())
-    try:
-        text = lock_path(checkpoint).read_text().strip()
-    except OSError:
-        return None
-    if not text.isdigit():
-        return None
-    pid = int(text)
-    return pid if _alive(pid, job) else None
+    pid = lock_holder(checkpoint)
+    return pid if pid and _alive(pid, job) else None
 
 
 def status(

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 import subprocess
 import sys
 import time
@@ -47,3 +48,19 @@ def test_lock_lives_beside_the_checkpoint_not_inside(tmp_path) -> None:
     with checkpoint_lock(checkpoint) as lock:
         assert lock.parent == tmp_path
         assert not checkpoint.exists()
+
+
+def test_a_released_lock_names_no_holder_and_keeps_no_pid(tmp_path) -> None:
+    """Issue #15: a repair's own pid was left in the lock file after it released the lock,
+    and the next supervisor run said the job 'already runs' while no driver ran."""
+    from spark_jobs.locks import lock_holder, lock_path
+
+    checkpoint = tmp_path / "checkpoints" / "bronze_ingest"
+    assert lock_holder(checkpoint) is None  # no lock file at all
+    with checkpoint_lock(checkpoint):
+        assert lock_holder(checkpoint) == os.getpid()
+    assert lock_holder(checkpoint) is None
+    assert lock_path(checkpoint).read_text() == ""
+    # A pid written by hand into a lock nobody holds is not a holder either.
+    lock_path(checkpoint).write_text(f"{os.getpid()}\n")
+    assert lock_holder(checkpoint) is None

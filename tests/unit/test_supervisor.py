@@ -148,3 +148,28 @@ def test_two_supervisor_runs_at_once_start_one_driver(home: Path) -> None:
 
     record = json.loads(runtime_files("bronze_ingest").supervisor.read_text())
     assert len(record["starts"]) == 1
+
+
+def test_a_repair_that_held_the_lock_is_not_taken_for_a_running_driver(home: Path) -> None:
+    """Issue #15: after the supervisor's own repair (which takes the checkpoint lock in the
+    supervising process, whose command line names the job), the next run said 'already
+    runs (pid N)' while no driver ran. Only the kernel's lock holder counts."""
+    import subprocess
+
+    from spark_jobs.catalog import get_catalog
+    from spark_jobs.locks import checkpoint_lock, lock_path
+
+    checkpoint = get_catalog().job("bronze_ingest").checkpoint()
+    bystander = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(60)",
+                                  "bronze_ingest"])  # fmt: skip
+    try:
+        with checkpoint_lock(checkpoint):
+            pass  # a repair: held, then released
+        lock_path(checkpoint).write_text(f"{bystander.pid}\n")  # a stale pid of a live process
+        assert supervisor.driver_pid("bronze_ingest") is None
+        outcome = supervisor.supervise("bronze_ingest", command(), echo=lambda _: None)
+        assert "started" in outcome
+        assert supervisor.driver_pid("bronze_ingest") not in (None, bystander.pid)
+    finally:
+        bystander.kill()
+        bystander.wait()

@@ -104,7 +104,7 @@ with DAG(
     correct_late = SparkJobOperator(
         task_id="correct_late", job="late_corrections", pool=GOLD_POOL,
         # Gold's watermark moves with gold_aggregate's batches; Gold itself is its output.
-        inputs=["silver_payments", "silver_late_events", "ops_gate_holds"],
+        inputs=[*SILVER_EVENTS, "silver_late_events", "ops_gate_holds"],
         input_jobs=["gold_aggregate"],
     )  # fmt: skip
     recompute_gold = SparkJobOperator(

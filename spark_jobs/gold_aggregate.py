@@ -81,48 +81,69 @@ def windowed_definitions(
     }  # fmt: skip
 
 
+def merge_customer_metrics(
+    spark: SparkSession, path: str, increment: DataFrame, *, app_id: str, version: int
+) -> None:
+    """Add ``increment`` to ``gold_customer_metrics`` at ``path`` by one MERGE, once per
+    (``app_id``, ``version``): Delta skips the MERGE when it already committed that version
+    (or a later one) for ``app_id``, so a repeated call adds nothing.
+
+    :param spark: a session of the caller's own (``spark.newSession()``): the transaction
+        settings are set on it for the MERGE and unset afterwards, so concurrent writers on
+        another session never carry them.
+    :param increment: :func:`spark_jobs.transforms.gold.customer_metrics_increment` rows
+        (``customer_id``, ``currency``, ``order_count``, ``spend``, ``last_order_time``).
+    :param app_id: Delta ``txnAppId``: one per writer (the stream's query, the late
+        corrections).
+    :param version: Delta ``txnVersion``: the writer's batch or run number, increasing.
+    """
+    from delta.tables import DeltaTable
+
+    if not table_exists(path):
+        increment.limit(0).write.format("delta").save(path)
+    spark.conf.set("spark.databricks.delta.write.txnAppId", app_id)
+    spark.conf.set("spark.databricks.delta.write.txnVersion", str(version))
+    try:
+        (
+            DeltaTable.forPath(spark, path)
+            .alias("t")
+            .merge(
+                increment.alias("s"),
+                "t.customer_id = s.customer_id AND t.currency = s.currency",
+            )
+            .whenMatchedUpdate(
+                set={
+                    "order_count": "t.order_count + s.order_count",
+                    "spend": "t.spend + s.spend",
+                    "last_order_time": "greatest(t.last_order_time, s.last_order_time)",
+                }
+            )
+            .whenNotMatchedInsertAll()
+            .execute()
+        )
+    finally:
+        spark.conf.unset("spark.databricks.delta.write.txnAppId")
+        spark.conf.unset("spark.databricks.delta.write.txnVersion")
+
+
 class CustomerMetricsMerge:
     """``foreachBatch`` MERGE of per-customer increments into ``gold_customer_metrics``."""
 
     def __init__(self, spark: SparkSession, path: str, checkpoint: str) -> None:
-        # A session of its own: the txn settings below must not leak into other queries.
+        # A session of its own: the txn settings of the MERGE must not leak into other queries.
         self.spark = spark.newSession()
         self.path = path
         self.checkpoint = checkpoint
 
     def __call__(self, batch: DataFrame, batch_id: int) -> None:
         """Add the batch's increments (see :func:`customer_metrics_increment`) by MERGE."""
-        from delta.tables import DeltaTable
-
         from spark_jobs.transforms.gold import customer_metrics_increment
 
-        increment = customer_metrics_increment(batch)
-        if not table_exists(self.path):
-            increment.limit(0).write.format("delta").save(self.path)
         app_id = f"{JOB_NAME}-customer-metrics-{checkpoint_query_id(self.checkpoint)}"
-        self.spark.conf.set("spark.databricks.delta.write.txnAppId", app_id)
-        self.spark.conf.set("spark.databricks.delta.write.txnVersion", str(batch_id))
-        try:
-            (
-                DeltaTable.forPath(self.spark, self.path)
-                .alias("t")
-                .merge(
-                    increment.alias("s"),
-                    "t.customer_id = s.customer_id AND t.currency = s.currency",
-                )
-                .whenMatchedUpdate(
-                    set={
-                        "order_count": "t.order_count + s.order_count",
-                        "spend": "t.spend + s.spend",
-                        "last_order_time": "greatest(t.last_order_time, s.last_order_time)",
-                    }
-                )
-                .whenNotMatchedInsertAll()
-                .execute()
-            )
-        finally:
-            self.spark.conf.unset("spark.databricks.delta.write.txnAppId")
-            self.spark.conf.unset("spark.databricks.delta.write.txnVersion")
+        merge_customer_metrics(
+            self.spark, self.path, customer_metrics_increment(batch), app_id=app_id,
+            version=batch_id,
+        )  # fmt: skip
 
 
 def start(

@@ -17,6 +17,7 @@ import pytest
 from ingest_platform.topics import ensure_topics
 from spark_jobs.contracts import TOPICS
 from tests.conftest import cli_env, consume_all
+from tests.integration.medallion import Platform
 
 pytestmark = pytest.mark.integration
 CLI = str(Path(sys.executable).parent / "ingestctl")
@@ -261,3 +262,55 @@ def test_failed_replay_leaves_the_customers_dimension_alone(
                     "--topic-prefix", _prefix()], kafka_bootstrap, tmp_path)  # fmt: skip
     assert refused.returncode == 1
     assert dimension.read_bytes() == before
+
+
+def _expected_customers(files: list[Path]) -> dict[str, str]:
+    """Independent computation of the customers dimension after replaying ``files`` one at a
+    time: per file, each customer's first country (the replay's rule), the id mapped with
+    the replay's own ``customer_id`` ("17850.0" -> "17850", empty -> none); across files,
+    the file replayed last wins."""
+    from ingest_platform.replay.uci_retail import customer_id
+
+    frames = []
+    for file in files:
+        lines = pd.read_csv(file, dtype=str, keep_default_na=False)
+        lines = lines.assign(customer_id=lines.CustomerID.map(customer_id))
+        frames.append(lines[lines.customer_id.notna()].drop_duplicates("customer_id"))
+    latest = pd.concat(frames).drop_duplicates("customer_id", keep="last")
+    return dict(zip(latest.customer_id, latest.Country, strict=True))
+
+
+def test_replaying_day_files_one_at_a_time_keeps_every_customer(
+    platform: Platform, uci_path: Path, tmp_path: Path
+) -> None:
+    """Issue 15 case 5: each replay upserts its customers into the landing file, so Silver
+    ends with every customer any replay saw, with the latest replay's values, and every
+    order with a customer gets a country. A replay whose broker failures were accepted
+    with --allow-failures lands its customers too."""
+    days = [uci_path / f"2010-12-0{d}.csv" for d in (1, 2, 3)]
+    moved = tmp_path / "2010-12-04-moved.csv"  # a customer of 12-01 moves to France
+    moved.write_text(
+        "InvoiceNo,StockCode,Description,Quantity,InvoiceDate,UnitPrice,CustomerID,Country\n"
+        "T900001,85123A,TEST,1,2010-12-04 10:00:00,2.55,17850.0,France\n"
+    )
+    env = cli_env(platform.bootstrap)  # the platform's INGEST_HOME and topic prefix
+    for file in [*days, moved]:
+        args = [CLI, "replay", "uci-retail", str(file), "--no-progress"]
+        if file == days[1]:
+            args += ["--oversize-count", "1", "--allow-failures"]  # 1 message refused
+        done = subprocess.run(args, env=env, capture_output=True, text=True)
+        assert done.returncode == 0, done.stderr
+        assert "customers dimension" in done.stdout
+    platform.bronze()
+    platform.silver()
+
+    expected = _expected_customers([*days, moved])
+    assert len(expected) == 255  # 98 + 117 + 55 per day, fewer with repeat customers
+    assert expected["17850"] == "France"
+    customers = platform.read("silver_customers")
+    assert dict(zip(customers.customer_id, customers.country, strict=True)) == expected
+    orders = platform.read("silver_orders")
+    with_customer = orders[orders.customer_id.notna()]
+    assert len(with_customer) > 0
+    assert with_customer.customer_country.isna().sum() == 0
+    assert set(with_customer.customer_id) <= set(expected)

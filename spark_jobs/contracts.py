@@ -143,6 +143,19 @@ PAYLOAD_DDL: dict[str, str] = {
 }
 ENVELOPE_DDL = "event_id string, event_type string, event_time string, schema_version int"
 
+#: Identifier fields by topic (envelope and payload): strings that may not contain control
+#: characters (Unicode category Cc: U+0000-U+001F, U+007F-U+009F). JSON can carry them
+#: escaped (``"c\u0000"`` is valid JSON), and an id with a NUL in it joins with nothing and
+#: prints as something else; Silver quarantines such a record as ``control_character``.
+ID_FIELDS: dict[str, tuple[str, ...]] = {
+    "orders": ("event_id", "order_id", "customer_id"),
+    "payments": ("event_id", "payment_id", "order_id", "customer_id"),
+    "refunds": ("event_id", "refund_id", "order_id", "customer_id"),
+    "customer_activity": ("event_id", "customer_id", "session_id", "product_id"),
+}
+#: Identifier fields of each element of an order's ``items`` (same rule as :data:`ID_FIELDS`).
+ITEM_ID_FIELDS = ("product_id", "seller_id")
+
 
 def contract_for(event_type: str) -> EventContract:
     """Return the contract of ``event_type``.

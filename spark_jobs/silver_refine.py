@@ -4,15 +4,29 @@ Each micro-batch, in ``foreachBatch``:
 
 1. parse every record against its topic's contracts (:mod:`spark_jobs.transforms.silver`);
    unusable records go to ``silver_quarantine`` with raw bytes, coordinates, reason, detail;
-2. usable events older than the watermark in force at the start of the batch go to
-   ``silver_late_events`` with how late they were;
+2. usable events older than their topic's watermark in force at the start of the batch go
+   to ``silver_late_events`` with how late they were (watermarks below);
 3. on-time events are deduplicated on ``event_id`` against the ids kept by earlier batches
    within the deduplication horizon (the watermark, 30 minutes by default) and inside the
    batch; a duplicate whose payload differs from the kept one is recorded in
    ``silver_dedup_conflicts``;
 4. orders and payments are enriched with the customers dimension (read fresh each batch);
 5. the counts must balance: read = written + quarantined + duplicates + late, else the run
-   fails with the numbers; they are recorded in ``silver_reconciliation`` with the watermark.
+   fails with the numbers; they are recorded in ``silver_reconciliation`` with the watermarks.
+
+Watermarks (see :func:`advance_watermarks`): each Kafka partition of each topic has its
+maximum event time kept so far; a *topic's* watermark is the *minimum* over its partitions of
+that maximum, minus ``dedup_watermark``, and never moves back; lateness is decided per topic.
+So an event far ahead on one partition moves neither the other partitions nor the other
+topics (the Flink rule for partitions, Spark's default ``multipleWatermarkPolicy=min`` for
+combining): one outlier cannot make everyone else's on-time events late. The single
+``watermark`` recorded per batch is the minimum over the topics (what a consumer of all of
+Silver may treat as complete). The price of the minimum: a partition that stops receiving
+events holds its topic's watermark back, so fewer events count as late (they are refined
+into Silver as usual; Gold's own watermarks still decide what is final). Records whose event
+time is implausibly far ahead (``event_time_skew``, see
+:func:`spark_jobs.transforms.silver.parse_topic`) are quarantined before they can move any
+watermark.
 
 Why not ``dropDuplicatesWithinWatermark``: it drops late rows and duplicates silently, so
 they could not be written to ``silver_late_events``, conflicts could not be recorded and the
@@ -32,7 +46,7 @@ from __future__ import annotations
 import argparse
 import sys
 from collections.abc import Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from datetime import UTC, datetime, timedelta
 from typing import TYPE_CHECKING, Any
 
@@ -92,6 +106,69 @@ class BatchCounts:
             )
 
 
+#: (contract topic, Kafka partition).
+PartitionKey = tuple[str, int]
+
+
+@dataclass(frozen=True)
+class Watermarks:
+    """Silver's event-time progress after a batch (see the module docstring).
+
+    Times are as Spark returns them (naive, in the session time zone, UTC here).
+
+    :param partition_max: (contract topic, Kafka partition) -> newest event time kept.
+    :param topics: contract topic -> its watermark: events before it are late.
+    :param fallback: the single watermark of a batch recorded before watermarks were kept
+        per topic (upgrade path): it stands for every topic that has none of its own yet.
+    """
+
+    partition_max: dict[PartitionKey, datetime] = field(default_factory=dict)
+    topics: dict[str, datetime] = field(default_factory=dict)
+    fallback: datetime | None = None
+
+    def for_topic(self, topic: str) -> datetime | None:
+        """The watermark that decides lateness on ``topic`` (None: nothing is late)."""
+        return self.topics.get(topic, self.fallback)
+
+    @property
+    def combined(self) -> datetime | None:
+        """The minimum over the topics (policy ``min``): one number for all of Silver."""
+        marks = list(self.topics.values()) or ([self.fallback] if self.fallback else [])
+        return min(marks) if marks else None
+
+    @property
+    def max_event_time(self) -> datetime | None:
+        """The newest event time kept on any partition (information, not a watermark)."""
+        return max(self.partition_max.values()) if self.partition_max else None
+
+
+def advance_watermarks(
+    previous: Watermarks, batch_max: dict[PartitionKey, datetime], delay: timedelta
+) -> Watermarks:
+    """Fold one batch's newest kept event time per partition into the watermarks.
+
+    A partition's maximum only grows. A topic's watermark is ``min(partition maxima) -
+    delay`` over the partitions that ever had an event kept, and never moves back (a new
+    partition with older events does not lower it). Topics the batch did not touch keep
+    their watermark.
+
+    :param previous: the state after the earlier batch.
+    :param batch_max: (topic, partition) -> newest event time kept in this batch.
+    :param delay: ``dedup_watermark``, how far a watermark trails the event times.
+    :returns: the new state; ``previous`` is not changed.
+    """
+    partition_max = dict(previous.partition_max)
+    for key, newest in batch_max.items():
+        partition_max[key] = max(newest, partition_max.get(key, newest))
+    topics: dict[str, datetime] = {}
+    for topic in sorted({t for t, _ in partition_max} | set(previous.topics)):
+        maxima = [newest for (t, _), newest in partition_max.items() if t == topic]
+        candidates = [min(maxima) - delay] if maxima else []
+        old = previous.for_topic(topic)
+        topics[topic] = max([*candidates, *([old] if old else [])])
+    return Watermarks(partition_max, topics, previous.fallback)
+
+
 class SilverBatchWriter:
     """The ``foreachBatch`` function of silver_refine (see the module docstring)."""
 
@@ -103,6 +180,7 @@ class SilverBatchWriter:
         self.checkpoint = job.checkpoint(settings)
         self.delay = parse_interval(job.setting("dedup_watermark"))
         self.max_future_skew = parse_interval(job.setting("max_future_skew"))
+        self.event_time_skew = parse_interval(job.setting("event_time_skew"))
         self._app_id: str | None = None
 
     def path(self, table: str) -> Any:
@@ -123,17 +201,20 @@ class SilverBatchWriter:
             partition_by=spec.partition_by,
         )  # fmt: skip
 
-    def _state(self, batch_id: int) -> tuple[datetime | None, datetime | None]:
-        """(max event time, watermark) after this query's newest batch before ``batch_id``.
+    def _state(self, batch_id: int) -> Watermarks:
+        """The watermarks after this query's newest batch before ``batch_id``.
 
         Scoped to this query: a new checkpoint (new query, batch ids from 0 again) starts
-        without a watermark instead of mixing in another query's batches.
+        without a watermark instead of mixing in another query's batches. A batch recorded
+        before watermarks were kept per partition gives its single watermark as fallback.
         """
         from pyspark.sql import functions as F
 
         recon = read_table(self.spark, self.path("silver_reconciliation"))
         if recon is None or "query_id" not in recon.columns:
-            return None, None
+            return Watermarks()
+        per_topic = [c for c in ("topic_watermarks", "partition_max_event_times")
+                     if c in recon.columns]  # fmt: skip
         row = (
             recon.where(
                 (F.col("job") == JOB_NAME)
@@ -141,10 +222,17 @@ class SilverBatchWriter:
                 & (F.col("batch_id") < batch_id)
             )
             .orderBy(F.col("batch_id").desc())
-            .select("max_event_time", "watermark")
+            .select("watermark", *per_topic)
             .first()
         )
-        return (row.max_event_time, row.watermark) if row else (None, None)
+        if row is None:
+            return Watermarks()
+        if len(per_topic) < 2 or row.topic_watermarks is None:
+            return Watermarks(fallback=row.watermark)
+        return Watermarks(
+            {(p.topic, p.partition): p.max_event_time for p in row.partition_max_event_times},
+            dict(row.topic_watermarks),
+        )
 
     def _seen(self, batch_id: int) -> DataFrame:
         """Every event_id already kept, except by this query's batches from ``batch_id`` on
@@ -196,10 +284,10 @@ class SilverBatchWriter:
                 return
             # Deterministic "now" for the future-skew rule: a replayed batch decides the same.
             now = batch.agg(F.max("ingestion_time")).collect()[0][0].replace(tzinfo=UTC)
-            max_event_time, watermark = self._state(batch_id)
+            state = self._state(batch_id)
             seen = self._seen(batch_id).persist()
             customers = self._customers().persist()
-            batch_max: list[datetime] = []
+            batch_max: dict[PartitionKey, datetime] = {}
             quarantined: list[DataFrame] = []
             ids: list[DataFrame] = []
             lates: list[DataFrame] = []
@@ -217,23 +305,29 @@ class SilverBatchWriter:
                     )
                     continue
                 parsed = parse_topic(
-                    rows, topic, now=now, max_future_skew=self.max_future_skew
-                ).persist()
+                    rows, topic, now=now, max_future_skew=self.max_future_skew,
+                    event_time_skew=self.event_time_skew,
+                ).persist()  # fmt: skip
                 persisted.append(parsed)
                 quarantined.append(quarantine_rows(parsed))
-                on_time, late = split_late(usable_rows(parsed), watermark)
+                on_time, late = split_late(usable_rows(parsed), state.for_topic(topic))
                 first, duplicates, conflicts = deduplicate(on_time, seen)
                 if topic in ("orders", "payments"):
                     first = enrich_with_customers(first, customers)
                 first = first.persist()
                 persisted.append(first)
-                stats = first.agg(F.count("*").alias("n"), F.max("event_time").alias("top"))
-                n_first, top = stats.collect()[0]
+                stats = (
+                    first.groupBy("partition")
+                    .agg(F.count("*").alias("n"), F.max("event_time").alias("top"))
+                    .collect()
+                )
+                n_first = sum(r.n for r in stats)
+                for r in stats:
+                    batch_max[(topic, r.partition)] = r.top
                 if n_first:
                     table = next(c.silver_table for c in CONTRACTS.values() if c.topic == topic)
                     self._append(first.drop("payload_hash"), table, batch_id)
                     ids.append(first.select("event_id", "payload_hash", "event_time", "event_date"))
-                    batch_max.append(top)
                 late_rows = late.select(
                     "event_id", "event_type", *COORDINATES, "event_time", "watermark",
                     "lateness_seconds",
@@ -280,19 +374,19 @@ class SilverBatchWriter:
                     )  # fmt: skip
                 self._append(fresh, "silver_quarantine", batch_id)
             counts.check(batch_id)
-            candidates = [t for t in (max_event_time, *batch_max) if t is not None]
-            new_max = max(candidates) if candidates else None
-            new_watermark = new_max - self.delay if new_max else None
-            if watermark and new_watermark and new_watermark < watermark:
-                new_watermark = watermark  # a watermark never moves back
+            new = advance_watermarks(state, batch_max, self.delay)
+            partitions = [(t, p, m) for (t, p), m in sorted(new.partition_max.items())]
             record = self.spark.createDataFrame(
                 [(JOB_NAME, self.app_id(), batch_id, counts.read, counts.written,
-                  counts.quarantined, counts.duplicates, counts.late, counts.conflicts, new_max,
-                  new_watermark, now)],
+                  counts.quarantined, counts.duplicates, counts.late, counts.conflicts,
+                  new.max_event_time, new.combined, now, new.topics or None,
+                  partitions or None)],
                 "job string, query_id string, batch_id long, records_read long, "
                 "records_written long, records_quarantined long, duplicates_dropped long, "
                 "late_events long, dedup_conflicts long, max_event_time timestamp, "
-                "watermark timestamp, batch_time timestamp",
+                "watermark timestamp, batch_time timestamp, "
+                "topic_watermarks map<string, timestamp>, partition_max_event_times "
+                "array<struct<topic: string, partition: int, max_event_time: timestamp>>",
             )  # fmt: skip
             # Written last: a batch is recorded only once everything else is in.
             self._append(record, "silver_reconciliation", batch_id)

@@ -10,7 +10,11 @@ Quarantine reasons, checked in this order (the first that applies is recorded):
 ==============================  ==============================================================
 ``empty_value``                 null value (Kafka tombstone) or zero bytes
 ``invalid_utf8``                value bytes are not UTF-8
-``malformed_json``              not JSON
+``duplicate_json_key``          a JSON object whose top level has the same key twice (detail
+                                names it: ``duplicate key 'status'``); JSON leaves the meaning
+                                of such an object open, so Silver does not pick one value
+``malformed_json``              not JSON (syntax error, trailing data after the value, or a
+                                duplicate key inside a nested object)
 ``not_an_object``               JSON array, scalar or ``null``
 ``missing_required_field``      an envelope field, or a payload field the contract requires,
                                 is absent or null
@@ -18,9 +22,17 @@ Quarantine reasons, checked in this order (the first that applies is recorded):
                                 or ``event_time`` is not an ISO-8601 timestamp
 ``unknown_event_type``          ``event_type`` is not a contract event type of this topic
 ``unsupported_schema_version``  ``schema_version`` is not 1
+``control_character``           an id (:data:`spark_jobs.contracts.ID_FIELDS`, item
+                                ``product_id``/``seller_id``) holds a control character,
+                                e.g. an escaped ``\\u0000`` (valid JSON, useless as an id)
 ``invalid_value``               negative money, more than 2 decimals, unknown currency code,
                                 an unknown payment status, an event time without offset or
-                                more than ``max_future_skew`` ahead of ``now``
+                                before 1970
+``event_time_skew``             ``event_time`` more than ``max_future_skew`` ahead of ``now``
+                                (the batch's clock), or more than ``event_time_skew`` ahead
+                                of the record's Kafka timestamp (the producer's clock) or of
+                                the rest of its partition (see :func:`parse_topic`): one such
+                                record would otherwise move the watermark for everyone
 ==============================  ==============================================================
 """
 
@@ -34,24 +46,32 @@ from spark_jobs.contracts import (
     CONTRACTS,
     CURRENCIES,
     ENVELOPE_FIELDS,
+    ID_FIELDS,
+    ITEM_ID_FIELDS,
     PAYMENT_STATUSES,
     SCHEMA_VERSION,
     payload_schema,
 )
 
 if TYPE_CHECKING:
+    from collections.abc import Callable
+
     from pyspark.sql import Column, DataFrame
+    from pyspark.sql.window import WindowSpec
 
 QUARANTINE_REASONS = (
     "empty_value",
     "invalid_utf8",
+    "duplicate_json_key",
     "malformed_json",
     "not_an_object",
     "missing_required_field",
     "type_mismatch",
     "unknown_event_type",
     "unsupported_schema_version",
+    "control_character",
     "invalid_value",
+    "event_time_skew",
 )
 #: Bronze columns carried into Silver rows for lineage.
 COORDINATES = ("topic", "partition", "offset", "kafka_timestamp")
@@ -61,6 +81,11 @@ _NUMERIC = "^(TINYINT|SMALLINT|INT|BIGINT|DECIMAL.*|DOUBLE|FLOAT)$"
 _ISO_WITH_OFFSET = r"^\d{4}-\d\d-\d\d[T ]\d\d:\d\d(:\d\d(\.\d+)?)?(Z|z|[+-]\d\d(:?\d\d)?)$"
 #: Earliest plausible event time: anything before is a producer bug, not history.
 EARLIEST_EVENT_TIME = datetime(1970, 1, 1, tzinfo=UTC)
+#: Java regex of a control character (Unicode category Cc), refused in ids.
+_CONTROL = r"\p{Cc}"
+#: Records on each side (in offset order, same partition) that a record's event time is
+#: compared with by the ``event_time_skew`` rule.
+SKEW_NEIGHBOURS = 10
 
 
 def _first_reason(checks: list[tuple[str, Column, Column]]) -> tuple[Column, Column]:
@@ -78,15 +103,42 @@ def _first_reason(checks: list[tuple[str, Column, Column]]) -> tuple[Column, Col
 
 
 def parse_topic(
-    bronze: DataFrame, topic: str, *, now: datetime, max_future_skew: timedelta
+    bronze: DataFrame,
+    topic: str,
+    *,
+    now: datetime,
+    max_future_skew: timedelta,
+    event_time_skew: timedelta | None = None,
 ) -> DataFrame:
     """Parse the Bronze records of one topic against its contracts.
 
+    The ``event_time_skew`` rule works on each record's *lead*, its event time minus its
+    Kafka timestamp. A record is ``event_time_skew`` when its lead is more than
+    ``event_time_skew``
+
+    * above zero: the event happened after the producer sent it (a producer clock ahead), or
+    * above the lead of the rest of its partition: the lower median of the leads of the
+      :data:`SKEW_NEIGHBOURS` records before it *and* of those after it (offset order, same
+      topic and partition, this batch; a side without records is left out, a record alone
+      in its partition is not judged by this part). Historic replays send old events now
+      (leads of minus years, equal within a day), so only this part catches an event days
+      ahead of its neighbours there. Comparing leads rather than event times keeps a live
+      partition that was quiet for days from looking skewed, and comparing with the records
+      after as well keeps a replay's jump to the next day from looking skewed; a run of up
+      to half of :data:`SKEW_NEIGHBOURS` skewed records is still caught. Limit: a jump of
+      more than ``event_time_skew`` in a replay whose first records are the last ones of
+      their partition in the batch (fewer than half the neighbours before them share the
+      jump) is quarantined; its raw records stay in the quarantine and in Bronze.
+
     :param bronze: Bronze rows (see :func:`spark_jobs.bronze_ingest.to_bronze`) of ``topic``.
+        With ``event_time_skew`` it must be a batch (static) DataFrame: the rule uses
+        row-based windows, which streaming DataFrames do not support.
     :param topic: one of :data:`spark_jobs.contracts.TOPICS`.
     :param now: the batch's processing time (UTC); events more than ``max_future_skew`` after
-        it are ``invalid_value``.
-    :param max_future_skew: tolerated clock skew of producers.
+        it are ``event_time_skew``.
+    :param max_future_skew: tolerated clock skew of producers against ``now``.
+    :param event_time_skew: tolerated lead of an event over its Kafka timestamp and over its
+        partition (see above); ``None`` turns the rule off.
     :returns: one row per input row: ``topic``, ``partition``, ``offset``,
         ``kafka_timestamp``, ``key`` binary, ``value`` binary, ``_quarantine_reason``
         string (null when usable), ``_quarantine_detail`` string, the envelope (``event_id``,
@@ -112,8 +164,17 @@ def parse_topic(
     # try_parse_json reads the first value and ignores what follows ("{...}{...}",
     # "{...} xyz"); wrapped in brackets, anything after the first value is a syntax error.
     single = F.try_parse_json(F.concat(F.lit("["), text, F.lit("]")))
-    df = bronze.select(*COORDINATES, "key", "value", text.alias("_text"), v.alias("_v"))
+    # A re-created topic restarts its offsets: its incarnation (topic_id, when Bronze has it)
+    # keeps the skew rule's neighbours apart.
+    incarnation = [c for c in ("topic_id",) if c in bronze.columns]
+    df = bronze.select(*COORDINATES, *incarnation, "key", "value", text.alias("_text"),
+                       v.alias("_v"))  # fmt: skip
     v = F.col("_v")
+    text = F.col("_text")
+    # parse_json refuses duplicate keys (returns null); Jackson's json_object_keys lists the
+    # top-level keys, repeats included, so the record can be told apart from broken JSON.
+    keys = F.json_object_keys(text)
+    repeated = F.array_distinct(F.filter(keys, lambda k, i: F.array_position(keys, k) != i + 1))
 
     def raw(field: str) -> Column:
         return F.variant_get(v, f"$.{field}", "variant")
@@ -144,6 +205,20 @@ def parse_topic(
 
     event_time_text = typed["event_time"]
     event_time = F.try_to_timestamp(event_time_text)
+    skewed, skew_detail = _skew_checks(
+        event_time, now + max_future_skew, event_time_skew, incarnation
+    )
+    id_fields = [f for f in ID_FIELDS[topic] if f in typed]
+    controls = [(f, F.coalesce(typed[f].rlike(_CONTROL), F.lit(False))) for f in id_fields]
+    if "items" in typed:
+        items = F.try_variant_get(v, "$.items", "array<variant>")
+
+        def control_in(name: str) -> Callable[[Column], Column]:
+            return lambda x: F.try_variant_get(x, f"$.{name}", "string").rlike(_CONTROL)
+
+        for name in ITEM_ID_FIELDS:
+            in_item = F.exists(items, control_in(name))
+            controls.append((f"items.{name}", F.coalesce(in_item, F.lit(False))))
     not_object = v.isNotNull() & ~F.schema_of_variant(v).startswith("OBJECT")
     missing_envelope = [f for f in ENVELOPE_FIELDS]
 
@@ -165,10 +240,6 @@ def parse_topic(
             ~event_time_text.rlike(_ISO_WITH_OFFSET),
         ),
         ("event_time before 1970", event_time < F.lit(EARLIEST_EVENT_TIME)),
-        (
-            f"event_time more than {max_future_skew} ahead",
-            event_time > F.lit(now + max_future_skew),
-        ),
     ]
     fields = {**typed, "event_time": event_time}
     if "currency" in typed:
@@ -190,6 +261,9 @@ def parse_topic(
     checks: list[tuple[str, Column, Column]] = [
         ("empty_value", F.col("value").isNull() | (F.length("value") == 0), F.lit("no bytes")),
         ("invalid_utf8", ~F.is_valid_utf8(text), F.lit("value is not UTF-8")),
+        ("duplicate_json_key", F.coalesce(F.size(repeated) > 0, F.lit(False)),
+         F.concat(F.lit("duplicate key "), F.concat_ws(", ", F.transform(
+             repeated, lambda k: F.concat(F.lit("'"), k, F.lit("'")))))),
         ("malformed_json", v.isNull() | single.isNull(),
          F.concat(F.lit("not one JSON value: "), F.left(text, F.lit(80)))),
         ("not_an_object", not_object, F.concat(F.lit("JSON "), F.schema_of_variant(v))),
@@ -206,8 +280,11 @@ def parse_topic(
          F.concat(F.lit("missing: "), names_where(payload_missing))),
         ("type_mismatch", any_of(payload_mismatch),
          F.concat(F.lit("wrong type: "), names_where(payload_mismatch))),
+        ("control_character", any_of(controls),
+         F.concat(F.lit("control character in "), names_where(controls))),
         ("invalid_value", any_of([(d, F.coalesce(c, F.lit(False))) for d, c in invalid]),
          names_where([(d, F.coalesce(c, F.lit(False))) for d, c in invalid])),
+        ("event_time_skew", skewed, skew_detail),
     ]  # fmt: skip
     reason, detail = _first_reason(checks)
 
@@ -228,6 +305,48 @@ def parse_topic(
     return parsed.withColumn("event_date", F.to_date("event_time")).withColumn(
         "payload_hash", F.sha2(F.to_json(F.struct(*payload_cols)), 256)
     )
+
+
+def _skew_checks(
+    event_time: Column, latest: datetime, skew: timedelta | None, incarnation: list[str]
+) -> tuple[Column, Column]:
+    """The ``event_time_skew`` rule of :func:`parse_topic` on rows with ``topic``,
+    ``partition``, ``offset`` and ``kafka_timestamp`` (and the ``incarnation`` columns,
+    which separate partitions as well).
+
+    :param latest: ``now + max_future_skew``: any later event time is skewed.
+    :param skew: see :func:`parse_topic`'s ``event_time_skew``; ``None``: only ``latest``.
+    :returns: (condition, detail).
+    """
+    from pyspark.sql import Window
+    from pyspark.sql import functions as F
+
+    ahead_of_now = F.coalesce(event_time > F.lit(latest), F.lit(False))
+    now_detail = F.lit(f"event_time after {latest.isoformat()} (the batch's clock + skew)")
+    if skew is None:
+        return ahead_of_now, F.when(ahead_of_now, now_detail)
+    # Microseconds: exact for every timestamp, no floating point in the comparison.
+    lead = F.unix_micros(event_time) - F.unix_micros(F.col("kafka_timestamp"))
+    limit = F.lit(int(skew / timedelta(microseconds=1)))
+    ordered = Window.partitionBy("topic", *incarnation, "partition").orderBy("offset")
+
+    def lower_median(frame: WindowSpec) -> Column:
+        leads = F.sort_array(F.collect_list(lead).over(frame))
+        middle = F.floor((F.size(leads) + 1) / 2).cast("int")  # 1-based, lower median
+        return F.when(F.size(leads) > 0, F.element_at(leads, middle))
+
+    before = lower_median(ordered.rowsBetween(-SKEW_NEIGHBOURS, -1))
+    after = lower_median(ordered.rowsBetween(1, SKEW_NEIGHBOURS))
+    # greatest() skips nulls: a side with no records (or no event times) is left out.
+    rest = F.greatest(before, after)
+    ahead_of_producer = F.coalesce(lead > limit, F.lit(False))
+    ahead_of_partition = F.coalesce(lead > rest + limit, F.lit(False))
+    detail = (
+        F.when(ahead_of_now, now_detail)
+        .when(ahead_of_producer, F.lit(f"event_time more than {skew} ahead of its Kafka timestamp"))
+        .otherwise(F.lit(f"event_time more than {skew} ahead of the rest of its partition"))
+    )
+    return ahead_of_now | ahead_of_producer | ahead_of_partition, detail
 
 
 def _item_checks(v: Column) -> tuple[Column, list[tuple[str, Column]]]:

@@ -76,11 +76,15 @@ CASES = [
     ("invalid_value", payment(amount=1.234)),
     ("invalid_value", payment(currency="XYZ")),
     ("invalid_value", payment(status="pending")),
-    ("invalid_value", payment(event_time="2999-01-03T12:00:00+00:00")),  # far ahead of now
+    # Far ahead of now: a reason of its own since one such event moved Silver's watermark.
+    ("event_time_skew", payment(event_time="2999-01-03T12:00:00+00:00")),
     ("invalid_value", payment(event_time="2026-01-01T09:01:00")),  # no offset
     ("invalid_value", payment(event_time="2026-11-29")),  # no time
     ("invalid_value", payment(event_time="0001-01-01T00:00:00Z")),
     ("invalid_value", payment(amount=10.0000000000001)),
+    ("duplicate_json_key", b'{"event_id": "e1", "status": "authorized", "status": "failed"}'),
+    ("control_character", payment(customer_id="c1\u0000")),  # JSON "c1\\u0000": valid
+    ("control_character", payment(event_id="e\u001f1")),
 ]
 
 
@@ -98,6 +102,10 @@ def test_each_quarantine_reason_from_a_message_that_triggers_it(spark) -> None:
     assert usable_rows(parsed).count() == 0
     raw = {r.offset: r.value for r in quarantine_rows(parsed).collect()}
     assert raw[2] == b"\xff\xfe{}"  # raw bytes kept for the operator
+    first_new = CASES.index(("invalid_value", payment(amount=10.0000000000001))) + 1
+    assert details[first_new] == "duplicate key 'status'"  # not "not one JSON value"
+    assert details[first_new + 1] == "control character in customer_id"
+    assert details[first_new + 2] == "control character in event_id"
 
 
 def test_valid_event_is_standardised_and_unknown_fields_are_rescued(spark) -> None:
@@ -213,3 +221,141 @@ def test_items_are_checked_element_by_element(spark) -> None:
     parsed = _parse(spark, [_order(items) for _, items in ITEM_CASES], "orders")
     got = {r.offset: r._quarantine_reason for r in parsed.collect()}
     assert got == {offset: reason for offset, (reason, _) in enumerate(ITEM_CASES)}
+
+
+SKEW = timedelta(days=1)
+#: Kafka timestamps of a replay of old data: every record sent now, years after it happened.
+REPLAYED_AT = datetime(2026, 11, 30, 12, 0)
+
+
+def _timed(spark, records: list[tuple[int, dict, datetime]]):
+    """Bronze rows of ``payments`` from (partition, value, Kafka timestamp), offsets in order
+    per partition."""
+    rows, next_offset = [], {}
+    for partition, value, kafka_ts in records:
+        offset = next_offset.get(partition, 0)
+        next_offset[partition] = offset + 1
+        rows.append((b"k", json.dumps(value).encode(), "payments", partition, offset, kafka_ts,
+                     0, REPLAYED_AT, REPLAYED_AT.date()))  # fmt: skip
+    return spark.createDataFrame(rows, BRONZE)
+
+
+def _reasons(spark, bronze, now: datetime | None = None):
+    now = now or REPLAYED_AT.replace(tzinfo=UTC)
+    parsed = parse_topic(bronze, "payments", now=now, max_future_skew=SKEW, event_time_skew=SKEW)
+    return quarantine_rows(parsed).select("partition", "offset", "reason", "detail")
+
+
+def _at(start: datetime, minutes: float) -> str:
+    return (start + timedelta(minutes=minutes)).isoformat()
+
+
+def test_event_days_ahead_of_its_replayed_partition_is_skewed_not_its_neighbours(spark) -> None:
+    """A replayed day (2010) sent now: the Kafka timestamp says nothing, the partition does.
+    An order 3 days ahead is skewed; one 20 hours ahead, a jump to the next day followed by
+    more of that day, and the other partition are not."""
+    from pyspark.testing import assertDataFrameEqual
+
+    day = datetime(2010, 12, 1, 8, 0, tzinfo=UTC)
+    p0 = [payment(event_id=f"a{i}", event_time=_at(day, 10 * i)) for i in range(40)]
+    p0[12] = payment(event_id="ahead-3d", event_time=_at(day + timedelta(days=3), 120))
+    p0[20] = payment(event_id="ahead-20h", event_time=_at(day + timedelta(hours=20), 200))
+    # From offset 25 on, the partition jumps 36 hours (next trading day): not an outlier.
+    for i in range(25, 40):
+        p0[i] = payment(event_id=f"next{i}", event_time=_at(day + timedelta(hours=36), i))
+    p1 = [payment(event_id=f"b{i}", event_time=_at(day, 7 * i)) for i in range(15)]
+    bronze = _timed(spark, [(0, v, REPLAYED_AT) for v in p0] + [(1, v, REPLAYED_AT) for v in p1])
+    expected = spark.createDataFrame(
+        [(0, 12, "event_time_skew", "event_time more than 1 day, 0:00:00 ahead of the rest of "
+          "its partition")],
+        "partition int, offset bigint, reason string, detail string",
+    )  # fmt: skip
+    assertDataFrameEqual(_reasons(spark, bronze), expected)
+
+
+def test_event_ahead_of_its_kafka_timestamp_is_skewed_and_a_quiet_partition_is_not(spark) -> None:
+    """Live data: Kafka timestamps follow the events. A producer clock 2 days ahead is
+    skewed; a partition silent for 3 days whose next events are on time is not."""
+    from pyspark.testing import assertDataFrameEqual
+
+    start = datetime(2026, 11, 20, 8, 0)
+    sent = [start + timedelta(minutes=i) for i in range(6)]
+    live = [(0, payment(event_id=f"l{i}", event_time=t.isoformat() + "Z"), t)
+            for i, t in enumerate(sent)]  # fmt: skip
+    fast = (sent[3] + timedelta(days=2)).isoformat() + "Z"
+    live[3] = (0, payment(event_id="fast-clock", event_time=fast), sent[3])
+    quiet = [start, start + timedelta(days=3), start + timedelta(days=3, minutes=1)]
+    live += [(1, payment(event_id=f"q{i}", event_time=t.isoformat() + "Z"), t)
+             for i, t in enumerate(quiet)]  # fmt: skip
+    now = (start + timedelta(days=3, minutes=5)).replace(tzinfo=UTC)
+    expected = spark.createDataFrame(
+        [(0, 3, "event_time_skew", "event_time more than 1 day, 0:00:00 ahead of its Kafka "
+          "timestamp")],
+        "partition int, offset bigint, reason string, detail string",
+    )  # fmt: skip
+    assertDataFrameEqual(_reasons(spark, _timed(spark, live), now), expected)
+
+
+def test_a_run_of_skewed_events_is_caught_whole(spark) -> None:
+    """Up to half the neighbourhood may be outliers: the median still stands for the rest."""
+    day = datetime(2010, 12, 1, 8, 0, tzinfo=UTC)
+    values = [payment(event_id=f"a{i}", event_time=_at(day, i)) for i in range(40)]
+    for i in range(15, 19):
+        values[i] = payment(event_id=f"x{i}", event_time=_at(day + timedelta(days=3), i))
+    got = _reasons(spark, _timed(spark, [(0, v, REPLAYED_AT) for v in values])).collect()
+    assert sorted((r.offset, r.reason) for r in got) == [(i, "event_time_skew") for i in
+                                                         range(15, 19)]  # fmt: skip
+
+
+def test_without_event_time_skew_only_the_clock_rule_applies(spark) -> None:
+    """payment_alerts (a stream: no row windows) parses with ``event_time_skew=None``."""
+    day = datetime(2010, 12, 1, 8, 0, tzinfo=UTC)
+    values = [payment(event_id=f"a{i}", event_time=_at(day, i)) for i in range(5)]
+    values[2] = payment(event_id="x", event_time=_at(day + timedelta(days=3), 0))
+    parsed = parse_topic(_timed(spark, [(0, v, REPLAYED_AT) for v in values]), "payments",
+                         now=NOW, max_future_skew=SKEW)  # fmt: skip
+    assert quarantine_rows(parsed).count() == 0
+
+
+def test_control_characters_in_item_ids_are_quarantined(spark) -> None:
+    order = _order([{"product_id": "p\u0000", "price": 1.0}])
+    row = quarantine_rows(_parse(spark, [order], "orders")).collect()[0]
+    assert (row.reason, row.detail) == (
+        "control_character",
+        "control character in items.product_id",
+    )
+    clean = usable_rows(_parse(spark, [payment(customer_id="Zoë 17850")])).collect()
+    assert [r.customer_id for r in clean] == ["Zoë 17850"]  # printable non-ASCII is fine
+
+
+def test_every_injected_fault_gets_the_reason_it_claims(spark) -> None:
+    """The fault injector's records, parsed as Silver parses them: each malformed record is
+    quarantined with the reason of its tag, every source event is usable. Both timings: a
+    replay of old events sent now, and live events sent when they happen."""
+    from ingest_platform.producer import encode_value
+    from ingest_platform.replay.faults import MALFORMED_REASONS, FaultConfig, FaultCounts, inject
+    from ingest_platform.replay.generator import generate_events
+
+    start = datetime(2026, 1, 1, 12, 0, tzinfo=UTC)
+    counts = FaultCounts()
+    events = list(generate_events(len(MALFORMED_REASONS) * 8, seed=3, start=start))
+    scheduled = list(inject(events, FaultConfig(malformed_rate=0.5, seed=4), counts))
+    assert set(counts.malformed) == set(MALFORMED_REASONS)
+    for live in (False, True):
+        rows, tags, offsets = [], {}, {}
+        for s in scheduled:
+            topic = s.message.topic
+            offset = offsets[topic] = offsets.get(topic, -1) + 1
+            sent = s.send_time.replace(tzinfo=None) if live else REPLAYED_AT
+            rows.append((b"k", encode_value(s.message.value), topic, 0, offset, sent, 0, sent,
+                         sent.date()))  # fmt: skip
+            tags[(topic, offset)] = s.message.tag
+        bronze = spark.createDataFrame(rows, BRONZE)
+        now = max(r[5] for r in rows).replace(tzinfo=UTC)
+        got: dict[tuple[str, int], str] = {}
+        for topic in {r[2] for r in rows}:
+            parsed = parse_topic(bronze.where(f"topic = '{topic}'"), topic, now=now,
+                                 max_future_skew=SKEW, event_time_skew=SKEW)  # fmt: skip
+            got |= {(r.topic, r.offset): r.reason for r in quarantine_rows(parsed).collect()}
+        claimed = {k: t.split(":", 1)[1] for k, t in tags.items() if t.startswith("malformed:")}
+        assert got == claimed, f"live={live}"

@@ -24,6 +24,8 @@ from ingest_platform.replay.model import SourceEvent
 from spark_jobs.contracts import contract_for
 
 #: Quarantine reasons of the Silver job, in the order malformed records cycle through them.
+#: Each record is one that Silver quarantines with exactly that reason (first match in
+#: :mod:`spark_jobs.transforms.silver`'s order), whatever the replay's time shift or pace.
 MALFORMED_REASONS = (
     "invalid_utf8",
     "malformed_json",
@@ -34,7 +36,12 @@ MALFORMED_REASONS = (
     "unknown_event_type",
     "unsupported_schema_version",
     "invalid_value",
+    "duplicate_json_key",
+    "control_character",
+    "event_time_skew",
 )
+#: How far ahead of its source event an ``event_time_skew`` record is.
+SKEW_AHEAD = timedelta(days=3)
 #: An optional field per topic, removed by "missing optional field" drift.
 _OPTIONAL_BY_TOPIC = {
     "orders": "items",
@@ -159,8 +166,19 @@ class Scheduled:
     message: Message = field(compare=False)
 
 
-def _malformed(reason: str, value: dict[str, Any], n: int) -> bytes | dict[str, Any] | None:
-    """A record that the Silver job must quarantine with ``reason``."""
+def malformed_record(reason: str, value: dict[str, Any], n: int) -> bytes | dict[str, Any] | None:
+    """A record that the Silver job must quarantine with ``reason``.
+
+    :param reason: one of :data:`MALFORMED_REASONS`.
+    :param value: the source event's value (a valid event).
+    :param n: the record's number (event id suffix ``-malformed-<n>``; varies the shape).
+    :returns: the record's value: JSON-ready dict, raw bytes or None (a tombstone).
+
+    It is sent with its source event's key and send time, so it lands in the same
+    partition, right after the event: ``event_time_skew`` (event time :data:`SKEW_AHEAD`
+    after the source event's) is then ahead of the rest of its partition even in a replay
+    of old data, whose Kafka timestamps are years after the event times.
+    """
     bad = dict(value, event_id=f"{value['event_id']}-malformed-{n}")
     money = contract_for(value["event_type"]).money_fields
     if reason == "invalid_utf8":
@@ -182,11 +200,25 @@ def _malformed(reason: str, value: dict[str, Any], n: int) -> bytes | dict[str, 
         return bad | {"event_type": "order_teleported"}
     if reason == "unsupported_schema_version":
         return bad | {"schema_version": 99}
-    # invalid_value: a negative amount where there is money, else an event 3 days ahead.
-    if money and n % 2:
+    if reason == "duplicate_json_key":
+        # The same key twice at the top level: valid JSON syntax, ambiguous meaning. The
+        # event_type key is repeated (with its own value), so a lenient reader sees an event.
+        text = json.dumps(bad, separators=(",", ":"), ensure_ascii=False)
+        return (text[:-1] + "," + json.dumps("event_type") + ":"
+                + json.dumps(bad["event_type"]) + "}").encode("utf-8")  # fmt: skip
+    if reason == "control_character":
+        # An escaped NUL: valid JSON, which puts a real NUL character into the id.
+        field = "customer_id" if "customer_id" in bad else "event_id"
+        return bad | {field: f"{bad.get(field) or 'c'}\u0000{n}"}
+    if reason == "event_time_skew":
+        future = datetime.fromisoformat(value["event_time"]) + SKEW_AHEAD
+        return bad | {"event_time": future.isoformat()}
+    # invalid_value: a negative amount where there is money, else an event time without its
+    # offset (impossible to place in time): neither depends on the clock or the neighbours.
+    if money:
         return bad | {money[0]: -abs(float(value.get(money[0]) or 1))}
-    future = datetime.fromisoformat(value["event_time"]) + timedelta(days=3)
-    return bad | {"event_time": future.isoformat()}
+    local = datetime.fromisoformat(value["event_time"]).replace(tzinfo=None)
+    return bad | {"event_time": local.isoformat()}
 
 
 def inject(
@@ -264,7 +296,7 @@ def inject(
         if rng.random() < config.malformed_rate:
             reason = MALFORMED_REASONS[malformed_n % len(MALFORMED_REASONS)]
             malformed_n += 1
-            bad = _malformed(reason, value, malformed_n)
+            bad = malformed_record(reason, value, malformed_n)
             yield schedule(when, Message(event.topic, event.key, bad, f"malformed:{reason}"))
             counts.malformed[reason] += 1
         if (

@@ -1,0 +1,58 @@
+"""silver_refine's watermark bookkeeping (pure Python): per-partition maxima, per-topic
+watermarks combined by the minimum, never moving back."""
+
+from __future__ import annotations
+
+from datetime import datetime, timedelta
+
+import pytest
+
+from spark_jobs.silver_refine import Watermarks, advance_watermarks
+
+pytestmark = pytest.mark.unit
+DELAY = timedelta(minutes=30)
+T = datetime(2010, 12, 1, 12, 0)
+
+
+def test_an_outlier_on_one_partition_moves_no_topic_watermark() -> None:
+    state = advance_watermarks(
+        Watermarks(),
+        {("orders", 0): T, ("orders", 1): T, ("payments", 0): T},
+        DELAY,
+    )
+    after = advance_watermarks(state, {("orders", 1): T + timedelta(days=3)}, DELAY)
+    assert after.topics == {"orders": T - DELAY, "payments": T - DELAY}
+    assert after.partition_max[("orders", 1)] == T + timedelta(days=3)
+    assert after.max_event_time == T + timedelta(days=3)
+    assert after.combined == T - DELAY
+
+
+def test_topic_watermark_is_the_slowest_partition_and_the_run_takes_the_slowest_topic() -> None:
+    state = advance_watermarks(
+        Watermarks(),
+        {("orders", 0): T + timedelta(hours=2), ("orders", 1): T + timedelta(hours=1),
+         ("refunds", 0): T},
+        DELAY,
+    )  # fmt: skip
+    assert state.for_topic("orders") == T + timedelta(hours=1) - DELAY
+    assert state.for_topic("refunds") == T - DELAY
+    assert state.for_topic("payments") is None  # nothing seen: nothing is late
+    assert state.combined == T - DELAY
+
+
+def test_a_watermark_never_moves_back() -> None:
+    state = advance_watermarks(Watermarks(), {("orders", 0): T}, DELAY)
+    # A partition seen for the first time, with older events, lowers the minimum of the
+    # maxima but not the watermark already in force.
+    later = advance_watermarks(state, {("orders", 2): T - timedelta(hours=5)}, DELAY)
+    assert later.for_topic("orders") == T - DELAY
+    assert state.partition_max == {("orders", 0): T}  # the earlier state is not changed
+
+
+def test_a_single_watermark_from_before_the_upgrade_stands_for_every_topic() -> None:
+    legacy = Watermarks(fallback=T)
+    assert legacy.for_topic("orders") == T
+    assert legacy.combined == T
+    state = advance_watermarks(legacy, {("orders", 0): T + timedelta(hours=1)}, DELAY)
+    assert state.for_topic("orders") == T + timedelta(hours=1) - DELAY
+    assert state.for_topic("payments") == T

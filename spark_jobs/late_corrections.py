@@ -1,5 +1,7 @@
-"""Late corrections: fold the late events of ``silver_late_events`` into every Gold table
-they affect, and check Gold against an independent batch recomputation from Silver.
+"""Late corrections: apply the late events to every Gold table they affect, check Gold.
+
+The late events are those of ``silver_late_events``; after applying them the job checks Gold
+against an independent batch recomputation from Silver.
 
 An event older than Silver's watermark lands in ``silver_late_events``, not in its Silver
 table, so the streaming Gold queries never see it. This batch job (``correct_late`` in

@@ -14,8 +14,12 @@ from an old backup, a range skipped with ``--accept-data-loss`` that Kafka still
 2. **Read** those offsets with Spark's Kafka batch source (``startingOffsets`` /
    ``endingOffsets``), shaped exactly like the streaming job's rows
    (:func:`spark_jobs.bronze_ingest.to_bronze`).
-3. **Write** by MERGE on ``(topic, partition, offset)``, inserting only rows Bronze lacks:
-   a range already in Bronze adds nothing, and running the replay twice adds nothing.
+3. **Write** by MERGE on Bronze's identity ``(topic_id, topic, partition, offset)``,
+   inserting only rows Bronze lacks: a range already in Bronze adds nothing, and running
+   the replay twice adds nothing. ``topic_id`` is Kafka's id of the topic's incarnation: a
+   deleted and re-created topic numbers its offsets from 0 again, and its records are not
+   the old topic's records at the same offsets. Rows Bronze wrote before it recorded topic
+   ids (null ``topic_id``) match any incarnation, so a replay never duplicates them.
 
 Run::
 
@@ -56,6 +60,8 @@ class PartitionPlan:
     :param in_range_end: end of the time range's offsets before clamping to the always-on
         job's committed position; ``left_to_stream = in_range_end - end`` records are after
         it (``bronze_ingest`` will write them).
+    :param topic_id: Kafka's id of the topic incarnation the offsets belong to (None from a
+        broker without topic ids).
     """
 
     topic: str
@@ -63,6 +69,7 @@ class PartitionPlan:
     start: int
     end: int
     in_range_end: int
+    topic_id: str | None = None
 
     @property
     def records(self) -> int:
@@ -115,9 +122,12 @@ def plan(
     """
     from kafka import KafkaConsumer, TopicPartition
 
+    from spark_jobs.bronze_ingest import kafka_topic_ids
+
     settings = settings or get_settings()
     from_ms, to_ms = time_range.millis()
     stream = _stream_position(settings)
+    topic_ids = kafka_topic_ids(settings.kafka.bootstrap_servers, topics, settings.kafka)
     consumer = KafkaConsumer(**settings.kafka.client_config(), enable_auto_commit=False)
     try:
         missing = [t for t in topics if consumer.partitions_for_topic(t) is None]
@@ -144,7 +154,8 @@ def plan(
         start = at_from[tp].offset if at_from[tp] is not None else last[tp]
         end = at_to[tp].offset if at_to[tp] is not None else last[tp]
         clamped = min(end, stream.get((tp.topic, tp.partition), 0))
-        plans.append(PartitionPlan(tp.topic, tp.partition, start, max(start, clamped), end))
+        plans.append(PartitionPlan(tp.topic, tp.partition, start, max(start, clamped), end,
+                                   topic_ids.get(tp.topic)))  # fmt: skip
     if lost:
         raise RangeNotInKafkaError(
             f"Kafka no longer holds all of {time_range}: {'; '.join(lost)}. Nothing was "
@@ -174,6 +185,7 @@ def replay(
     for p in todo:
         starting.setdefault(p.topic, {})[str(p.partition)] = p.start
         ending.setdefault(p.topic, {})[str(p.partition)] = p.end
+    topic_ids = {p.topic: p.topic_id for p in todo}
     rows = to_bronze(
         spark.read.format("kafka")
         .options(**settings.kafka.spark_options())
@@ -181,7 +193,8 @@ def replay(
         .option("startingOffsets", json.dumps(starting))
         .option("endingOffsets", json.dumps(ending))
         .option("failOnDataLoss", "true")
-        .load()
+        .load(),
+        topic_ids,
     ).localCheckpoint()  # read Kafka once: counted, then merged
     read = rows.count()
     table = get_catalog().table("bronze_events")
@@ -190,13 +203,20 @@ def replay(
         rows.write.format("delta").partitionBy(*table.partition_by).save(path)
         return {"read": read, "inserted": read}
     topics = ", ".join(f"'{t}'" for t in starting)
+    target = DeltaTable.forPath(spark, path)
+    identity = (f"t.topic IN ({topics}) AND t.topic = s.topic AND t.partition = s.partition "
+                "AND t.offset = s.offset")  # fmt: skip
+    if "topic_id" in target.toDF().columns:
+        # Another incarnation's record at the same offset is a different record; a row
+        # written before topic ids were recorded (null) may be any incarnation's.
+        identity += " AND (t.topic_id IS NULL OR t.topic_id <=> s.topic_id)"
     metrics = (
-        DeltaTable.forPath(spark, path).alias("t")
-        .merge(rows.alias("s"), f"t.topic IN ({topics}) AND t.topic = s.topic AND "
-               "t.partition = s.partition AND t.offset = s.offset")
+        target.alias("t")
+        .merge(rows.alias("s"), identity)
+        .withSchemaEvolution()  # a Bronze table from before topic_id gains the column
         .whenNotMatchedInsertAll()
         .execute()  # one row of counts (num_inserted_rows, ...); no commit when none
-    ).collect()  # fmt: skip
+    ).collect()
     inserted = int(metrics[0]["num_inserted_rows"]) if metrics else 0
     return {"read": read, "inserted": inserted}
 

@@ -26,7 +26,8 @@ app = typer.Typer(
     pretty_exceptions_enable=False,
 )
 kafka_app = typer.Typer(
-    help="Run the platform's own single-node Kafka broker.", no_args_is_help=True
+    help="Run the platform's own single-node Kafka broker and create its topics.",
+    no_args_is_help=True,
 )
 app.add_typer(kafka_app, name="kafka")
 
@@ -127,6 +128,45 @@ def kafka_status(
     typer.echo(status.describe())
     if not status.running:
         raise typer.Exit(code=3)
+
+
+@kafka_app.command("create-topics")
+def kafka_create_topics(
+    partitions: Annotated[
+        int | None,
+        typer.Option(
+            "--partitions",
+            min=1,
+            help="Partitions of created topics (default: replay.partitions in platform.yaml, 3).",
+        ),
+    ] = None,
+) -> None:
+    """Create the contract topics the jobs read (orders, payments, refunds,
+    customer_activity, with the profile's topic prefix) if they are missing."""
+    from kafka.errors import KafkaError
+
+    from ingest_platform.topics import TopicCollisionError, TopicMismatchError, ensure_topics
+    from spark_jobs.contracts import TOPICS
+
+    settings = get_settings()
+    topics = [settings.kafka.topic(t) for t in TOPICS]
+    try:
+        counts = ensure_topics(
+            settings.kafka.bootstrap_servers,
+            topics,
+            partitions=partitions or settings.replay.partitions,
+            allow_partition_mismatch=True,
+            kafka=settings.kafka,
+        )
+    except (TopicCollisionError, TopicMismatchError) as error:
+        raise _fail(str(error)) from None
+    except KafkaError as error:
+        raise _fail(
+            f"Kafka at {settings.kafka.bootstrap_servers} refused or did not answer: {error} "
+            "(is the broker up? `ingestctl kafka status`)"
+        ) from None
+    for topic in topics:
+        typer.echo(f"{topic}: {counts[topic]} partition(s)")
 
 
 @app.command("demo")

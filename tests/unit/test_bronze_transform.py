@@ -24,7 +24,7 @@ def test_bytes_and_coordinates_pass_through_untouched(spark) -> None:
     ]
     bronze = to_bronze(spark.createDataFrame(rows, KAFKA_SCHEMA))
     assert bronze.columns == [
-        "key", "value", "topic", "partition", "offset", "kafka_timestamp",
+        "key", "value", "topic", "topic_id", "partition", "offset", "kafka_timestamp",
         "kafka_timestamp_type", "ingestion_time", "ingestion_date",
     ]  # fmt: skip
     out = sorted(bronze.collect(), key=lambda r: r.offset)
@@ -34,6 +34,20 @@ def test_bytes_and_coordinates_pass_through_untouched(spark) -> None:
         (b"k", b"\xff\xfe not utf-8", "payments", 2, 12),
     ]
     assert all(r.ingestion_date == r.ingestion_time.date() for r in out)
+    assert {r.topic_id for r in out} == {None}  # no topic ids given
+
+
+def test_topic_id_is_the_incarnation_of_each_record_topic(spark) -> None:
+    rows = [
+        (b"k", b"1", "orders", 0, 0, datetime(2026, 1, 1, 10, 0), 0),
+        (b"k", b"2", "payments", 0, 0, datetime(2026, 1, 1, 10, 0), 0),
+        (b"k", b"3", "refunds", 0, 0, datetime(2026, 1, 1, 10, 0), 0),
+    ]
+    ids = {"orders": "id-o", "payments": "id-p", "refunds": None}
+    bronze = to_bronze(spark.createDataFrame(rows, KAFKA_SCHEMA), ids)
+    assert {r.topic: r.topic_id for r in bronze.collect()} == {
+        "orders": "id-o", "payments": "id-p", "refunds": None,
+    }  # fmt: skip
 
 
 def test_command_line_refuses_real_time_and_bad_limits(capsys) -> None:

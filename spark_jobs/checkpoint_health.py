@@ -32,8 +32,9 @@ STATE_FILE = re.compile(r"^(\d+)\.(delta|snapshot)$")
 
 @dataclass(frozen=True)
 class Damage:
-    """One damaged checkpoint file: ``kind`` is ``offsets``, ``commits`` or ``state``;
-    ``batch`` the batch id it belongs to (for state: the batch whose state is missing)."""
+    """One damaged checkpoint file: ``kind`` is ``offsets``, ``commits``, ``state`` or
+    ``metadata``; ``batch`` the batch id it belongs to (for state: the batch whose state is
+    missing; -1 for metadata)."""
 
     path: Path
     kind: str
@@ -53,8 +54,9 @@ class DamagedCheckpointError(RuntimeError):
         lines = "; ".join(d.describe() for d in damage)
         super().__init__(
             f"{job}'s checkpoint is damaged: {lines}. Nothing was started. Repair it with "
-            f"`ingestctl checkpoints recover {job}` (rolls back to the last complete batch or "
-            "copies missing state from a backup; never deletes: damaged files are moved aside)"
+            f"`ingestctl checkpoints recover {job}` (never re-plans a batch a sink committed: "
+            "its original offsets come from a backup or the sink, or it refuses with the "
+            "numbers; never deletes: damaged files are moved aside)"
         )
 
 
@@ -132,22 +134,70 @@ def _state_problem(store: Path, version: int) -> tuple[Path, str] | None:
     return None
 
 
+def _metadata_problem(folder: Path) -> str | None:
+    """What is wrong with a query's ``metadata`` file (its query id), or None if it parses.
+
+    Only asked of a query that has offsets or commits: a brand-new checkpoint has none yet.
+    """
+    path = folder / "metadata"
+    if not path.exists():
+        return "missing: the query id is lost (Spark would refuse to start)"
+    try:
+        query_id = json.loads(path.read_text()).get("id")
+    except (OSError, UnicodeDecodeError, ValueError, AttributeError) as error:
+        return f"unreadable or truncated ({str(error)[:60]})"
+    return None if isinstance(query_id, str) and query_id else "has no query id"
+
+
 def find_damage(checkpoint: Path) -> list[Damage]:
     """Every damaged file of a job's checkpoint (all its queries), oldest batch first.
 
-    Checked: every ``offsets`` and ``commits`` file parses; the state stores can load the
-    version the next batch needs (last committed batch + 1).
+    Checked, per query folder:
+
+    * ``metadata`` exists and holds the query id (kind ``metadata``, batch -1);
+    * every ``offsets`` and ``commits`` file parses, and no ``.N.crc`` checksum is left
+      without its file (Hadoop's rename of a rewritten ``N`` fails on it, and Spark reports
+      that as "multiple streaming queries are concurrently using" the checkpoint);
+    * every batch with a ``commits/N`` file has its ``offsets/N`` (Spark reads the committed
+      batch's offsets on restart), and the offsets log has no hole between its oldest and
+      newest file (Spark needs ``offsets/N-1`` to re-run batch N); older files that Spark's
+      own retention purged leave no hole because they are below the oldest;
+    * the state stores can load the version the next batch needs (last committed batch + 1).
     """
     found: list[Damage] = []
     for _, folder in query_dirs(checkpoint).items():
+        offsets_ids = batch_ids(folder / "offsets")
+        commit_ids = batch_ids(folder / "commits")
+        if offsets_ids or commit_ids:
+            problem = _metadata_problem(folder)
+            if problem:
+                found.append(Damage(folder / "metadata", "metadata", -1, problem))
         for kind in ("offsets", "commits"):
             for batch in batch_ids(folder / kind):
                 path = folder / kind / str(batch)
                 problem = log_file_problem(path, kind)
                 if problem:
                     found.append(Damage(path, kind, batch, problem))
+        for kind in ("offsets", "commits"):
+            for crc in sorted((folder / kind).glob(".*.crc")):
+                batch_name = crc.name[1:].removesuffix(".crc")
+                if batch_name.isdigit() and not (folder / kind / batch_name).exists():
+                    found.append(Damage(crc, kind, int(batch_name),
+                                        f"checksum of a missing {kind}/{batch_name}: Spark "
+                                        "cannot write that batch again"))  # fmt: skip
+        present = set(offsets_ids)
+        for batch in sorted(set(commit_ids) - present):
+            found.append(Damage(folder / "offsets" / str(batch), "offsets", batch,
+                                f"missing, but commits/{batch} exists"))  # fmt: skip
+        if offsets_ids:
+            newest = max(offsets_ids + commit_ids)
+            for batch in range(min(offsets_ids), newest):
+                if batch not in present and batch not in commit_ids:
+                    found.append(Damage(folder / "offsets" / str(batch), "offsets", batch,
+                                        f"missing: a hole in the offsets log below batch "
+                                        f"{newest}"))  # fmt: skip
         commits = folder / "commits"
-        good_commits = [b for b in batch_ids(commits)
+        good_commits = [b for b in commit_ids
                         if log_file_problem(commits / str(b), "commits") is None]  # fmt: skip
         state = folder / "state"
         if good_commits and state.is_dir():

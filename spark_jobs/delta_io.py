@@ -124,3 +124,73 @@ def committed_offsets(checkpoint: Path) -> dict[str, Any] | None:
     lines = (Path(checkpoint) / "offsets" / str(batch)).read_text().splitlines()
     sources = [json.loads(line) if line.strip() not in ("", "-") else None for line in lines[2:]]
     return {"batch_id": batch, "metadata": json.loads(lines[1]), "sources": sources}
+
+
+def txn_app_ids(job_name: str, query_id: str) -> tuple[str, ...]:
+    """Every Delta application id under which ``job_name``'s query ``query_id`` writes
+    idempotently (Delta skips a write whose ``txnVersion`` it already committed for the id).
+
+    * the query id itself: Spark's Delta streaming sink (``SetTransaction(queryId, batchId)``,
+      bronze_ingest, gold_aggregate's append queries) and payment_alerts' ``foreachBatch``;
+    * ``<job>-<query id>``: silver_refine's ``foreachBatch`` writes;
+    * ``<job>-customer-metrics-<query id>``: gold_aggregate's metrics MERGE.
+    """
+    return (query_id, f"{job_name}-{query_id}", f"{job_name}-customer-metrics-{query_id}")
+
+
+def sink_committed_batch(tables: Sequence[Path], app_ids: Sequence[str]) -> int | None:
+    """The newest batch id (``txnVersion``) any of ``tables`` committed for any of
+    ``app_ids``, read with delta-rs (Delta log checkpoints included); None when none did.
+
+    A batch id at or below this number must never be re-planned over a different offset
+    range: the sink would skip it as already written and its new rows would be lost.
+    """
+    from deltalake import DeltaTable
+
+    newest: int | None = None
+    for path in tables:
+        if not table_exists(path):
+            continue
+        table = DeltaTable(str(path))
+        for app_id in app_ids:
+            version = table.transaction_version(app_id)
+            if version is not None and (newest is None or version > newest):
+                newest = int(version)
+    return newest
+
+
+def streaming_commits(path: Path | str) -> list[dict[str, Any]]:
+    """Commits of Spark's Delta streaming sink in the table at ``path``, oldest first:
+    ``{"version": int, "query_id": str, "batch_id": int, "timestamp_ms": int}``, from the
+    commit infos (``operationParameters.queryId`` and ``epochId``) that delta-rs returns."""
+    from deltalake import DeltaTable
+
+    if not table_exists(path):
+        return []
+    found = []
+    for info in DeltaTable(str(path)).history():
+        parameters = info.get("operationParameters") or {}
+        query_id, epoch = parameters.get("queryId"), parameters.get("epochId")
+        if query_id is None or epoch is None or "version" not in info:
+            continue
+        found.append({
+            "version": int(info["version"]),
+            "query_id": str(query_id),
+            "batch_id": int(epoch),
+            "timestamp_ms": int(info.get("timestamp") or 0),
+        })
+    return sorted(found, key=lambda c: c["version"])
+
+
+def files_added_by(path: Path | str, version: int) -> list[str]:
+    """Absolute paths of the data files that Delta version ``version`` of the table at
+    ``path`` added (its snapshot's files minus the previous version's), via delta-rs."""
+    from deltalake import DeltaTable
+
+    def uris(at: int) -> set[str]:
+        if at < 0:
+            return set()
+        snapshot = DeltaTable(str(path), version=at)
+        return {uri.removeprefix("file://") for uri in snapshot.file_uris()}
+
+    return sorted(uris(version) - uris(version - 1))

@@ -5,16 +5,19 @@ Rules that every action here keeps:
 * **A live checkpoint is never deleted.** A restore moves it aside
   (``<checkpoint>.replaced-<UTC time>``); a recovery moves damaged files to
   ``.<job>.damaged-<UTC time>/`` beside the checkpoint.
-* **A batch the sinks may have committed is never re-planned.** Delta sinks (and the
+* **A batch the sinks committed is never re-planned.** Delta sinks (and the
   ``txnAppId``/``txnVersion`` writes of ``foreachBatch``) skip a batch id they already
-  committed for the query id. If a restored checkpoint re-planned such a batch id over
-  *different* offsets, the rows between the old and the new range would be skipped: lost. So a
-  restore rolls forward: after copying the backup (batches up to K), it carries over from the
-  moved-aside live checkpoint every later batch whose ``offsets`` and ``commits`` files are
-  intact (K+1..M), with their state files. Spark resumes after M, exactly where the sinks are.
-  For the same reason crash recovery moves only what is damaged: a truncated ``commits/N``
-  with an intact ``offsets/N`` keeps ``offsets/N``, so batch N is re-run over the same offsets
-  and the sinks skip or complete it idempotently.
+  committed for the query id, whatever its new offset range. So every batch id a sink
+  committed (:func:`spark_jobs.delta_io.sink_committed_batch`) or whose ``commits/N`` is
+  intact keeps its *original* ``offsets/N``: from the live or moved-aside checkpoint, from
+  the newest verified backup of the same query id, or rebuilt from the sink's own rows where
+  the sink keeps Kafka coordinates (bronze_ingest); if none has it, the action is refused
+  with the numbers before anything is touched. A restore rolls forward: after copying the
+  backup (batches up to K), it carries over from the moved-aside live checkpoint every later
+  batch whose ``offsets`` and ``commits`` are intact (K+1..M) with their state files, then
+  the original offsets of any later batch the sink committed. Spark resumes exactly where
+  the sinks are; a batch it re-runs over its original offsets is skipped or completed
+  idempotently.
 * **Every action is written to the audit log** ``<INGEST_HOME>/checkpoint_backups/audit.jsonl``
   (one JSON object per line: time, user, action, job, details).
 """
@@ -24,6 +27,7 @@ from __future__ import annotations
 import getpass
 import json
 import shutil
+from collections.abc import Sequence
 from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
@@ -32,6 +36,7 @@ from typing import Any
 from ingest_platform.checkpoints import BackupError, backups_root, list_backups, verify
 from spark_jobs.catalog import KafkaSourceSpec, get_catalog
 from spark_jobs.checkpoint_health import (
+    Damage,
     batch_ids,
     config_changes,
     find_damage,
@@ -41,7 +46,13 @@ from spark_jobs.checkpoint_health import (
     log_file_problem,
     query_dirs,
 )
-from spark_jobs.delta_io import delta_version
+from spark_jobs.delta_io import (
+    checkpoint_query_id,
+    files_added_by,
+    sink_committed_batch,
+    streaming_commits,
+    txn_app_ids,
+)
 from spark_jobs.locks import CheckpointBusyError, checkpoint_lock
 from spark_jobs.settings import PlatformSettings, get_settings
 
@@ -61,6 +72,23 @@ class RestoreResult:
     restored_batch: dict[str, int]
     resumes_after: dict[str, int]
     moved_aside: Path | None
+
+
+@dataclass(frozen=True)
+class _Move:
+    """Move ``path`` (and its ``.N.crc`` checksum) to ``to``."""
+
+    path: Path
+    to: Path
+
+
+@dataclass(frozen=True)
+class _Write:
+    """Write ``text`` to ``path`` (an original offsets or metadata file), from ``origin``."""
+
+    path: Path
+    text: str
+    origin: str
 
 
 def audit_log() -> Path:
@@ -170,7 +198,7 @@ def restore(
                     f"{name or job_name}, the live checkpoint {live_id}. The sinks' duplicate "
                     "protection is keyed by the query id: restoring would write batches again."
                 )
-    _refuse_replanning(job_name, manifest, live_queries, settings)
+    fills = _plan_roll_forward(job_name, folder, manifest, live_queries, settings)
     gaps = _kafka_gaps(job_name, folder, manifest, settings)
     if gaps and not accept_data_loss:
         lines = "; ".join(f"{g['topic']}[{g['partition']}] from {g['first_missing_offset']}: "
@@ -181,33 +209,69 @@ def restore(
         )
     try:
         with checkpoint_lock(checkpoint):
-            return _do_restore(job_name, backup_id, folder, manifest, checkpoint, gaps)
+            return _do_restore(job_name, backup_id, folder, manifest, checkpoint, gaps, fills)
     except CheckpointBusyError as error:
         hint = "stop it first (streaming_supervisor with action=stop, or wait for its run)"
         raise RestoreRefusedError(f"{job_name} is running: {error}; {hint}") from None
 
 
-def _refuse_replanning(job_name: str, manifest: dict[str, Any], live_queries: dict[str, Path],
-                       settings: PlatformSettings) -> None:  # fmt: skip
-    """Refuse a restore that would re-plan batch ids a sink has already committed: the sink
-    moved on since the backup and the live checkpoint has no intact later batch to carry
-    over (it is gone or damaged right after the backup's batch)."""
-    catalog = get_catalog()
+def _plan_roll_forward(job_name: str, folder: Path, manifest: dict[str, Any],
+                       live_queries: dict[str, Path],
+                       settings: PlatformSettings) -> dict[str, list[_Write]]:  # fmt: skip
+    """Refuse a restore that would re-plan batch ids a sink has already committed, or plan
+    the original offsets files that prevent it.
+
+    After the copy, a query resumes after the backup's batch or, rolled forward, after the
+    live checkpoint's newest intact batch. If a sink committed a later batch id, the batches
+    in between must keep their original offsets (from the live checkpoint's intact offsets
+    files, another verified backup, or rebuilt from the sink's own rows); a stateful query
+    cannot skip their state, so it is refused, as is a batch whose offsets are nowhere.
+
+    :returns: per query name, the offsets files to write after the copy.
+    :raises RestoreRefusedError: the numbers and the way out.
+    """
+    fills: dict[str, list[_Write]] = {}
     for name, query in manifest["queries"].items():
         live = live_queries.get(name)
+        restored = int(query["last_committed_batch"])
         newest = _intact_batches(live) if live is not None else None
-        if newest is not None and newest > int(query["last_committed_batch"]):
+        resumes = max(restored, newest if newest is not None else restored)
+        sink = _sink_batch(job_name, query["query_id"], settings)
+        if sink is None or sink <= resumes:
             continue
-        sink = catalog.table(query["sink_table"]).path(settings)
-        now, then = delta_version(sink), query.get("sink_delta_version")
-        if now is not None and then is not None and now > then:
+        backed_up = folder / name if name else folder
+        source = live if live is not None and resumes > restored else backed_up
+        previous: str | None = (source / "offsets" / str(resumes)).read_text()
+        stateful = any(p.is_file() for p in (backed_up / "state").rglob("*"))
+        writes, unresolved = [], []
+        for batch in range(resumes + 1, sink + 1):
+            own = live / "offsets" / str(batch) if live is not None else None
+            found = None
+            if own is not None and own.exists() and not log_file_problem(own, "offsets"):
+                found = own.read_text(), "the live checkpoint"
+            found = found or _offsets_from_backups(job_name, name, query["query_id"], batch,
+                                                   settings)  # fmt: skip
+            if not stateful:
+                found = found or _offsets_from_sink(job_name, query["query_id"], batch,
+                                                    previous, settings)  # fmt: skip
+            if found is None or stateful:
+                unresolved.append(batch)
+                continue
+            previous = found[0]
+            writes.append(_Write(Path(name) / "offsets" / str(batch), found[0], found[1]))
+        if unresolved:
+            why = "its state for them is in no backup" if stateful else "their offsets are "
+            why += "" if stateful else "in no intact file, backup or sink commit"
             raise RestoreRefusedError(
-                f"{query['sink_table']} is at Delta version {now}, past the backup's {then}, "
-                f"and the live checkpoint of {name or job_name} has no intact batch after "
-                f"{query['last_committed_batch']} to carry over: Spark would re-plan batch ids "
-                "the sink already committed and skip their rows. Restore a newer backup, or "
-                f"`ingestctl checkpoints reset {job_name}` and rebuild the sink."
+                f"{query['sink_table']} committed batch {sink} of {name or job_name}, but "
+                f"after this restore it would resume after batch {resumes} and "
+                f"{why} (batches {', '.join(map(str, unresolved))}): Spark would re-plan "
+                "batch ids the sink already committed and skip their rows. Nothing was "
+                f"changed. Restore a newer backup, or `ingestctl checkpoints reset {job_name}` "
+                "and rebuild the sink."
             )
+        fills[name] = writes
+    return fills
 
 
 def _kafka_gaps(job_name: str, folder: Path, manifest: dict[str, Any],
@@ -226,7 +290,8 @@ def _kafka_gaps(job_name: str, folder: Path, manifest: dict[str, Any],
 
 
 def _do_restore(job_name: str, backup_id: str, folder: Path, manifest: dict[str, Any],
-                checkpoint: Path, gaps: list[dict[str, Any]]) -> RestoreResult:  # fmt: skip
+                checkpoint: Path, gaps: list[dict[str, Any]],
+                fills: dict[str, list[_Write]]) -> RestoreResult:  # fmt: skip
     aside = None
     if checkpoint.exists():
         aside = checkpoint.with_name(f"{checkpoint.name}.replaced-{_stamp()}")
@@ -240,24 +305,258 @@ def _do_restore(job_name: str, backup_id: str, folder: Path, manifest: dict[str,
         restored[name] = batch
         live = (aside / name if name else aside) if aside else None
         resumes[name] = _carry_forward(live, target, batch) if live and live.is_dir() else batch
+        writes = [_Write(checkpoint / w.path, w.text, w.origin) for w in fills.get(name, [])]
+        filled = _apply(writes)
+        if filled:
+            # Batches the sink committed after the carried-over ones: their original
+            # offsets; Spark re-runs only the newest of them and the sink skips it.
+            resumes[name] = max(int(w.path.name) for w in writes)
     (checkpoint / "manifest.json").unlink(missing_ok=True)
     audit("restore", job_name, backup_id=backup_id, restored_batch=restored,
           resumes_after=resumes, moved_aside=aside, accepted_gaps=gaps)  # fmt: skip
     return RestoreResult(job_name, backup_id, restored, resumes, aside)
 
 
-def recover(job_name: str, settings: PlatformSettings | None = None) -> list[str]:
-    """Repair a damaged checkpoint by the least destructive safe means (module docstring).
+def _sink_batch(job_name: str, query_id: str, settings: PlatformSettings) -> int | None:
+    """The newest batch id any platform table committed for ``job_name``'s query
+    ``query_id`` (see :func:`spark_jobs.delta_io.sink_committed_batch`)."""
+    tables = [table.path(settings) for table in get_catalog().tables.values()]
+    return sink_committed_batch(tables, txn_app_ids(job_name, query_id))
 
-    * damaged ``offsets/N``: batch N never ran (offsets are written before a batch starts);
-      ``offsets/N..`` and ``commits/N..`` are moved aside and Spark resumes after N-1;
-    * damaged ``commits/N`` with an intact ``offsets/N``: only ``commits/N..`` (and later
-      offsets) are moved aside; batch N is re-run over the same offsets;
-    * a missing state file: copied from the newest verified backup that has it (state files
-      are immutable once written); if no backup has it, refused.
+
+def _offsets_from_backups(job_name: str, name: str, query_id: str, batch: int,
+                          settings: PlatformSettings) -> tuple[str, str] | None:  # fmt: skip
+    """Batch ``batch``'s original offsets file from the newest verified backup of the same
+    query (same query id) that holds it intact: ``(text, origin)`` or None."""
+    for info in list_backups(job_name, settings):
+        query = info.manifest["queries"].get(name)
+        candidate = info.path / name / "offsets" / str(batch)
+        if not query or query["query_id"] != query_id or not candidate.exists():
+            continue
+        if log_file_problem(candidate, "offsets"):
+            continue
+        try:
+            verify(info.path)
+        except BackupError:
+            continue
+        return candidate.read_text(), f"backup {info.backup_id}"
+    return None
+
+
+def _offsets_from_sink(job_name: str, query_id: str, batch: int, previous: str | None,
+                       settings: PlatformSettings) -> tuple[str, str] | None:  # fmt: skip
+    """Rebuild batch ``batch``'s offsets file from what the sink committed for it.
+
+    Possible for a Kafka-source job whose sink keeps each record's Kafka coordinates
+    (bronze_ingest: ``bronze_events`` is keyed by topic, partition, offset) and wrote the
+    batch through Spark's Delta streaming sink: the batch's end offset of a partition is one
+    past the highest offset it wrote there, or, for a partition it wrote nothing to, the end
+    offset of batch ``batch - 1`` (``previous``, whose metadata line is reused). Kafka
+    offsets only grow within a partition, so the rebuilt range is exactly the one the sink
+    committed.
+
+    :returns: ``(text, origin)``, or None when the job's sink cannot answer.
+    """
+    import pyarrow.parquet as pq
+
+    catalog = get_catalog()
+    job = catalog.job(job_name)
+    table = catalog.table(job.sink)
+    if not isinstance(job.source, KafkaSourceSpec) or previous is None:
+        return None
+    if not {"topic", "partition", "offset"} <= set(table.keys):
+        return None
+    path = table.path(settings)
+    commits = [c for c in streaming_commits(path)
+               if c["query_id"] == query_id and c["batch_id"] == batch]  # fmt: skip
+    if not commits:
+        return None
+    lines = previous.splitlines()
+    metadata = json.loads(lines[1])
+    ends: dict[str, dict[str, int]] = json.loads(lines[2]) if len(lines) > 2 else {}
+    files = files_added_by(path, commits[-1]["version"])
+    if files:
+        rows = pq.read_table(files, columns=["topic", "partition", "offset"],
+                              partitioning=None).to_pylist()  # fmt: skip
+        for row in rows:
+            partitions = ends.setdefault(row["topic"], {})
+            key = str(row["partition"])
+            partitions[key] = max(partitions.get(key, 0), int(row["offset"]) + 1)
+    metadata["batchTimestampMs"] = commits[-1]["timestamp_ms"] or metadata.get("batchTimestampMs")
+    text = "\n".join(["v1", json.dumps(metadata, separators=(",", ":")),
+                      json.dumps(ends, separators=(",", ":"))])  # fmt: skip
+    return text, f"{table.name} Delta version {commits[-1]['version']} (the sink's own rows)"
+
+
+def _metadata_from_backups(job_name: str, name: str, folder: Path,
+                           settings: PlatformSettings) -> tuple[str, str] | None:  # fmt: skip
+    """The query's ``metadata`` from the newest verified backup of this very checkpoint:
+    one whose newest offsets file is byte-identical to the live file of the same batch."""
+    for info in list_backups(job_name, settings):
+        query = info.manifest["queries"].get(name)
+        if not query:
+            continue
+        batch = str(query["last_committed_batch"])
+        theirs, ours = info.path / name / "offsets" / batch, folder / "offsets" / batch
+        if not (theirs.exists() and ours.exists()) or theirs.read_bytes() != ours.read_bytes():
+            continue
+        try:
+            verify(info.path)
+        except BackupError:
+            continue
+        return (info.path / name / "metadata").read_text(), f"backup {info.backup_id}"
+    return None
+
+
+def _metadata_from_sink(job_name: str, folder: Path,
+                        settings: PlatformSettings) -> tuple[str, str] | None:  # fmt: skip
+    """The query id from the sink: the one query whose streaming commits in the job's sink
+    include every batch this checkpoint has an intact commit for (Delta streaming sinks
+    record ``queryId`` and ``epochId`` in each commit)."""
+    commits_dir = folder / "commits"
+    mine = {b for b in batch_ids(commits_dir) if not log_file_problem(commits_dir / str(b),
+                                                                     "commits")}  # fmt: skip
+    if not mine:
+        return None
+    sink = get_catalog().table(get_catalog().job(job_name).sink).path(settings)
+    batches: dict[str, set[int]] = {}
+    for commit in streaming_commits(sink):
+        batches.setdefault(commit["query_id"], set()).add(commit["batch_id"])
+    candidates = [query_id for query_id, seen in batches.items() if mine <= seen]
+    if len(candidates) != 1:
+        return None
+    origin = f"the query id of {sink.name}'s streaming commits of batches {min(mine)}..{max(mine)}"
+    return json.dumps({"id": candidates[0]}) + "\n", origin
+
+
+def _plan_query_repair(
+    job_name: str,
+    name: str,
+    folder: Path,
+    damage: list[Damage],
+    quarantine: Path,
+    settings: PlatformSettings,
+) -> list[_Move | _Write]:
+    """What repairs one query folder without losing or repeating a record.
+
+    Every batch up to ``keep`` (the newest batch the sink committed, or that has an intact
+    commit) keeps its original offsets: a damaged or missing one is taken from a verified
+    backup, or rebuilt from the sink (:func:`_offsets_from_sink`). The batch after ``keep``
+    is re-run over its offsets if they are intact; damaged files past ``keep`` and every
+    later batch are moved aside (no sink has them: Spark plans them again). Damaged commits
+    are moved aside: their batch re-runs over its original offsets and the sinks skip it.
+
+    :raises RestoreRefusedError: a batch the sink committed has no intact offsets anywhere;
+        the message has the numbers.
+    """
+    bad = {(d.kind, d.batch) for d in damage}
+    plan: list[_Move | _Write] = []
+
+    def aside(kind: str, batch: int) -> None:
+        path = folder / kind / str(batch)
+        crc = path.with_name(f".{batch}.crc")
+        if path.exists():
+            plan.append(_Move(path, quarantine / name / kind / str(batch)))
+        elif crc.exists():  # a checksum left without its file
+            plan.append(_Move(crc, quarantine / name / kind / crc.name))
+
+    if ("metadata", -1) in bad:
+        found = (_metadata_from_backups(job_name, name, folder, settings)
+                 or _metadata_from_sink(job_name, folder, settings))  # fmt: skip
+        if found is None:
+            raise RestoreRefusedError(
+                f"{folder / 'metadata'} is missing or damaged and neither a backup of this "
+                f"checkpoint nor the sink's commits name its query id: the sinks' duplicate "
+                f"protection is keyed by it. Restore a backup "
+                f"(`ingestctl checkpoints restore {job_name} <id>`), or reset the checkpoint "
+                "and rebuild the sink."
+            )
+        if (folder / "metadata").exists():
+            plan.append(_Move(folder / "metadata", quarantine / name / "metadata"))
+        plan.append(_Write(folder / "metadata", found[0], found[1]))
+        query_id = json.loads(found[0])["id"]
+    else:
+        query_id = checkpoint_query_id(folder)
+    offsets = batch_ids(folder / "offsets")
+    commits = batch_ids(folder / "commits")
+    intact_offsets = [b for b in offsets if ("offsets", b) not in bad]
+    intact_commits = [b for b in commits if ("commits", b) not in bad]
+    sink = _sink_batch(job_name, query_id, settings)
+    keep = max([b for b in (sink, max(intact_commits, default=None)) if b is not None],
+               default=-1)  # fmt: skip
+    lowest = min(offsets + commits + [d.batch for d in damage if d.batch >= 0], default=0)
+    previous: str | None = None
+    unresolved: list[int] = []
+    for batch in range(lowest, keep + 1):
+        if batch in intact_offsets:
+            previous = (folder / "offsets" / str(batch)).read_text()
+            continue
+        found = (_offsets_from_backups(job_name, name, query_id, batch, settings)
+                 or _offsets_from_sink(job_name, query_id, batch, previous, settings))  # fmt: skip
+        if found is None:
+            unresolved.append(batch)
+            previous = None
+            continue
+        aside("offsets", batch)
+        plan.append(_Write(folder / "offsets" / str(batch), found[0], found[1]))
+        previous = found[0]
+    if unresolved:
+        committed = f"the sink committed batch {sink}" if sink is not None else "commits exist"
+        raise RestoreRefusedError(
+            f"{job_name}{'/' + name if name else ''}: {committed} (query {query_id}), but "
+            f"the offsets of batch{'es' if len(unresolved) > 1 else ''} "
+            f"{', '.join(map(str, unresolved))} are damaged or missing, no verified backup "
+            "holds them and the sink cannot rebuild them: re-planning those batch ids over new "
+            "offsets would make the sink skip their rows. Nothing was changed. Restore a "
+            f"backup taken after batch {max(unresolved)} "
+            f"(`ingestctl checkpoints restore {job_name} <id>`), or reset the checkpoint and "
+            "rebuild the sinks."
+        )
+    for batch in sorted(set(commits) | {b for kind, b in bad if kind == "commits"}):
+        if ("commits", batch) in bad or batch > keep + 1:
+            aside("commits", batch)
+    for batch in sorted(set(offsets) | {b for kind, b in bad if kind == "offsets"}):
+        if batch > keep and (("offsets", batch) in bad or batch > keep + 1):
+            aside("offsets", batch)
+    return plan
+
+
+def _apply(plan: Sequence[_Move | _Write]) -> list[str]:
+    """Carry out a repair plan; :returns: one line per step."""
+    actions = []
+    for step in plan:
+        if isinstance(step, _Move):
+            step.to.parent.mkdir(parents=True, exist_ok=True)
+            step.path.rename(step.to)
+            # Its checksum too: a stale .N.crc makes Spark's rewrite of N fail as if another
+            # query were writing the same checkpoint.
+            crc = step.path.with_name(f".{step.path.name}.crc")
+            if not step.path.name.endswith(".crc") and crc.exists():
+                crc.rename(step.to.with_name(crc.name))
+            actions.append(f"moved {step.path} to {step.to}")
+        else:
+            step.path.parent.mkdir(parents=True, exist_ok=True)
+            step.path.write_text(step.text)
+            actions.append(f"wrote {step.path} (original, from {step.origin})")
+    return actions
+
+
+def recover(job_name: str, settings: PlatformSettings | None = None) -> list[str]:
+    """Repair a damaged checkpoint without losing or repeating a record (module docstring).
+
+    A batch id the sinks committed (:func:`spark_jobs.delta_io.sink_committed_batch`) or
+    whose ``commits/N`` is intact is never re-planned: its damaged or missing ``offsets/N``
+    is restored from a verified backup or rebuilt from the sink's own rows, or the recovery
+    is refused with the numbers. A lost ``metadata`` (query id) comes back the same way.
+    Damaged files of batches no sink has are moved aside and Spark plans them again; a
+    missing state file is copied from the newest verified backup that has it (state files
+    are immutable once written).
+
+    Every step is planned before anything is touched: a refusal changes nothing.
 
     :returns: one line per action ([] when nothing was damaged).
-    :raises RestoreRefusedError: the job is running, or a missing state file is in no backup.
+    :raises RestoreRefusedError: the job is running; a committed batch's offsets, the query
+        id or a state file cannot be found anywhere (the message says what and the options).
     """
     settings = settings or get_settings()
     job = get_catalog().job(job_name)
@@ -265,47 +564,42 @@ def recover(job_name: str, settings: PlatformSettings | None = None) -> list[str
     damage = find_damage(checkpoint)
     if not damage:
         return []
-    actions: list[str] = []
     try:
         with checkpoint_lock(checkpoint):
             quarantine = checkpoint.parent / f".{checkpoint.name}.damaged-{_stamp()}"
-            for item in damage:
-                if item.kind == "state":
-                    actions.append(_restore_state_file(job_name, checkpoint, item.path, settings))
+            plan: list[_Move | _Write] = []
             for name, folder in query_dirs(checkpoint).items():
                 mine = [d for d in damage if d.kind != "state" and folder in d.path.parents]
-                if not mine:
-                    continue
-                first = min(d.batch for d in mine)
-                offsets_bad = any(d.kind == "offsets" and d.batch == first for d in mine)
-                for kind in ("offsets", "commits"):
-                    start = first + (1 if kind == "offsets" and not offsets_bad else 0)
-                    for batch in batch_ids(folder / kind):
-                        if batch >= start:
-                            moved = quarantine / name / kind / str(batch)
-                            moved.parent.mkdir(parents=True, exist_ok=True)
-                            (folder / kind / str(batch)).rename(moved)
-                            actions.append(f"moved {folder / kind / str(batch)} to {moved}")
-                            # Its checksum too: a stale .N.crc makes Spark's rewrite of N
-                            # fail as if another query were writing the same checkpoint.
-                            crc = folder / kind / f".{batch}.crc"
-                            if crc.exists():
-                                crc.rename(moved.with_name(crc.name))
+                if mine:
+                    plan += _plan_query_repair(job_name, name, folder, mine, quarantine,
+                                               settings)  # fmt: skip
+            states = [_state_file_source(job_name, checkpoint, d.path, settings)
+                      for d in damage if d.kind == "state"]  # fmt: skip
+            actions = _apply(plan)
+            for source, missing in states:
+                shutil.copy2(source[0], missing)
+                actions.append(f"copied {missing.relative_to(checkpoint)} from {source[1]}")
             audit("recover", job_name, damage=[d.describe() for d in damage], actions=actions)
     except CheckpointBusyError as error:
         raise RestoreRefusedError(f"{job_name} is running: {error}") from None
     return actions
 
 
-def _restore_state_file(job_name: str, checkpoint: Path, missing: Path,
-                        settings: PlatformSettings) -> str:  # fmt: skip
+def _state_file_source(job_name: str, checkpoint: Path, missing: Path,
+                       settings: PlatformSettings) -> tuple[tuple[Path, str], Path]:  # fmt: skip
+    """Where a missing state file can be copied from: ``((file, origin), missing)``.
+
+    :raises RestoreRefusedError: no verified backup has it.
+    """
     relative = missing.relative_to(checkpoint)
     for info in list_backups(job_name, settings):
         candidate = info.path / relative
         if candidate.exists():
-            verify(info.path)
-            shutil.copy2(candidate, missing)
-            return f"copied {relative} from backup {info.backup_id}"
+            try:
+                verify(info.path)
+            except BackupError:
+                continue
+            return (candidate, f"backup {info.backup_id}"), missing
     raise RestoreRefusedError(
         f"{missing} is missing and no backup of {job_name} has it: the state of that batch "
         "cannot be rebuilt without replaying. Restore an older backup explicitly "

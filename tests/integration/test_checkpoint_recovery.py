@@ -243,12 +243,18 @@ def test_kill_9_five_times_while_producing_keeps_bronze_exactly_once(platform: P
 
 
 def test_restore_refuses_to_replan_batches_a_sink_committed(platform: Platform) -> None:
+    """silver_refine's sink cannot rebuild offsets (a Delta source): with the live
+    checkpoint gone and the sink past the backup, the restore is refused with the numbers.
+    (bronze_ingest rebuilds them from its own rows: test_checkpoint_rollback.py.)"""
     platform.send("payments", [payment("a", "2026-01-01T10:00:00Z")])
     platform.bronze()
-    info = backup("bronze_ingest")
+    platform.silver()
+    info = backup("silver_refine")
     platform.send("payments", [payment("b", "2026-01-01T10:01:00Z")])
-    platform.bronze()  # the sink moves past the backup
-    checkpoint = get_catalog().job("bronze_ingest").checkpoint()
+    platform.bronze()
+    platform.silver()  # the sink moves past the backup
+    checkpoint = get_catalog().job("silver_refine").checkpoint()
     shutil.rmtree(checkpoint)  # the live checkpoint lost (deleted by hand)
-    with pytest.raises(RestoreRefusedError, match="would re-plan batch ids"):
-        restore("bronze_ingest", info.backup_id)
+    with pytest.raises(RestoreRefusedError, match=r"committed batch 1 .* would re-plan batch ids"):
+        restore("silver_refine", info.backup_id)
+    assert not checkpoint.exists()  # refused before anything was touched

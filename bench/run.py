@@ -348,7 +348,7 @@ def freshness_run(bench: Bench, trigger_s: int) -> None:
     from ingest_platform.topics import ensure_topics
     from spark_jobs.catalog import get_catalog
     from spark_jobs.contracts import TOPICS
-    from spark_jobs.streaming_runtime import read_json, runtime_files
+    from spark_jobs.runtime_files import read_json, runtime_files
 
     name = f"freshness_{trigger_s}s"
     prefix = f"f{trigger_s}s."

@@ -29,11 +29,10 @@ import signal
 import threading
 import time
 from collections.abc import Callable
-from dataclasses import dataclass
 from datetime import UTC, datetime
-from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from spark_jobs.runtime_files import RuntimeFiles, runtime_files, write_json
 from spark_jobs.settings import PlatformSettings, get_settings
 
 if TYPE_CHECKING:
@@ -45,57 +44,6 @@ try:  # pyspark is absent in processes that only read heartbeats (Airflow's)
     from pyspark.sql.streaming import StreamingQueryListener as _Listener
 except ImportError:  # pragma: no cover - pyspark is a dependency of the project
     _Listener = object
-
-
-@dataclass(frozen=True)
-class RuntimeFiles:
-    """Run-time files of one always-on job, in ``<storage.state_dir>/jobs/<job>/``.
-
-    :param heartbeat: JSON written by the job's listener (see :class:`HeartbeatListener`).
-    :param stop_request: its presence asks the job to stop between micro-batches.
-    :param disabled: written when an operator stopped the job; the supervisor leaves a
-        disabled job alone until it is started again.
-    :param supervisor: the supervisor's record of starts (for back-off and failure limits).
-    :param driver_log: stdout and stderr of the driver the supervisor started.
-    """
-
-    folder: Path
-    heartbeat: Path
-    stop_request: Path
-    disabled: Path
-    supervisor: Path
-    driver_log: Path
-
-
-def runtime_files(job: str, settings: PlatformSettings | None = None) -> RuntimeFiles:
-    """The run-time files of ``job`` (the folder is created)."""
-    folder = (settings or get_settings()).storage.state_path / "jobs" / job
-    folder.mkdir(parents=True, exist_ok=True)
-    return RuntimeFiles(
-        folder=folder,
-        heartbeat=folder / "heartbeat.json",
-        stop_request=folder / "stop.request",
-        disabled=folder / "disabled",
-        supervisor=folder / "supervisor.json",
-        driver_log=folder / "driver.log",
-    )
-
-
-def write_json(path: Path, payload: dict[str, Any]) -> None:
-    """Write ``payload`` to ``path`` atomically (temporary file, then rename): a reader never
-    sees half a file, even if the writer dies mid-write."""
-    tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
-    tmp.write_text(json.dumps(payload, indent=2, default=str))
-    os.replace(tmp, path)
-
-
-def read_json(path: Path) -> dict[str, Any] | None:
-    """The JSON object at ``path``, or None when it is missing or unreadable."""
-    try:
-        value = json.loads(path.read_text())
-    except (OSError, ValueError):
-        return None
-    return value if isinstance(value, dict) else None
 
 
 def progress_summary(progress: Any) -> dict[str, Any]:

@@ -167,7 +167,7 @@ class SparkJobOperator(SparkSubmitOperator):
         self.input_jobs = list(input_jobs)
 
     def _inputs_file(self) -> Path:
-        from spark_jobs.streaming_runtime import runtime_files
+        from spark_jobs.runtime_files import runtime_files
 
         return runtime_files(self.job).folder / "inputs.json"
 

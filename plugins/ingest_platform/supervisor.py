@@ -40,8 +40,8 @@ from typing import Any
 
 from spark_jobs.catalog import get_catalog
 from spark_jobs.locks import lock_holder
+from spark_jobs.runtime_files import RuntimeFiles, read_json, runtime_files, write_json
 from spark_jobs.settings import PROJECT_ROOT, PlatformSettings, get_settings
-from spark_jobs.streaming_runtime import RuntimeFiles, read_json, runtime_files, write_json
 
 #: Supervisor actions a DAG run can ask for.
 ACTIONS = ("supervise", "start", "stop")

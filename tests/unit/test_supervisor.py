@@ -12,8 +12,8 @@ from pathlib import Path
 import pytest
 
 from ingest_platform import supervisor
+from spark_jobs.runtime_files import runtime_files
 from spark_jobs.settings import get_settings
-from spark_jobs.streaming_runtime import runtime_files
 
 pytestmark = pytest.mark.unit
 
@@ -24,7 +24,7 @@ import sys, time, json, os
 from pathlib import Path
 from spark_jobs.catalog import get_catalog
 from spark_jobs.locks import checkpoint_lock
-from spark_jobs.streaming_runtime import runtime_files, write_json
+from spark_jobs.runtime_files import runtime_files, write_json
 job, mode = sys.argv[1], sys.argv[2]
 files = runtime_files(job)
 if mode == "crash":

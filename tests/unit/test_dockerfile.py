@@ -112,3 +112,44 @@ def test_build_context_leaves_out_local_state_and_secrets() -> None:
     ignored = (ROOT / ".dockerignore").read_text().split()
     for entry in (".venv", ".ingest", ".env", ".git"):
         assert entry in ignored
+
+
+def test_every_module_the_runtime_code_imports_is_a_runtime_dependency() -> None:
+    """The image installs the lock's runtime set only (``uv export --no-dev``): a module the
+    platform imports at run time from a dev-only package fails there on import (deltalake,
+    used by the gates' bookkeeping and by recovery, was dev-only). Every third-party import in
+    spark_jobs/, plugins/ and dags/ must belong to a distribution of that set."""
+    import ast
+    import subprocess
+    import sys
+    from importlib.metadata import packages_distributions
+
+    uv = ROOT / ".ingest" / "tools" / "bin" / "uv"
+    export = subprocess.run(
+        [str(uv), "export", "--locked", "--no-dev", "--no-emit-project", "--no-hashes",
+         "--format", "requirements-txt"],
+        cwd=ROOT, capture_output=True, text=True, check=True,
+    ).stdout  # fmt: skip
+    lines = [line for line in export.splitlines() if line and not line.startswith((" ", "#"))]
+    runtime = {re.split(r"[=<>\[ ;]", line, maxsplit=1)[0].lower().replace("_", "-")
+               for line in lines}  # fmt: skip
+    ours = {"spark_jobs", "ingest_platform", "bench", "tests"}
+    owners = packages_distributions()
+    missing = {}
+    for folder in ("spark_jobs", "plugins", "dags"):
+        for source in (ROOT / folder).rglob("*.py"):
+            for node in ast.walk(ast.parse(source.read_text())):
+                if isinstance(node, ast.Import):
+                    names = [alias.name for alias in node.names]
+                elif isinstance(node, ast.ImportFrom) and node.level == 0 and node.module:
+                    names = [node.module]
+                else:
+                    continue
+                for name in names:
+                    top = name.split(".")[0]
+                    if top in ours or top in sys.stdlib_module_names or top == "__future__":
+                        continue
+                    distributions = {d.lower().replace("_", "-") for d in owners.get(top, [])}
+                    if not distributions & runtime:
+                        missing[top] = str(source.relative_to(ROOT))
+    assert missing == {}

@@ -6,6 +6,7 @@ from __future__ import annotations
 import json
 import uuid
 from dataclasses import dataclass
+from datetime import datetime, timedelta
 from pathlib import Path
 from typing import Any
 
@@ -22,6 +23,7 @@ from spark_jobs.settings import get_settings
 from spark_jobs.triggers import TriggerSpec
 
 AVAILABLE_NOW = TriggerSpec("available-now")
+GAP = timedelta(minutes=10)  # gold_aggregate's session_gap (include/pipeline.yaml)
 
 
 def payment(event_id: str, when: str, amount: float = 10.0, **extra: Any) -> dict[str, Any]:
@@ -111,3 +113,45 @@ def windows(frame: pd.DataFrame, key: str = "currency") -> dict[tuple[str, str],
 
 def values_of(frame: pd.DataFrame) -> list[dict[str, Any]]:
     return [json.loads(v) for v in frame["value"]]
+
+
+def naive_utc(column: pd.Series) -> pd.Series:
+    """Timestamps (ISO-8601 strings with offsets, or datetimes) as naive UTC, nanosecond
+    precision (Spark's and pandas' agree then)."""
+    utc = pd.to_datetime(column, utc=True, format="ISO8601")
+    return utc.dt.tz_convert(None).astype("datetime64[ns]")
+
+
+def expected_sessions(events: list[dict], watermark: datetime) -> set[tuple]:
+    """Independent sessionisation: per customer, in time order, an event more than ``GAP``
+    after the previous one starts a new session (exactly ``GAP`` joins, as Spark's
+    session_window does); a session ends ``GAP`` after its last event. Only sessions the
+    stream has finalised (end at or before ``watermark``)."""
+    limit = pd.Timestamp(watermark)
+    limit = limit.tz_convert(None) if limit.tzinfo else limit
+    frame = pd.DataFrame(events).drop_duplicates("event_id", keep="first")
+    frame = frame.assign(event_time=naive_utc(frame.event_time))
+    sessions = set()
+    for customer, rows in frame.sort_values("event_time").groupby("customer_id"):
+        times, kinds = list(rows.event_time), list(rows.activity)
+        start = 0
+        for i in range(1, len(times) + 1):
+            if i == len(times) or times[i] - times[i - 1] > GAP:
+                end = times[i - 1] + GAP
+                if end <= limit:
+                    sessions.add((customer, times[start], end, i - start,
+                                  "checkout" in kinds[start:i]))  # fmt: skip
+                start = i
+    return sessions
+
+
+def actual_sessions(platform: Platform) -> set[tuple]:
+    """``gold_customer_sessions`` as :func:`expected_sessions` tuples (every row there is
+    final: appended once the watermark passed its end, or corrected when final)."""
+    frame = platform.read("gold_customer_sessions")
+    return {
+        (r.customer_id, r.session_start, r.session_end, int(r.event_count),
+         bool(r.reached_checkout))
+        for r in frame.assign(session_start=naive_utc(frame.session_start),
+                              session_end=naive_utc(frame.session_end)).itertuples()
+    }  # fmt: skip

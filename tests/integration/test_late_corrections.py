@@ -11,11 +11,15 @@ import pandas as pd
 import pytest
 
 from spark_jobs import gold_aggregate, late_corrections
-from tests.integration.medallion import Platform, activity
+from tests.integration.medallion import (
+    Platform,
+    activity,
+    actual_sessions,
+    expected_sessions,
+    naive_utc,
+)
 
 pytestmark = pytest.mark.integration
-
-GAP = timedelta(minutes=10)  # gold_aggregate's session_gap (include/pipeline.yaml)
 
 
 def order(event_id: str, when: str, customer: str | None, total: float, **extra: Any) -> dict:
@@ -40,11 +44,6 @@ LATE_ORDERS = [
     order("o1", "2026-01-01T10:00:00Z", "c1", 10.00),  # o1 re-sent after the watermark
     order("l4", "2026-01-01T10:04:00Z", "c2", 1.50, event_type="order_canceled"),
 ]
-
-
-def naive_utc(column: pd.Series) -> pd.Series:
-    """Timestamps as naive UTC, nanosecond precision (Spark's and pandas' agree then)."""
-    return pd.to_datetime(column, utc=True).dt.tz_convert(None).astype("datetime64[ns]")
 
 
 def expected_metrics(events: list[dict]) -> pd.DataFrame:
@@ -147,37 +146,6 @@ LATE_ACTIVITY = [
     activity("l2", "2026-01-01T10:10:00Z", "c3"),  # a session only late data has
     activity("a4", "2026-01-01T10:45:00Z", "c2"),  # a4 re-sent after the watermark
 ]
-
-
-def expected_sessions(events: list[dict], watermark: datetime) -> set[tuple]:
-    """Independent sessionisation: per customer, in time order, an event more than ``GAP``
-    after the previous one starts a new session (exactly ``GAP`` joins, as Spark's
-    session_window does); a session ends ``GAP`` after its last event. Only sessions the
-    stream has finalised (end at or before ``watermark``)."""
-    frame = pd.DataFrame(events).drop_duplicates("event_id", keep="first")
-    frame = frame.assign(event_time=naive_utc(frame.event_time))
-    sessions = set()
-    for customer, rows in frame.sort_values("event_time").groupby("customer_id"):
-        times, kinds = list(rows.event_time), list(rows.activity)
-        start = 0
-        for i in range(1, len(times) + 1):
-            if i == len(times) or times[i] - times[i - 1] > GAP:
-                end = times[i - 1] + GAP
-                if end <= watermark:
-                    sessions.add((customer, times[start], end, i - start,
-                                  "checkout" in kinds[start:i]))  # fmt: skip
-                start = i
-    return sessions
-
-
-def actual_sessions(platform: Platform) -> set[tuple]:
-    frame = platform.read("gold_customer_sessions")
-    return {
-        (r.customer_id, r.session_start, r.session_end, int(r.event_count),
-         bool(r.reached_checkout))
-        for r in frame.assign(session_start=naive_utc(frame.session_start),
-                              session_end=naive_utc(frame.session_end)).itertuples()
-    }  # fmt: skip
 
 
 def test_late_activity_reaches_customer_sessions_once(platform: Platform) -> None:

@@ -432,9 +432,10 @@ def start(
     if found.gaps:
         record_gaps(spark, found.gaps, catalog.table("bronze_kafka_gaps").path(settings))
         resume_after_gaps(checkpoint_path, found)
-    # Every row carries the id of the topic incarnation it was read from. Ids are looked up
-    # now: a topic re-created while the query runs makes Kafka's offsets shrink or vanish,
-    # and the query fails on it (failOnDataLoss) before reading the new topic under the old id.
+    # Every row carries the id of the topic incarnation it was read from, looked up now. A
+    # topic re-created while the query runs fails it when offsets shrink or partitions vanish
+    # (failOnDataLoss), and the next start sees the new id; a new topic that overtakes the
+    # old end between two micro-batches is not seen (Spark's Kafka source has no topic ids).
     record_topic_ids(checkpoint_path, found.topic_ids)
     reader = (
         spark.readStream.format("kafka")

@@ -67,11 +67,17 @@ class ConfigurationChangedError(RuntimeError):
 
 def query_dirs(checkpoint: Path) -> dict[str, Path]:
     """A job's checkpoint folders: ``{"": job folder}``, or one entry per query sub-folder."""
-    if (checkpoint / "metadata").exists() or (checkpoint / "offsets").exists():
+    if any((checkpoint / part).exists() for part in ("metadata", "offsets", "commits", "sources")):
         return {"": checkpoint}
     if not checkpoint.is_dir():
         return {}
     return {p.name: p for p in sorted(checkpoint.iterdir()) if p.is_dir()}
+
+
+def query_sink(job: JobSpec, query_name: str) -> str:
+    """The table a query of ``job`` writes: gold_aggregate's queries are named after their
+    tables; every other query (the job's own, payment_alerts' rules) writes the job's sink."""
+    return query_name if query_name in get_catalog().tables else job.sink
 
 
 def batch_ids(folder: Path) -> list[int]:
@@ -154,7 +160,8 @@ def find_damage(checkpoint: Path) -> list[Damage]:
 
     Checked, per query folder:
 
-    * ``metadata`` exists and holds the query id (kind ``metadata``, batch -1);
+    * ``metadata`` exists and holds the query id, and no two query folders share one (kind
+      ``metadata``, batch -1);
     * every ``offsets`` and ``commits`` file parses, and no ``.N.crc`` checksum is left
       without its file (Hadoop's rename of a rewritten ``N`` fails on it, and Spark reports
       that as "multiple streaming queries are concurrently using" the checkpoint);
@@ -165,11 +172,19 @@ def find_damage(checkpoint: Path) -> list[Damage]:
     * the state stores can load the version the next batch needs (last committed batch + 1).
     """
     found: list[Damage] = []
-    for _, folder in query_dirs(checkpoint).items():
+    owners: dict[str, str] = {}  # query id -> the first query folder that has it
+    for name, folder in query_dirs(checkpoint).items():
         offsets_ids = batch_ids(folder / "offsets")
         commit_ids = batch_ids(folder / "commits")
         if offsets_ids or commit_ids:
             problem = _metadata_problem(folder)
+            if problem is None:
+                query_id = json.loads((folder / "metadata").read_text())["id"]
+                if query_id in owners:
+                    problem = (f"the same query id as query folder {owners[query_id]!r}: "
+                               "copied from another query (its sink's batches would be "
+                               "skipped)")  # fmt: skip
+                owners.setdefault(query_id, name or ".")
             if problem:
                 found.append(Damage(folder / "metadata", "metadata", -1, problem))
         for kind in ("offsets", "commits"):

@@ -22,6 +22,7 @@ from __future__ import annotations
 
 import hashlib
 import json
+import logging
 import shutil
 from dataclasses import dataclass
 from datetime import UTC, datetime
@@ -29,7 +30,13 @@ from pathlib import Path
 from typing import Any
 
 from spark_jobs.catalog import get_catalog
-from spark_jobs.checkpoint_health import STATE_FILE, fingerprint, fingerprint_config, query_dirs
+from spark_jobs.checkpoint_health import (
+    STATE_FILE,
+    fingerprint,
+    fingerprint_config,
+    query_dirs,
+    query_sink,
+)
 from spark_jobs.delta_io import committed_offsets, delta_version, last_committed_batch
 from spark_jobs.settings import PlatformSettings, get_settings, ingest_home
 
@@ -123,9 +130,7 @@ def backup(job_name: str, settings: PlatformSettings | None = None) -> BackupInf
             if committed is None:
                 raise BackupError(f"{source} has no committed batch yet")
             offsets = committed_offsets(source) or {}
-            # gold_aggregate's queries are named after their tables; other jobs' queries
-            # (payment_alerts' rules) all write the job's sink.
-            sink = catalog.table(name if name in catalog.tables else job.sink).path(settings)
+            sink = catalog.table(query_sink(job, name)).path(settings)
             manifest["queries"][name] = {
                 "query_id": json.loads((source / "metadata").read_text())["id"],
                 "last_committed_batch": committed,
@@ -183,7 +188,14 @@ def list_backups(job_name: str, settings: PlatformSettings | None = None) -> lis
         manifest_path = path / MANIFEST
         if path.name.startswith(".") or not manifest_path.exists():
             continue
-        manifest = json.loads(manifest_path.read_text())
+        try:
+            manifest = json.loads(manifest_path.read_text())
+        except (OSError, ValueError) as error:
+            # A backup whose manifest cannot be read cannot be verified: never used, and it
+            # must not stop a recovery that other backups or the sink can serve.
+            logging.getLogger(__name__).warning("backup %s skipped: manifest unreadable (%s)",
+                                                path, error)  # fmt: skip
+            continue
         found.append(
             BackupInfo(path.name, path, datetime.fromisoformat(manifest["created_at"]), manifest)
         )

@@ -45,6 +45,7 @@ from spark_jobs.checkpoint_health import (
     fingerprint_file,
     log_file_problem,
     query_dirs,
+    query_sink,
 )
 from spark_jobs.delta_io import (
     checkpoint_query_id,
@@ -130,11 +131,16 @@ def _carry_forward(live: Path, target: Path, after: int) -> int:
     state files of their versions); :returns: the newest batch ``target`` now has."""
     newest = _intact_batches(live)
     if newest is None or newest <= after:
-        return after
+        newest = after
     for batch in range(after + 1, newest + 1):
         for kind in ("offsets", "commits"):
             (target / kind).mkdir(parents=True, exist_ok=True)
             shutil.copy2(live / kind / str(batch), target / kind / str(batch))
+    in_flight = live / "offsets" / str(newest + 1)
+    if in_flight.exists() and not log_file_problem(in_flight, "offsets"):
+        # The batch that was running: Spark re-runs it over its original offsets (a sink
+        # that committed it skips it), never over a new range.
+        shutil.copy2(in_flight, target / "offsets" / str(newest + 1))
     state = live / "state"
     if state.is_dir():
         for file in state.rglob("*"):
@@ -190,14 +196,16 @@ def restore(
     live_queries = query_dirs(checkpoint)
     for name, query in manifest["queries"].items():
         live = live_queries.get(name)
-        if live is not None and (live / "metadata").exists():
-            live_id = json.loads((live / "metadata").read_text())["id"]
-            if live_id != query["query_id"]:
-                raise RestoreRefusedError(
-                    f"query id differs: backup {backup_id} has {query['query_id']} for "
-                    f"{name or job_name}, the live checkpoint {live_id}. The sinks' duplicate "
-                    "protection is keyed by the query id: restoring would write batches again."
-                )
+        live_id = _query_id(live) if live is not None else None
+        # A lost or unreadable live id cannot disagree.
+        if live_id is not None and live_id != query["query_id"]:
+            raise RestoreRefusedError(
+                f"query id differs: backup {backup_id} has {query['query_id']} for "
+                f"{name or job_name}, the live checkpoint {live_id}. The sinks' duplicate "
+                "protection is keyed by the query id: restoring would write batches again. "
+                f"To discard the live checkpoint's newer start, `ingestctl checkpoints reset "
+                f"{job_name}` first (it is moved aside), then restore."
+            )
     fills = _plan_roll_forward(job_name, folder, manifest, live_queries, settings)
     gaps = _kafka_gaps(job_name, folder, manifest, settings)
     if gaps and not accept_data_loss:
@@ -237,6 +245,11 @@ def _plan_roll_forward(job_name: str, folder: Path, manifest: dict[str, Any],
         newest = _intact_batches(live) if live is not None else None
         resumes = max(restored, newest if newest is not None else restored)
         sink = _sink_batch(job_name, query["query_id"], settings)
+        in_flight = live / "offsets" / str(resumes + 1) if live is not None else None
+        if in_flight is not None and in_flight.exists() and not log_file_problem(
+            in_flight, "offsets"
+        ):
+            resumes += 1  # carried over too (:func:`_carry_forward`): re-run, same offsets
         if sink is None or sink <= resumes:
             continue
         backed_up = folder / name if name else folder
@@ -315,6 +328,14 @@ def _do_restore(job_name: str, backup_id: str, folder: Path, manifest: dict[str,
     audit("restore", job_name, backup_id=backup_id, restored_batch=restored,
           resumes_after=resumes, moved_aside=aside, accepted_gaps=gaps)  # fmt: skip
     return RestoreResult(job_name, backup_id, restored, resumes, aside)
+
+
+def _query_id(folder: Path) -> str | None:
+    """The query id in ``folder/metadata``, or None when it is missing or unreadable."""
+    try:
+        return checkpoint_query_id(folder)
+    except (OSError, ValueError, KeyError, TypeError):
+        return None
 
 
 def _sink_batch(job_name: str, query_id: str, settings: PlatformSettings) -> int | None:
@@ -408,21 +429,26 @@ def _metadata_from_backups(job_name: str, name: str, folder: Path,
     return None
 
 
-def _metadata_from_sink(job_name: str, folder: Path,
+def _metadata_from_sink(job_name: str, name: str, folder: Path,
                         settings: PlatformSettings) -> tuple[str, str] | None:  # fmt: skip
-    """The query id from the sink: the one query whose streaming commits in the job's sink
-    include every batch this checkpoint has an intact commit for (Delta streaming sinks
-    record ``queryId`` and ``epochId`` in each commit)."""
+    """The query id from the query's own sink table (:func:`query_sink`): the one query whose
+    streaming commits there include every batch this checkpoint has an intact commit for
+    (Delta streaming sinks record ``queryId`` and ``epochId`` in each commit), and that no
+    other query folder of the job already has."""
     commits_dir = folder / "commits"
     mine = {b for b in batch_ids(commits_dir) if not log_file_problem(commits_dir / str(b),
                                                                      "commits")}  # fmt: skip
     if not mine:
         return None
-    sink = get_catalog().table(get_catalog().job(job_name).sink).path(settings)
+    catalog = get_catalog()
+    sink = catalog.table(query_sink(catalog.job(job_name), name)).path(settings)
     batches: dict[str, set[int]] = {}
     for commit in streaming_commits(sink):
         batches.setdefault(commit["query_id"], set()).add(commit["batch_id"])
-    candidates = [query_id for query_id, seen in batches.items() if mine <= seen]
+    taken = {_query_id(other) for other in query_dirs(folder.parent if name else folder).values()
+             if other != folder}  # fmt: skip
+    candidates = [query_id for query_id, seen in batches.items()
+                  if mine <= seen and query_id not in taken]  # fmt: skip
     if len(candidates) != 1:
         return None
     origin = f"the query id of {sink.name}'s streaming commits of batches {min(mine)}..{max(mine)}"
@@ -462,7 +488,7 @@ def _plan_query_repair(
 
     if ("metadata", -1) in bad:
         found = (_metadata_from_backups(job_name, name, folder, settings)
-                 or _metadata_from_sink(job_name, folder, settings))  # fmt: skip
+                 or _metadata_from_sink(job_name, name, folder, settings))  # fmt: skip
         if found is None:
             raise RestoreRefusedError(
                 f"{folder / 'metadata'} is missing or damaged and neither a backup of this "
@@ -500,6 +526,19 @@ def _plan_query_repair(
         aside("offsets", batch)
         plan.append(_Write(folder / "offsets" / str(batch), found[0], found[1]))
         previous = found[0]
+    if unresolved and max(unresolved) < keep - 1:
+        # Only old batches are lost and Spark needs none of them: it restarts from the two
+        # newest offsets files and the newest commit. Move everything up to the newest lost
+        # batch aside, the shape Spark's own log retention leaves.
+        prefix = max(unresolved)
+        batches = [(step, _batch_of(step)) for step in plan]
+        plan = [step for step, batch in batches if batch is None or batch > prefix]
+        for kind in ("offsets", "commits"):
+            damaged = {d.batch for d in damage if d.kind == kind}
+            for batch in sorted(set(batch_ids(folder / kind)) | damaged):
+                if batch <= prefix:
+                    aside(kind, batch)
+        unresolved = []
     if unresolved:
         committed = f"the sink committed batch {sink}" if sink is not None else "commits exist"
         raise RestoreRefusedError(
@@ -519,6 +558,14 @@ def _plan_query_repair(
         if batch > keep and (("offsets", batch) in bad or batch > keep + 1):
             aside("offsets", batch)
     return plan
+
+
+def _batch_of(step: _Move | _Write) -> int | None:
+    """The batch id an ``offsets``/``commits`` step is about (its file or its ``.N.crc``)."""
+    if step.path.parent.name not in ("offsets", "commits"):
+        return None
+    name = step.path.name.lstrip(".").removesuffix(".crc")
+    return int(name) if name.isdigit() else None
 
 
 def _apply(plan: Sequence[_Move | _Write]) -> list[str]:

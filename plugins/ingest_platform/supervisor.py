@@ -98,13 +98,21 @@ def _check_job(job: str) -> None:
         raise ValueError(f"{job!r} is not an always-on job; always-on jobs: {always_on_jobs()}")
 
 
-def _alive(pid: int, job: str) -> bool:
+def _command_line(pid: int) -> str | None:
     try:
-        cmdline = Path(f"/proc/{pid}/cmdline").read_bytes().replace(b"\0", b" ").decode()
+        return Path(f"/proc/{pid}/cmdline").read_bytes().replace(b"\0", b" ").decode()
     except OSError:
-        return False
-    # A zombie has an empty command line; a reused pid names another program.
-    return job in cmdline
+        return None
+
+
+def _alive(pid: int, job: str) -> bool:
+    """Whether ``pid`` is a live driver of ``job``: its command line runs the job's module
+    (``spark_jobs/<job>.py`` under spark-submit, ``spark_jobs.<job>`` under ``python -m``).
+    A zombie has an empty command line; a reused pid names another program; an operator's
+    ``ingestctl checkpoints restore <job>`` or an Airflow task names the job, not its module.
+    """
+    cmdline = _command_line(pid)
+    return cmdline is not None and (f"{job}.py" in cmdline or f"spark_jobs.{job}" in cmdline)
 
 
 def driver_pid(job: str, settings: PlatformSettings | None = None) -> int | None:
@@ -248,6 +256,13 @@ def _supervise(job: str, command: Sequence[str], env: Mapping[str, str] | None,
                settings: PlatformSettings, echo: Callable[[str], None]) -> str:  # fmt: skip
     limits = settings.supervisor
     now = time.time()
+    holder = lock_holder(get_catalog().job(job).checkpoint(settings))
+    if holder and not _alive(holder, job):
+        # An operator's restore, recovery or reset holds the lock: neither kill it (a restore
+        # cut off half-way leaves a half-copied checkpoint) nor start beside it.
+        what = (_command_line(holder) or "?")[:80]
+        return (f"{job}: checkpoint lock held by pid {holder} ({what}), not a driver (an "
+                "operator's restore or recovery?): left alone this round")  # fmt: skip
     current = status(job, settings, now)
     echo(current.describe())
     files = runtime_files(job, settings)

@@ -12,6 +12,7 @@ stopped: the right value is always 14 Bronze rows, offsets 0-13 once each.
 
 from __future__ import annotations
 
+import json
 import shutil
 from pathlib import Path
 
@@ -165,8 +166,6 @@ def test_recover_takes_a_committed_batch_offsets_from_a_verified_backup_or_refus
     newest = max(int(p.name) for p in (checkpoint / "commits").iterdir() if p.name.isdigit())
     query_id = (checkpoint / "metadata").read_text()
     tables = [t.path(settings) for t in get_catalog().tables.values()]
-    import json
-
     committed = sink_committed_batch(tables, txn_app_ids("silver_refine",
                                                          json.loads(query_id)["id"]))  # fmt: skip
     assert committed == newest
@@ -238,3 +237,40 @@ def test_the_supervisors_own_repair_then_restart_loses_nothing(platform: Platfor
     finally:
         supervisor.stop("bronze_ingest")
     _assert_offsets_exactly_once(platform)
+
+
+def test_damaged_offsets_of_old_batches_are_moved_aside_like_spark_retention(
+    platform: Platform,
+) -> None:
+    """Found by the breaker: an empty offsets/0 with batches up to 4 committed was refused,
+    though Spark needs only the newest two offsets files (its own retention purges older)."""
+    checkpoint = _base(platform)
+    _damage(checkpoint / "offsets" / "0", "empty")
+    actions = recover("bronze_ingest")
+    assert any("offsets/0 to" in a for a in actions)
+    assert any("commits/0 to" in a for a in actions)
+    platform.bronze()
+    _assert_offsets_exactly_once(platform)
+
+
+def test_a_gold_querys_lost_metadata_comes_back_with_its_own_id(platform: Platform) -> None:
+    """Found by the breaker: gold_aggregate has one query folder per Gold table; a lost
+    metadata was rebuilt from gold_payment_totals_5m's commits, i.e. another query's id, and
+    the re-run batch was appended a second time."""
+    platform.send("payments", [payment(f"g{i}", f"2026-01-01T10:0{i}:00Z") for i in range(5)])
+    platform.all_layers()
+    platform.send("payments", [payment("g9", "2026-01-01T11:00:00Z")])  # closes 10:00-10:15
+    platform.all_layers()
+    before = platform.read("gold_payment_success_rate_15m")
+    assert len(before) >= 1
+    folder = get_catalog().job("gold_aggregate").checkpoint() / "gold_payment_success_rate_15m"
+    original = (folder / "metadata").read_text()
+    newest = max(int(p.name) for p in (folder / "commits").iterdir() if p.name.isdigit())
+    for path in (folder / "commits" / str(newest), folder / "metadata"):
+        _damage(path, "missing")  # a crash between the sink's commit and the checkpoint's
+    recover("gold_aggregate")
+    assert json.loads((folder / "metadata").read_text())["id"] == json.loads(original)["id"]
+    platform.gold()
+    after = platform.read("gold_payment_success_rate_15m")
+    assert len(after) == len(before)
+    assert not after[["window_start", "method"]].duplicated().any()

@@ -18,14 +18,14 @@ from spark_jobs.settings import get_settings
 pytestmark = pytest.mark.unit
 
 #: Holds bronze_ingest's checkpoint lock, beats every 0.2 s (unless told to hang), and exits
-#: when the stop request appears. Its command line names the job, as spark-submit's does.
+#: when the stop request appears. Its command line names the job's module, as a driver's does.
 FAKE_DRIVER = """
 import sys, time, json, os
 from pathlib import Path
 from spark_jobs.catalog import get_catalog
 from spark_jobs.locks import checkpoint_lock
 from spark_jobs.runtime_files import runtime_files, write_json
-job, mode = sys.argv[1], sys.argv[2]
+job, mode = sys.argv[1].rsplit(".", 1)[-1], sys.argv[2]
 files = runtime_files(job)
 if mode == "crash":
     sys.exit(3)
@@ -54,7 +54,7 @@ def home(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
 
 
 def command(mode: str = "ok") -> list[str]:
-    return [sys.executable, "-c", FAKE_DRIVER, "bronze_ingest", mode]
+    return [sys.executable, "-c", FAKE_DRIVER, "spark_jobs.bronze_ingest", mode]
 
 
 def test_starts_a_stopped_job_and_reports_healthy(home: Path) -> None:
@@ -173,3 +173,32 @@ def test_a_repair_that_held_the_lock_is_not_taken_for_a_running_driver(home: Pat
     finally:
         bystander.kill()
         bystander.wait()
+
+
+def test_an_operators_restore_holding_the_lock_is_neither_killed_nor_doubled(home: Path) -> None:
+    """Found by the breaker: a process running `ingestctl checkpoints restore bronze_ingest`
+    holds the lock; the supervisor took it for a stuck driver and SIGTERMed it mid-restore."""
+    import subprocess
+
+    from spark_jobs.catalog import get_catalog
+
+    checkpoint = get_catalog().job("bronze_ingest").checkpoint()
+    holder = subprocess.Popen(
+        [sys.executable, "-c",
+         "import sys, time; from spark_jobs.locks import checkpoint_lock\n"
+         f"with checkpoint_lock({str(checkpoint)!r}):\n"
+         "    print('held', flush=True); time.sleep(60)",
+         "checkpoints", "restore", "bronze_ingest"],
+        stdout=subprocess.PIPE, text=True,
+    )  # fmt: skip
+    try:
+        assert holder.stdout is not None
+        assert holder.stdout.readline().strip() == "held"
+        outcome = supervisor.supervise("bronze_ingest", command(), echo=lambda _: None)
+        assert "not a driver" in outcome
+        assert "left alone" in outcome
+        assert holder.poll() is None  # still running: not killed
+        assert not runtime_files("bronze_ingest").supervisor.exists()  # nothing started
+    finally:
+        holder.kill()
+        holder.wait()

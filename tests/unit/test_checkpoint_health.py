@@ -1,0 +1,83 @@
+"""find_damage on hand-made checkpoint folders (no Spark): each damage class is named."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+
+from spark_jobs.checkpoint_health import find_damage, query_dirs
+
+pytestmark = pytest.mark.unit
+
+OFFSETS = 'v1\n{"batchWatermarkMs":0,"batchTimestampMs":1}\n{"t":{"0":%d}}'
+COMMIT = 'v1\n{"nextBatchWatermarkMs":0}'
+
+
+def _checkpoint(folder: Path, offsets: range, commits: range, query_id: str = "q-1") -> Path:
+    for kind, batches, text in (("offsets", offsets, OFFSETS), ("commits", commits, COMMIT)):
+        (folder / kind).mkdir(parents=True, exist_ok=True)
+        for batch in batches:
+            (folder / kind / str(batch)).write_text(text % batch if "%d" in text else text)
+    (folder / "metadata").write_text(json.dumps({"id": query_id}))
+    return folder
+
+
+def _named(folder: Path) -> list[tuple[str, int, str]]:
+    return [(d.kind, d.batch, d.path.name) for d in find_damage(folder)]
+
+
+def test_an_intact_checkpoint_and_one_that_spark_purged_have_no_damage(tmp_path: Path) -> None:
+    assert _named(_checkpoint(tmp_path / "a", range(5), range(5))) == []
+    assert _named(_checkpoint(tmp_path / "b", range(3, 9), range(3, 8))) == []  # retention
+
+
+def test_a_hole_in_the_offsets_log_is_named(tmp_path: Path) -> None:
+    folder = _checkpoint(tmp_path, range(5), range(3))
+    (folder / "offsets" / "3").unlink()
+    assert _named(folder) == [("offsets", 3, "3")]
+
+
+def test_offsets_missing_under_an_existing_commit_are_named(tmp_path: Path) -> None:
+    folder = _checkpoint(tmp_path, range(5), range(5))
+    (folder / "offsets" / "4").unlink()
+    damage = find_damage(folder)
+    assert [(d.kind, d.batch) for d in damage] == [("offsets", 4)]
+    assert "commits/4 exists" in damage[0].problem
+
+
+def test_a_checksum_left_without_its_file_is_named(tmp_path: Path) -> None:
+    folder = _checkpoint(tmp_path, range(5), range(4))
+    (folder / "commits" / ".4.crc").write_bytes(b"crc")
+    assert _named(folder) == [("commits", 4, ".4.crc")]
+
+
+@pytest.mark.parametrize("content", [None, "", '{"id": ', "{}"])
+def test_missing_or_unreadable_metadata_is_named(tmp_path: Path, content: str | None) -> None:
+    folder = _checkpoint(tmp_path, range(2), range(2))
+    if content is None:
+        (folder / "metadata").unlink()
+    else:
+        (folder / "metadata").write_text(content)
+    assert _named(folder) == [("metadata", -1, "metadata")]
+
+
+def test_a_checkpoint_with_commits_only_is_one_query_and_damaged(tmp_path: Path) -> None:
+    """Found by the breaker: no metadata and no offsets/ made the folder look like a parent
+    of query folders (commits/, sources/), and the check said 'intact'."""
+    folder = _checkpoint(tmp_path, range(0), range(3))
+    (folder / "metadata").unlink()
+    (folder / "offsets").rmdir()
+    assert list(query_dirs(folder)) == [""]
+    assert {d.kind for d in find_damage(folder)} == {"metadata", "offsets"}
+
+
+def test_two_query_folders_with_one_query_id_are_named(tmp_path: Path) -> None:
+    """Found by the breaker: gold_aggregate's query folders each have their own id; one
+    copied from another makes its sink skip batches it never wrote."""
+    _checkpoint(tmp_path / "gold_a", range(3), range(3), "q-a")
+    _checkpoint(tmp_path / "gold_b", range(3), range(3), "q-a")
+    damage = find_damage(tmp_path)
+    assert [(d.kind, d.path.parent.name) for d in damage] == [("metadata", "gold_b")]
+    assert "same query id as query folder 'gold_a'" in damage[0].problem

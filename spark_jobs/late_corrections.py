@@ -136,13 +136,17 @@ def silver_with_late(
         return on_time
     coordinates = ("topic", "partition", "offset")
     parsed = late.where(F.col("event_type").isin([c.event_type for c in contracts])).select(
-        F.from_json("payload_json", schema).alias("p"), *coordinates
-    )
+        F.from_json("payload_json", schema).alias("p"), *coordinates,
+        F.col("event_time").alias("_event_time"),
+    )  # fmt: skip
     # One row per event id, the same one on every run (the first Kafka received), so that a
     # recomputation from it never flips between two payloads.
     first = Window.partitionBy("event_id").orderBy(*coordinates)
     late_rows = (
-        parsed.select("p.*", *coordinates)
+        # payload_json holds event_time to the millisecond only (to_json's format); the
+        # table's own event_time column keeps Silver's microseconds.
+        parsed.select("p.*", *coordinates, "_event_time")
+        .withColumn("event_time", F.col("_event_time"))
         .withColumn("_rank", F.row_number().over(first))
         .where(F.col("_rank") == 1)
         .select(*columns)

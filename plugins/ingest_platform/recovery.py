@@ -256,29 +256,29 @@ def _plan_roll_forward(job_name: str, folder: Path, manifest: dict[str, Any],
         source = live if live is not None and resumes > restored else backed_up
         previous: str | None = (source / "offsets" / str(resumes)).read_text()
         stateful = any(p.is_file() for p in (backed_up / "state").rglob("*"))
-        writes, unresolved = [], []
-        for batch in range(resumes + 1, sink + 1):
+        writes: list[_Write] = []
+        unresolved = list(range(resumes + 1, sink + 1)) if stateful else []
+        for batch in [] if stateful else range(resumes + 1, sink + 1):
             own = live / "offsets" / str(batch) if live is not None else None
             found = None
             if own is not None and own.exists() and not log_file_problem(own, "offsets"):
                 found = own.read_text(), "the live checkpoint"
-            found = found or _offsets_from_backups(job_name, name, query["query_id"], batch,
-                                                   settings)  # fmt: skip
-            if not stateful:
-                found = found or _offsets_from_sink(job_name, query["query_id"], batch,
-                                                    previous, settings)  # fmt: skip
-            if found is None or stateful:
+            found = (found
+                     or _offsets_from_backups(job_name, name, query["query_id"], batch, settings)
+                     or _offsets_from_sink(job_name, query["query_id"], batch, previous,
+                                           settings))  # fmt: skip
+            if found is None:
                 unresolved.append(batch)
                 continue
             previous = found[0]
             writes.append(_Write(Path(name) / "offsets" / str(batch), found[0], found[1]))
         if unresolved:
-            why = "its state for them is in no backup" if stateful else "their offsets are "
-            why += "" if stateful else "in no intact file, backup or sink commit"
+            why = ("a stateful query cannot skip them: their state is in no backup" if stateful
+                   else "their offsets are in no intact file, backup or sink commit")  # fmt: skip
             raise RestoreRefusedError(
                 f"{query['sink_table']} committed batch {sink} of {name or job_name}, but "
-                f"after this restore it would resume after batch {resumes} and "
-                f"{why} (batches {', '.join(map(str, unresolved))}): Spark would re-plan "
+                f"after this restore it would resume after batch {resumes} and {why} "
+                f"(batches {', '.join(map(str, unresolved))}): Spark would re-plan "
                 "batch ids the sink already committed and skip their rows. Nothing was "
                 f"changed. Restore a newer backup, or `ingestctl checkpoints reset {job_name}` "
                 "and rebuild the sink."

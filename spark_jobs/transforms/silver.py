@@ -119,16 +119,17 @@ def parse_topic(
     * above zero: the event happened after the producer sent it (a producer clock ahead), or
     * above the lead of the rest of its partition: the lower median of the leads of the
       :data:`SKEW_NEIGHBOURS` records before it *and* of those after it (offset order, same
-      topic and partition, this batch; a side without records is left out, a record alone
-      in its partition is not judged by this part). Historic replays send old events now
+      topic and partition, this batch; a record without records on both sides is not
+      judged by this part). Historic replays send old events now
       (leads of minus years, equal within a day), so only this part catches an event days
       ahead of its neighbours there. Comparing leads rather than event times keeps a live
       partition that was quiet for days from looking skewed, and comparing with the records
       after as well keeps a replay's jump to the next day from looking skewed; a run of up
-      to half of :data:`SKEW_NEIGHBOURS` skewed records is still caught. Limit: a jump of
-      more than ``event_time_skew`` in a replay whose first records are the last ones of
-      their partition in the batch (fewer than half the neighbours before them share the
-      jump) is quarantined; its raw records stay in the quarantine and in Bronze.
+      to half of :data:`SKEW_NEIGHBOURS` skewed records is still caught. Limit: the last
+      record of its partition in the batch is judged only by the producer rule, since it
+      cannot be told from the first record of a sparse replay's next day; if it is an
+      outlier it is kept, and the per-partition watermark keeps it from making other
+      partitions' or topics' events late.
 
     :param bronze: Bronze rows (see :func:`spark_jobs.bronze_ingest.to_bronze`) of ``topic``.
         With ``event_time_skew`` it must be a batch (static) DataFrame: the rule uses
@@ -337,10 +338,12 @@ def _skew_checks(
 
     before = lower_median(ordered.rowsBetween(-SKEW_NEIGHBOURS, -1))
     after = lower_median(ordered.rowsBetween(1, SKEW_NEIGHBOURS))
-    # greatest() skips nulls: a side with no records (or no event times) is left out.
-    rest = F.greatest(before, after)
+    # Both sides must have records: with only the records before it, a record cannot be
+    # told from the first of a sparse replay's next day (6 valid Olist events were
+    # quarantined that way); an unknown side leaves the comparison null, i.e. not skewed.
     ahead_of_producer = F.coalesce(lead > limit, F.lit(False))
-    ahead_of_partition = F.coalesce(lead > rest + limit, F.lit(False))
+    ahead_of_partition = F.coalesce((lead > before + limit) & (lead > after + limit),
+                                    F.lit(False))  # fmt: skip
     detail = (
         F.when(ahead_of_now, now_detail)
         .when(ahead_of_producer, F.lit(f"event_time more than {skew} ahead of its Kafka timestamp"))

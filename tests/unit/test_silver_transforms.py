@@ -307,6 +307,17 @@ def test_a_run_of_skewed_events_is_caught_whole(spark) -> None:
                                                          range(15, 19)]  # fmt: skip
 
 
+def test_a_sparse_replays_jump_at_the_end_of_a_batch_is_not_skewed(spark) -> None:
+    """Found by the fresh-clone demo: 6 valid Olist events were quarantined. A sparse replay
+    (days between a partition's events) whose last records in the batch jump more than a day
+    cannot be told from an outlier without records after them: they are kept."""
+    day = datetime(2016, 10, 4, 8, 0, tzinfo=UTC)
+    values = [payment(event_id=f"a{i}", event_time=_at(day, i)) for i in range(12)]
+    values.append(payment(event_id="next-days", event_time=_at(day + timedelta(days=3), 0)))
+    got = _reasons(spark, _timed(spark, [(0, v, REPLAYED_AT) for v in values])).collect()
+    assert got == []
+
+
 def test_without_event_time_skew_only_the_clock_rule_applies(spark) -> None:
     """payment_alerts (a stream: no row windows) parses with ``event_time_skew=None``."""
     day = datetime(2010, 12, 1, 8, 0, tzinfo=UTC)

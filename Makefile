@@ -69,8 +69,9 @@ demo: setup ## Run the platform under Airflow on embedded defaults (UI port: AIR
 demo-down: ## Stop what `make demo` started (Airflow, the always-on jobs, Kafka)
 	$(BIN)/ingestctl demo-down
 
-lint: $(VENV_STAMP) ## ruff
+lint: $(VENV_STAMP) ## ruff check and ruff format --check
 	$(BIN)/ruff check .
+	$(BIN)/ruff format --check .
 
 typecheck: $(VENV_STAMP) ## mypy
 	$(BIN)/mypy spark_jobs plugins/ingest_platform $(wildcard dags/*.py)

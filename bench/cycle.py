@@ -103,8 +103,9 @@ class CycleRun:
                     totals[key] += value
             if len(phases) == 1:  # a task without Spark (publish_assets)
                 totals["other_tasks"] += phases["wall"]
-        totals["airflow"] = self.process.exited_ms - self.process.spawned_ms - sum(
-            t.wall_ms for t in self.tasks)
+        totals["airflow"] = (
+            self.process.exited_ms - self.process.spawned_ms - sum(t.wall_ms for t in self.tasks)
+        )
         return {k: round(v / 1000, 3) for k, v in totals.items()}
 
     def profile(self) -> dict[str, Any]:
@@ -112,17 +113,27 @@ class CycleRun:
             "state": self.state,
             "wall_s": round(self.wall_s, 3),
             "split_s": self.split_s(),
-            "tasks": {t.task: {**{k: round(v / 1000, 3) for k, v in t.phases_ms().items()},
-                               "spark": t.app is not None,
-                               "skipped_spark": t.skipped_spark,
-                               **({"progress_duration_s": {k: round(v / 1000, 3) for k, v in
-                                                           t.app.duration_totals().items()},
-                                   "triggers": sum(len(q.progress) for q in t.app.queries),
-                                   "input_rows": t.app.input_rows}
-                                  if t.app is not None else {})}
-                      for t in self.tasks},
+            "tasks": {
+                t.task: {
+                    **{k: round(v / 1000, 3) for k, v in t.phases_ms().items()},
+                    "spark": t.app is not None,
+                    "skipped_spark": t.skipped_spark,
+                    **(
+                        {
+                            "progress_duration_s": {
+                                k: round(v / 1000, 3) for k, v in t.app.duration_totals().items()
+                            },
+                            "triggers": sum(len(q.progress) for q in t.app.queries),
+                            "input_rows": t.app.input_rows,
+                        }
+                        if t.app is not None
+                        else {}
+                    ),
+                }
+                for t in self.tasks
+            },
             "log": str(self.process.log),
-        }  # fmt: skip
+        }
 
 
 def parse_output(text: str) -> tuple[str, list[TaskTiming]]:
@@ -158,16 +169,23 @@ def parse_output(text: str) -> tuple[str, list[TaskTiming]]:
 def run_cycle(env: BenchEnv, label: str, timeout_s: float = 1800) -> CycleRun:
     """``ingestctl airflow dags test medallion_incremental`` in the current home; match each
     Spark task to its event log."""
-    done = env.run([str(BIN / "ingestctl"), "airflow", "dags", "test", "medallion_incremental"],
-                   f"{label}.log", timeout_s=timeout_s, check=False)  # fmt: skip
+    done = env.run(
+        [str(BIN / "ingestctl"), "airflow", "dags", "test", "medallion_incremental"],
+        f"{label}.log",
+        timeout_s=timeout_s,
+        check=False,
+    )
     state, tasks = parse_output(done.log.read_text(errors="replace"))
     if done.returncode != 0 and state == "unknown":
         state = f"exit {done.returncode}"
     for task in tasks:
         if task.submit_ms is None:
             continue
-        found = [a for a in eventlog.apps(env.event_log_dir, since_ms=task.submit_ms)
-                 if task.end_ms is None or a.start_ms <= task.end_ms]
+        found = [
+            a
+            for a in eventlog.apps(env.event_log_dir, since_ms=task.submit_ms)
+            if task.end_ms is None or a.start_ms <= task.end_ms
+        ]
         task.app = found[0] if found else None
     return CycleRun(done, state, tasks)
 
@@ -175,5 +193,6 @@ def run_cycle(env: BenchEnv, label: str, timeout_s: float = 1800) -> CycleRun:
 def prepare_cli(env: BenchEnv) -> Finished:
     """Migrate the CLI's metadata database once (``ingestctl airflow`` does it on first use;
     done here so that no cycle pays for it)."""
-    return env.run([str(BIN / "ingestctl"), "airflow", "dags", "list"], "airflow-cli-init.log",
-                   timeout_s=900)  # fmt: skip
+    return env.run(
+        [str(BIN / "ingestctl"), "airflow", "dags", "list"], "airflow-cli-init.log", timeout_s=900
+    )

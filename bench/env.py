@@ -110,10 +110,9 @@ class BenchEnv:
             "INGEST_KAFKA__TOPIC_PREFIX": self._prefix if prefix is None else prefix,
             "INGEST_JARS_DIR": str(REPO / ".ingest" / "jars"),
             "SPARK_CONF_DIR": str(self.spark_conf_dir),
-            "PYTHONPATH": os.pathsep.join(filter(None, [str(REPO),
-                                                        os.environ.get("PYTHONPATH")])),
+            "PYTHONPATH": os.pathsep.join(filter(None, [str(REPO), os.environ.get("PYTHONPATH")])),
             "TZ": "UTC",
-        }  # fmt: skip
+        }
         return env
 
     @contextlib.contextmanager
@@ -139,20 +138,35 @@ class BenchEnv:
             get_settings.cache_clear()
 
     # -- processes -------------------------------------------------------------------
-    def spawn(self, cmd: Sequence[str], log_name: str, env: Mapping[str, str] | None = None,
-              ) -> subprocess.Popen[bytes]:  # fmt: skip
+    def spawn(
+        self,
+        cmd: Sequence[str],
+        log_name: str,
+        env: Mapping[str, str] | None = None,
+    ) -> subprocess.Popen[bytes]:
         """Start ``cmd`` in a process group of its own (stopped by :meth:`cleanup`)."""
         log = self.logs / log_name
         with open(log, "ab") as out:
-            process = subprocess.Popen(list(cmd), stdout=out, stderr=subprocess.STDOUT,
-                                       stdin=subprocess.DEVNULL, cwd=REPO,
-                                       env={**os.environ, **(env or {})},
-                                       start_new_session=True)  # fmt: skip
+            process = subprocess.Popen(
+                list(cmd),
+                stdout=out,
+                stderr=subprocess.STDOUT,
+                stdin=subprocess.DEVNULL,
+                cwd=REPO,
+                env={**os.environ, **(env or {})},
+                start_new_session=True,
+            )
         self._procs.append(process)
         return process
 
-    def run(self, cmd: Sequence[str], log_name: str, env: Mapping[str, str] | None = None,
-            timeout_s: float = 3600, check: bool = True) -> Finished:  # fmt: skip
+    def run(
+        self,
+        cmd: Sequence[str],
+        log_name: str,
+        env: Mapping[str, str] | None = None,
+        timeout_s: float = 3600,
+        check: bool = True,
+    ) -> Finished:
         """Run ``cmd`` to completion; :raises BenchError: non-zero exit with ``check``."""
         spawned = time.time() * 1000
         process = self.spawn(cmd, log_name, env)
@@ -164,8 +178,9 @@ class BenchEnv:
         done = Finished(list(cmd), code, spawned, time.time() * 1000, self.logs / log_name)
         self._procs.remove(process)
         if check and code != 0:
-            raise BenchError(f"{' '.join(cmd[:3])}... exited {code}; log {done.log}:\n"
-                             f"{done.tail()}")  # fmt: skip
+            raise BenchError(
+                f"{' '.join(cmd[:3])}... exited {code}; log {done.log}:\n{done.tail()}"
+            )
         return done
 
     def stop(self, process: subprocess.Popen[bytes], grace_s: float = 20) -> None:
@@ -184,8 +199,12 @@ class BenchEnv:
     def _kafka_settings(self) -> Any:
         from spark_jobs.settings import KafkaSettings
 
-        return KafkaSettings(port=self.kafka_port, controller_port=self.controller_port,
-                             data_dir=self.kafka_dir, heap="512m")  # fmt: skip
+        return KafkaSettings(
+            port=self.kafka_port,
+            controller_port=self.controller_port,
+            data_dir=self.kafka_dir,
+            heap="512m",
+        )
 
     def broker_up(self) -> str:
         """Start the bench's broker with the project's :class:`KafkaBroker`."""
@@ -209,6 +228,7 @@ class BenchEnv:
 def interrupts_raise() -> Iterator[None]:
     """SIGTERM (and SIGHUP) raise KeyboardInterrupt like Ctrl-C, so that ``finally`` blocks
     stop what the bench started."""
+
     def handler(signum: int, frame: Any) -> None:
         raise KeyboardInterrupt(f"signal {signum}")
 
@@ -225,6 +245,7 @@ def signals_deferred(message: str) -> Iterator[None]:
     """While cleaning up: Ctrl-C, SIGTERM and SIGHUP print ``message`` instead of interrupting,
     so that a second signal cannot leave the broker or the work folder behind (SIGKILL still
     ends the bench)."""
+
     def handler(signum: int, frame: Any) -> None:
         print(message, file=sys.stderr, flush=True)
 

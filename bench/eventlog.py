@@ -61,8 +61,10 @@ class Query:
     @property
     def batches(self) -> list[tuple[float, float]]:
         """``(start_ms, end_ms)`` of every trigger (progress timestamp + batchDuration)."""
-        return [(iso_ms(p["timestamp"]), iso_ms(p["timestamp"]) + p.get("batchDuration", 0))
-                for p in self.progress]  # fmt: skip
+        return [
+            (iso_ms(p["timestamp"]), iso_ms(p["timestamp"]) + p.get("batchDuration", 0))
+            for p in self.progress
+        ]
 
     @property
     def input_rows(self) -> int:
@@ -115,8 +117,7 @@ class SparkApp:
     def jobs_busy_ms(self, start: float, end: float) -> float:
         """Wall time within ``[start, end]`` during which a Spark job ran (the rest of the
         interval is driver-side work: Python, planning, Delta log reads on the driver)."""
-        return union_ms((max(a, start), min(b, end)) for a, b in self.jobs
-                        if b > start and a < end)  # fmt: skip
+        return union_ms((max(a, start), min(b, end)) for a, b in self.jobs if b > start and a < end)
 
     def top_sql(self, count: int = 5) -> list[dict[str, Any]]:
         """The slowest SQL executions: ms, plan head, tables touched (nested executions
@@ -163,26 +164,38 @@ def parse(path: Path) -> SparkApp:
             elif kind == "SparkListenerApplicationEnd":
                 end = float(event["Timestamp"])
             elif kind.endswith("$QueryStartedEvent"):
-                queries[event["runId"]] = Query(event["id"], event.get("name") or event["id"],
-                                                iso_ms(event["timestamp"]))  # fmt: skip
+                queries[event["runId"]] = Query(
+                    event["id"], event.get("name") or event["id"], iso_ms(event["timestamp"])
+                )
             elif kind.endswith("$QueryProgressEvent"):
                 progress = event["progress"]
-                query = queries.setdefault(progress["runId"], Query(
-                    progress["id"], progress.get("name") or "", iso_ms(progress["timestamp"])))
+                query = queries.setdefault(
+                    progress["runId"],
+                    Query(
+                        progress["id"], progress.get("name") or "", iso_ms(progress["timestamp"])
+                    ),
+                )
                 query.progress.append(progress)
             elif kind == "SparkListenerJobStart":
                 job_start[event["Job ID"]] = float(event["Submission Time"])
             elif kind == "SparkListenerJobEnd" and event["Job ID"] in job_start:
-                spark_jobs.append((job_start.pop(event["Job ID"]),
-                                   float(event["Completion Time"])))
+                spark_jobs.append((job_start.pop(event["Job ID"]), float(event["Completion Time"])))
             elif kind.endswith("SQLExecutionStart"):
-                sql_start[event["executionId"]] = (float(event["time"]),
-                                                   event.get("physicalPlanDescription", ""))
+                sql_start[event["executionId"]] = (
+                    float(event["time"]),
+                    event.get("physicalPlanDescription", ""),
+                )
             elif kind.endswith("SQLExecutionEnd") and event["executionId"] in sql_start:
                 began, plan = sql_start.pop(event["executionId"])
                 head, tables = _plan_label(plan)
-                sql.append({"id": event["executionId"], "ms": float(event["time"]) - began,
-                            "plan": head, "tables": tables})  # fmt: skip
+                sql.append(
+                    {
+                        "id": event["executionId"],
+                        "ms": float(event["time"]) - began,
+                        "plan": head,
+                        "tables": tables,
+                    }
+                )
     return SparkApp(path, name, start, end, list(queries.values()), sql, spark_jobs)
 
 

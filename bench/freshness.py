@@ -54,8 +54,14 @@ def commits(table: Path) -> list[dict[str, object]]:
             elif "commitInfo" in action:
                 info = action["commitInfo"]
                 commit_ms = info.get("inCommitTimestamp") or info.get("timestamp")
-        out.append({"version": int(log.stem), "mtime_ms": log.stat().st_mtime_ns / 1e6,
-                    "commit_ms": commit_ms, "files": files})  # fmt: skip
+        out.append(
+            {
+                "version": int(log.stem),
+                "mtime_ms": log.stat().st_mtime_ns / 1e6,
+                "commit_ms": commit_ms,
+                "files": files,
+            }
+        )
     return out
 
 
@@ -81,8 +87,11 @@ def measure(table: Path, window_start_s: float, window_end_s: float) -> Freshnes
             column = pq.read_table(path, columns=["kafka_timestamp"]).column(0)
             micros = pc.cast(pc.cast(column, pa.timestamp("us", tz="UTC")), pa.int64())
             seconds = pc.divide(pc.cast(micros, pa.float64()), 1_000_000.0).to_pylist()
-            latencies.extend(visible_s - t for t in seconds
-                             if t is not None and window_start_s <= t < window_end_s)
+            latencies.extend(
+                visible_s - t
+                for t in seconds
+                if t is not None and window_start_s <= t < window_end_s
+            )
     if not latencies:
         raise ValueError(f"no row of the window is in {table}")
     times.sort()

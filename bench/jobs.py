@@ -51,11 +51,14 @@ class JobRun:
             out["event_log"] = str(self.app.path)
             out["triggers"] = sum(len(q.progress) for q in self.app.queries)
             out["input_rows"] = self.app.input_rows
-            out["progress_duration_s"] = {k: round(v / 1000, 3)
-                                          for k, v in self.app.duration_totals().items()}
-            out["top_sql"] = [{"s": round(s["ms"] / 1000, 3), "plan": s["plan"],
-                               "tables": s["tables"]} for s in self.app.top_sql(top_sql)]
-        return out  # fmt: skip
+            out["progress_duration_s"] = {
+                k: round(v / 1000, 3) for k, v in self.app.duration_totals().items()
+            }
+            out["top_sql"] = [
+                {"s": round(s["ms"] / 1000, 3), "plan": s["plan"], "tables": s["tables"]}
+                for s in self.app.top_sql(top_sql)
+            ]
+        return out
 
 
 def submit_command(job: str, args: Sequence[str]) -> list[str]:
@@ -68,12 +71,21 @@ def submit_command(job: str, args: Sequence[str]) -> list[str]:
     command = spark_submit_command("bronze_ingest", list(args))
     application = job_application("bronze_ingest")
     swapped = [str(PASSTHROUGH) if part == application else part for part in command]
-    return [("spark.app.name=bench_passthrough" if p == "spark.app.name=bronze_ingest" else
-             "bench_passthrough" if p == "bronze_ingest" else p) for p in swapped]  # fmt: skip
+    return [
+        (
+            "spark.app.name=bench_passthrough"
+            if p == "spark.app.name=bronze_ingest"
+            else "bench_passthrough"
+            if p == "bronze_ingest"
+            else p
+        )
+        for p in swapped
+    ]
 
 
-def run_job(env: BenchEnv, job: str, args: Sequence[str], label: str,
-            timeout_s: float = 3600) -> JobRun:  # fmt: skip
+def run_job(
+    env: BenchEnv, job: str, args: Sequence[str], label: str, timeout_s: float = 3600
+) -> JobRun:
     """spark-submit ``job`` in the current home (:meth:`BenchEnv.use`), wait, parse its
     event log. :raises BenchError: the job failed (its log's tail in the message)."""
     from ingest_platform.operators import job_environment

@@ -25,8 +25,12 @@ def classify(cmdline: list[str]) -> str:
     text = " ".join(cmdline)
     if "kafka.Kafka" in text:
         return "broker"
-    if ("org.apache.spark.deploy.SparkSubmit" in text or "pyspark" in text
-            or "spark_jobs" in text or "spark-submit" in text):  # fmt: skip
+    if (
+        "org.apache.spark.deploy.SparkSubmit" in text
+        or "pyspark" in text
+        or "spark_jobs" in text
+        or "spark-submit" in text
+    ):
         return "spark"
     if "airflow" in text:
         return "airflow"

@@ -18,9 +18,22 @@ from typing import Any
 
 #: Keys every JSON line has (``tests/unit/test_bench_report.py`` holds the schema to this).
 RECORD_KEYS = (
-    "name", "value", "unit", "baseline", "baseline_name", "ratio", "target", "met", "n",
-    "spread", "load_avg", "git_commit", "timestamp", "params", "profile",
-)  # fmt: skip
+    "name",
+    "value",
+    "unit",
+    "baseline",
+    "baseline_name",
+    "ratio",
+    "target",
+    "met",
+    "n",
+    "spread",
+    "load_avg",
+    "git_commit",
+    "timestamp",
+    "params",
+    "profile",
+)
 
 
 @dataclass(frozen=True)
@@ -76,9 +89,11 @@ def spread(values: Sequence[float]) -> dict[str, float] | None:
         return None
     median = statistics.median(values)
     return {
-        "median": median, "min": min(values), "max": max(values),
+        "median": median,
+        "min": min(values),
+        "max": max(values),
         "rel_range": (max(values) - min(values)) / median if median else float("nan"),
-    }  # fmt: skip
+    }
 
 
 def ratio(value: float | None, baseline: float | None) -> float | None:
@@ -95,9 +110,11 @@ def load_avg() -> list[float]:
 
 def git_commit(repo: Path) -> str:
     """Short commit of ``repo``'s HEAD, with ``+dirty`` when bench/ has local changes."""
+
     def git(*args: str) -> str:
-        done = subprocess.run(["git", "-C", str(repo), *args], capture_output=True, text=True,
-                              check=False)  # fmt: skip
+        done = subprocess.run(
+            ["git", "-C", str(repo), *args], capture_output=True, text=True, check=False
+        )
         return done.stdout.strip()
 
     commit = git("rev-parse", "--short", "HEAD") or "unknown"
@@ -178,17 +195,23 @@ def table_rows(records: Iterable[dict[str, Any]]) -> list[list[str]]:
         if r["spread"]:
             n += f" (±{r['spread']['rel_range'] / 2:.0%})"
         load = r["load_avg"].get("start")
-        rows.append([
-            r["name"], _fmt(r["value"]), r["unit"],
-            f"{_fmt(r['baseline'])} {r['baseline_name'] or ''}".strip(),
-            _fmt(r["ratio"]), target["text"] if target else "-", met, n,
-            f"{load[0]:.2f}" if load else "-",
-        ])  # fmt: skip
+        rows.append(
+            [
+                r["name"],
+                _fmt(r["value"]),
+                r["unit"],
+                f"{_fmt(r['baseline'])} {r['baseline_name'] or ''}".strip(),
+                _fmt(r["ratio"]),
+                target["text"] if target else "-",
+                met,
+                n,
+                f"{load[0]:.2f}" if load else "-",
+            ]
+        )
     return rows
 
 
-TABLE_HEADER = ["measurement", "value", "unit", "baseline", "ratio", "target", "met", "n",
-                "load1"]  # fmt: skip
+TABLE_HEADER = ["measurement", "value", "unit", "baseline", "ratio", "target", "met", "n", "load1"]
 
 
 def print_table(records: Iterable[dict[str, Any]], title: str = "benchmarks") -> None:
@@ -198,8 +221,12 @@ def print_table(records: Iterable[dict[str, Any]], title: str = "benchmarks") ->
 
     table = Table(title=title)
     for header in TABLE_HEADER:
-        table.add_column(header, justify="left" if header in ("measurement", "unit",
-                         "baseline", "target", "met") else "right")  # fmt: skip
+        table.add_column(
+            header,
+            justify="left"
+            if header in ("measurement", "unit", "baseline", "target", "met")
+            else "right",
+        )
     for row in table_rows(records):
         table.add_row(*row)
     Console(width=170).print(table)

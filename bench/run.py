@@ -73,10 +73,26 @@ class Profile:
     demo: bool
 
 
-SMALL = Profile(events=100_000, new_events=0, repeats=1, ceiling_repeats=3, empty_cycles=1,
-                fresh_warmup_s=8, fresh_window_s=20, demo=False)  # fmt: skip
-FULL = Profile(events=1_000_000, new_events=100_000, repeats=2, ceiling_repeats=3,
-               empty_cycles=3, fresh_warmup_s=15, fresh_window_s=90, demo=True)  # fmt: skip
+SMALL = Profile(
+    events=100_000,
+    new_events=0,
+    repeats=1,
+    ceiling_repeats=3,
+    empty_cycles=1,
+    fresh_warmup_s=8,
+    fresh_window_s=20,
+    demo=False,
+)
+FULL = Profile(
+    events=1_000_000,
+    new_events=100_000,
+    repeats=2,
+    ceiling_repeats=3,
+    empty_cycles=3,
+    fresh_warmup_s=15,
+    fresh_window_s=90,
+    demo=True,
+)
 
 
 @dataclass
@@ -112,8 +128,15 @@ class Bench:
             raise
         except Exception as error:  # benchmarks never fail a build: record and go on
             traceback.print_exc()
-            self.add(Measurement(name, None, unit, load_avg=loads | {"end": report.load_avg()},
-                                 params={"error": f"{type(error).__name__}: {error}"[:2000]}))
+            self.add(
+                Measurement(
+                    name,
+                    None,
+                    unit,
+                    load_avg=loads | {"end": report.load_avg()},
+                    params={"error": f"{type(error).__name__}: {error}"[:2000]},
+                )
+            )
         loads["end"] = report.load_avg()
 
 
@@ -137,11 +160,27 @@ def topic_counts(bootstrap: str, topics: Sequence[str]) -> dict[str, int]:
 def consumer_perf(env: BenchEnv, topic: str, messages: int, label: str) -> dict[str, float]:
     """One ``ConsumerPerformance`` run; its CSV line as a dict (Kafka's own column names)."""
     classpath = str(REPO / ".ingest" / "jars" / "kafka" / "*")
-    done = env.run(["java", "-Xmx512m", "-cp", classpath,
-                    "org.apache.kafka.tools.ConsumerPerformance",
-                    "--bootstrap-server", env.bootstrap, "--topic", topic,
-                    "--messages", str(messages), "--group", f"bench-{label}",
-                    "--timeout", "30000"], f"{label}.log", timeout_s=600)  # fmt: skip
+    done = env.run(
+        [
+            "java",
+            "-Xmx512m",
+            "-cp",
+            classpath,
+            "org.apache.kafka.tools.ConsumerPerformance",
+            "--bootstrap-server",
+            env.bootstrap,
+            "--topic",
+            topic,
+            "--messages",
+            str(messages),
+            "--group",
+            f"bench-{label}",
+            "--timeout",
+            "30000",
+        ],
+        f"{label}.log",
+        timeout_s=600,
+    )
     lines = [line for line in done.log.read_text().splitlines() if line.strip()]
     header = next(i for i, line in enumerate(lines) if line.startswith("start.time"))
     names = [n.strip() for n in lines[header].split(",")]
@@ -158,21 +197,40 @@ def kafka_ceiling(bench: Bench, topics: dict[str, int]) -> float | None:
     with bench.step("kafka_ceiling", "events/s") as loads:
         rates, runs = [], []
         for rep in range(bench.profile.ceiling_repeats):
-            parts = {t: consumer_perf(bench.env, t, n, f"ceiling-{rep}-{t}")
-                     for t, n in topics.items() if n}  # fmt: skip
+            parts = {
+                t: consumer_perf(bench.env, t, n, f"ceiling-{rep}-{t}")
+                for t, n in topics.items()
+                if n
+            }
             # Fetch time excludes the consumer group's join (Spark's Kafka source assigns
             # partitions, it joins no group).
             messages = sum(p["data.consumed.in.nMsg"] for p in parts.values())
             fetch_s = sum(p["fetch.time.ms"] for p in parts.values()) / 1000
             rates.append(messages / fetch_s)
-            runs.append({"messages": messages, "fetch_s": fetch_s,
-                         "wall_s": sum(p["wall_s"] for p in parts.values())})
+            runs.append(
+                {
+                    "messages": messages,
+                    "fetch_s": fetch_s,
+                    "wall_s": sum(p["wall_s"] for p in parts.values()),
+                }
+            )
         value = statistics.median(rates)
         loads["end"] = report.load_avg()
-        bench.add(Measurement(
-            "kafka_ceiling", value, "events/s", n=len(rates), spread=report.spread(rates),
-            load_avg=loads, params={"tool": "org.apache.kafka.tools.ConsumerPerformance",
-                                    "topics": topics, "runs": runs}))  # fmt: skip
+        bench.add(
+            Measurement(
+                "kafka_ceiling",
+                value,
+                "events/s",
+                n=len(rates),
+                spread=report.spread(rates),
+                load_avg=loads,
+                params={
+                    "tool": "org.apache.kafka.tools.ConsumerPerformance",
+                    "topics": topics,
+                    "runs": runs,
+                },
+            )
+        )
         return value
     return None
 
@@ -197,12 +255,20 @@ def throughput_runs(bench: Bench, events: int) -> tuple[list[jobs.JobRun], list[
     sink = bench.env.root / "passthrough"
     for rep in range(bench.profile.repeats):
         fresh_sink(bench, "passthrough")
-        passthrough.append(jobs.run_job(bench.env, "passthrough", [
-            "--table", str(sink / "table"), "--checkpoint", str(sink / "checkpoint")],
-            f"passthrough-{rep}"))  # fmt: skip
+        passthrough.append(
+            jobs.run_job(
+                bench.env,
+                "passthrough",
+                ["--table", str(sink / "table"), "--checkpoint", str(sink / "checkpoint")],
+                f"passthrough-{rep}",
+            )
+        )
         fresh_sink(bench, "bronze_ingest")
-        bronze.append(jobs.run_job(bench.env, "bronze_ingest", ["--trigger", "available-now"],
-                                   f"bronze-{rep}"))  # fmt: skip
+        bronze.append(
+            jobs.run_job(
+                bench.env, "bronze_ingest", ["--trigger", "available-now"], f"bronze-{rep}"
+            )
+        )
     for run in passthrough + bronze:
         if run.app is None or run.app.input_rows != events:
             rows = run.app.input_rows if run.app else None
@@ -216,8 +282,14 @@ def rate_of(runs: Sequence[jobs.JobRun], events: int) -> tuple[float, dict[str, 
 
 
 # -- 4-6. cycles ----------------------------------------------------------------------------
-def cycle_measurement(bench: Bench, name: str, run: cycles.CycleRun, loads: dict[str, Any],
-                      target: Target | None, params: dict[str, Any]) -> None:  # fmt: skip
+def cycle_measurement(
+    bench: Bench,
+    name: str,
+    run: cycles.CycleRun,
+    loads: dict[str, Any],
+    target: Target | None,
+    params: dict[str, Any],
+) -> None:
     """Record a cycle; a failed DAG run has no value, says why, and keeps its log beside the
     results file (the work folder is deleted at the end)."""
     params = params | {"state": run.state}
@@ -225,23 +297,33 @@ def cycle_measurement(bench: Bench, name: str, run: cycles.CycleRun, loads: dict
         kept = bench.results.with_name(f"{bench.results.stem}-{name}.log")
         shutil.copyfile(run.process.log, kept)
         params["error"] = f"medallion_incremental run {run.state}; its log: {kept}"
-    bench.add(Measurement(name, run.wall_s if run.state == "success" else None, "s",
-                          target=target, load_avg=loads, params=params,
-                          profile=run.profile()))  # fmt: skip
+    bench.add(
+        Measurement(
+            name,
+            run.wall_s if run.state == "success" else None,
+            "s",
+            target=target,
+            load_avg=loads,
+            params=params,
+            profile=run.profile(),
+        )
+    )
 
 
 def task(run: cycles.CycleRun, name: str) -> cycles.TaskTiming:
     return next(t for t in run.tasks if t.task == name)
 
 
-def backlog_cycle(bench: Bench, events: int, passthrough_rate: float | None,
-                  bronze: jobs.JobRun | None) -> None:  # fmt: skip
+def backlog_cycle(
+    bench: Bench, events: int, passthrough_rate: float | None, bronze: jobs.JobRun | None
+) -> None:
     """Silver and Gold on the backlog through the DAG: throughput, gates, catch-up."""
     with bench.step("silver_refine_rate", "events/s") as loads:
         run = cycles.run_cycle(bench.env, "cycle-backlog")
         loads["end"] = report.load_avg()
-        cycle_measurement(bench, "cycle_with_backlog_wall", run, loads, None,
-                          {"new_events": events})  # fmt: skip
+        cycle_measurement(
+            bench, "cycle_with_backlog_wall", run, loads, None, {"new_events": events}
+        )
         if run.state != "success":
             raise BenchError(f"medallion_incremental {run.state}; log {run.process.log}")
         silver, gold = task(run, "refine_silver"), task(run, "aggregate_gold")
@@ -252,50 +334,102 @@ def backlog_cycle(bench: Bench, events: int, passthrough_rate: float | None,
                 raise BenchError(f"{timing.task}: no streaming query in its event log")
             spans[timing.task] = (app.last_batch_end_ms - app.first_query_ms) / 1000
             job = "silver_refine" if timing.task == "refine_silver" else "gold_aggregate"
-            bench.add(Measurement(
-                f"{job}_rate", events / spans[timing.task], "events/s",
-                baseline=passthrough_rate, baseline_name="passthrough", load_avg=loads,
-                params={"events": events, "query_span_s": spans[timing.task],
-                        "via": "dags test medallion_incremental (SparkSubmitOperator)"},
-                profile={"phases_s": {k: round(v / 1000, 3) for k, v in
-                                      timing.phases_ms().items()},
-                         "progress_duration_s": {k: round(v / 1000, 3) for k, v in
-                                                 app.duration_totals().items()},
-                         "triggers": sum(len(q.progress) for q in app.queries),
-                         "top_sql": [{"s": round(s["ms"] / 1000, 3), "plan": s["plan"],
-                                      "tables": s["tables"]} for s in app.top_sql(6)]}))
+            bench.add(
+                Measurement(
+                    f"{job}_rate",
+                    events / spans[timing.task],
+                    "events/s",
+                    baseline=passthrough_rate,
+                    baseline_name="passthrough",
+                    load_avg=loads,
+                    params={
+                        "events": events,
+                        "query_span_s": spans[timing.task],
+                        "via": "dags test medallion_incremental (SparkSubmitOperator)",
+                    },
+                    profile={
+                        "phases_s": {k: round(v / 1000, 3) for k, v in timing.phases_ms().items()},
+                        "progress_duration_s": {
+                            k: round(v / 1000, 3) for k, v in app.duration_totals().items()
+                        },
+                        "triggers": sum(len(q.progress) for q in app.queries),
+                        "top_sql": [
+                            {
+                                "s": round(s["ms"] / 1000, 3),
+                                "plan": s["plan"],
+                                "tables": s["tables"],
+                            }
+                            for s in app.top_sql(6)
+                        ],
+                    },
+                )
+            )
         chain = events / (spans["refine_silver"] + spans["aggregate_gold"])
-        bench.add(Measurement("silver_gold_chain_rate", chain, "events/s",
-                              baseline=passthrough_rate, baseline_name="passthrough",
-                              target=TARGETS["chain"], load_avg=loads,
-                              params={"events": events, "query_span_s": spans}))
+        bench.add(
+            Measurement(
+                "silver_gold_chain_rate",
+                chain,
+                "events/s",
+                baseline=passthrough_rate,
+                baseline_name="passthrough",
+                target=TARGETS["chain"],
+                load_avg=loads,
+                params={"events": events, "query_span_s": spans},
+            )
+        )
         for gate, validated in (("gate_silver", silver), ("gate_gold", gold)):
             timing = task(run, gate)
-            bench.add(Measurement(
-                f"{gate}_cost", timing.wall_ms / 1000, "s", baseline=validated.wall_ms / 1000,
-                baseline_name=validated.task, target=TARGETS["gate"], load_avg=loads,
-                params={"increment_events": events, "skipped_spark": timing.skipped_spark},
-                profile={"gate_phases_s": {k: round(v / 1000, 3) for k, v in
-                                           timing.phases_ms().items()},
-                         "job_phases_s": {k: round(v / 1000, 3) for k, v in
-                                          validated.phases_ms().items()}}))  # fmt: skip
+            bench.add(
+                Measurement(
+                    f"{gate}_cost",
+                    timing.wall_ms / 1000,
+                    "s",
+                    baseline=validated.wall_ms / 1000,
+                    baseline_name=validated.task,
+                    target=TARGETS["gate"],
+                    load_avg=loads,
+                    params={"increment_events": events, "skipped_spark": timing.skipped_spark},
+                    profile={
+                        "gate_phases_s": {
+                            k: round(v / 1000, 3) for k, v in timing.phases_ms().items()
+                        },
+                        "job_phases_s": {
+                            k: round(v / 1000, 3) for k, v in validated.phases_ms().items()
+                        },
+                    },
+                )
+            )
         if bronze is not None:
             drain_s = bronze.process.wall_s + run.wall_s
             jobs_s = bronze.process.wall_s + (silver.wall_ms + gold.wall_ms) / 1000
-            bench.add(Measurement(
-                "catch_up_rate", events / drain_s, "events/s", baseline=STEADY_RATE,
-                baseline_name="steady ingest", load_avg=loads,
-                params={"events": events, "drain_s": drain_s, "bronze_s": bronze.process.wall_s,
-                        "cycle_s": run.wall_s, "jobs_only_s": jobs_s,
+            bench.add(
+                Measurement(
+                    "catch_up_rate",
+                    events / drain_s,
+                    "events/s",
+                    baseline=STEADY_RATE,
+                    baseline_name="steady ingest",
+                    load_avg=loads,
+                    params={
+                        "events": events,
+                        "drain_s": drain_s,
+                        "bronze_s": bronze.process.wall_s,
+                        "cycle_s": run.wall_s,
+                        "jobs_only_s": jobs_s,
                         "jobs_only_rate": events / jobs_s,
                         "note": "bronze_ingest AvailableNow, then one medallion_incremental "
-                                "run (gates and late corrections included)"}))  # fmt: skip
+                        "run (gates and late corrections included)",
+                    },
+                )
+            )
 
 
 def empty_cycles(bench: Bench) -> None:
     with bench.step("empty_cycle", "s") as loads:
-        runs = [cycles.run_cycle(bench.env, f"cycle-empty-{i}")
-                for i in range(bench.profile.empty_cycles)]
+        runs = [
+            cycles.run_cycle(bench.env, f"cycle-empty-{i}")
+            for i in range(bench.profile.empty_cycles)
+        ]
         loads["end"] = report.load_avg()
         good = [r for r in runs if r.state == "success"]
         if not good:
@@ -304,34 +438,61 @@ def empty_cycles(bench: Bench) -> None:
         median_run = sorted(good, key=lambda r: r.wall_s)[len(good) // 2]
         splits = [r.split_s() for r in good]
         keys = sorted({k for s in splits for k in s})
-        bench.add(Measurement(
-            "empty_cycle", statistics.median(walls), "s", target=TARGETS["empty_cycle"],
-            n=len(walls), spread=report.spread(walls), load_avg=loads,
-            params={"walls_s": walls, "split_median_s": {
-                k: statistics.median(s.get(k, 0.0) for s in splits) for k in keys}},
-            profile=median_run.profile()))  # fmt: skip
+        bench.add(
+            Measurement(
+                "empty_cycle",
+                statistics.median(walls),
+                "s",
+                target=TARGETS["empty_cycle"],
+                n=len(walls),
+                spread=report.spread(walls),
+                load_avg=loads,
+                params={
+                    "walls_s": walls,
+                    "split_median_s": {
+                        k: statistics.median(s.get(k, 0.0) for s in splits) for k in keys
+                    },
+                },
+                profile=median_run.profile(),
+            )
+        )
 
 
 def new_events_cycle(bench: Bench) -> None:
     count = bench.profile.new_events
     with bench.step("cycle_with_new_events", "s") as loads:
-        produced = workload.produce_backlog(bench.env.bootstrap, count, seed=13,
-                                            start=datetime(2026, 1, 2, tzinfo=UTC))
-        bronze = jobs.run_job(bench.env, "bronze_ingest", ["--trigger", "available-now"],
-                              "bronze-new")  # fmt: skip
+        produced = workload.produce_backlog(
+            bench.env.bootstrap, count, seed=13, start=datetime(2026, 1, 2, tzinfo=UTC)
+        )
+        bronze = jobs.run_job(
+            bench.env, "bronze_ingest", ["--trigger", "available-now"], "bronze-new"
+        )
         loads["start"] = report.load_avg()
         run = cycles.run_cycle(bench.env, "cycle-new")
         loads["end"] = report.load_avg()
-        cycle_measurement(bench, "cycle_with_new_events", run, loads, None,
-                          {"new_events": produced.acknowledged,
-                           "bronze_available_now_s": bronze.process.wall_s})  # fmt: skip
+        cycle_measurement(
+            bench,
+            "cycle_with_new_events",
+            run,
+            loads,
+            None,
+            {"new_events": produced.acknowledged, "bronze_available_now_s": bronze.process.wall_s},
+        )
         if run.state == "success":
             for gate, job in (("gate_silver", "refine_silver"), ("gate_gold", "aggregate_gold")):
                 g, j = task(run, gate), task(run, job)
-                bench.add(Measurement(
-                    f"{gate}_cost_new_events", g.wall_ms / 1000, "s", baseline=j.wall_ms / 1000,
-                    baseline_name=job, target=TARGETS["gate"], load_avg=loads,
-                    params={"increment_events": count}))  # fmt: skip
+                bench.add(
+                    Measurement(
+                        f"{gate}_cost_new_events",
+                        g.wall_ms / 1000,
+                        "s",
+                        baseline=j.wall_ms / 1000,
+                        baseline_name=job,
+                        target=TARGETS["gate"],
+                        load_avg=loads,
+                        params={"increment_events": count},
+                    )
+                )
 
 
 # -- 7. freshness ----------------------------------------------------------------------------
@@ -356,24 +517,31 @@ def freshness_run(bench: Bench, trigger_s: int) -> None:
     with bench.step(name, "s") as loads, bench.env.use(bench.env.home(name), prefix):
         ensure_topics(bench.env.bootstrap, [prefix + t for t in TOPICS], partitions=3)
         files = runtime_files("bronze_ingest")
-        command = jobs.submit_command("bronze_ingest",
-                                      ["--trigger", f"processing-time={trigger_s}s"])
+        command = jobs.submit_command(
+            "bronze_ingest", ["--trigger", f"processing-time={trigger_s}s"]
+        )
         from ingest_platform.operators import job_environment
 
         driver = bench.env.spawn(command, f"{name}-driver.log", env=job_environment())
         try:
+
             def started() -> bool:
                 if driver.poll() is not None:
-                    raise BenchError(f"bronze_ingest exited {driver.returncode}; log "
-                                     f"{bench.env.logs / (name + '-driver.log')}")
+                    raise BenchError(
+                        f"bronze_ingest exited {driver.returncode}; log "
+                        f"{bench.env.logs / (name + '-driver.log')}"
+                    )
                 beat = read_json(files.heartbeat) or {}
-                return any(q.get("status") in ("started", "active", "idle")
-                           for q in (beat.get("queries") or {}).values())
+                return any(
+                    q.get("status") in ("started", "active", "idle")
+                    for q in (beat.get("queries") or {}).values()
+                )
 
             wait_for(started, 300, "bronze_ingest's query to start")
             duration = profile.fresh_warmup_s + profile.fresh_window_s
-            producer = workload.SteadyProducer(bench.env.bootstrap, STEADY_RATE, duration,
-                                               topic_prefix=prefix)  # fmt: skip
+            producer = workload.SteadyProducer(
+                bench.env.bootstrap, STEADY_RATE, duration, topic_prefix=prefix
+            )
             loads["start"] = report.load_avg()
             producer.start()
             producer.join()
@@ -391,40 +559,83 @@ def freshness_run(bench: Bench, trigger_s: int) -> None:
             bench.env.stop(driver)
         table = get_catalog().table("bronze_events").path()
         result = freshness.measure(table, *window)
-        params = {"trigger": f"processing-time={trigger_s}s", "target_rate": STEADY_RATE,
-                  "achieved_rate": producer.achieved_rate,
-                  "acknowledged": producer.result.acknowledged if producer.result else None,
-                  "failed": producer.result.failed if producer.result else None,
-                  "warmup_s": profile.fresh_warmup_s, "window_s": window[1] - window[0],
-                  "rows_in_window": len(result.latencies_s), "commits": result.commits,
-                  "median_commit_interval_s": statistics.median(result.commit_intervals_s)
-                  if result.commit_intervals_s else None, "max_s": result.max}
+        params = {
+            "trigger": f"processing-time={trigger_s}s",
+            "target_rate": STEADY_RATE,
+            "achieved_rate": producer.achieved_rate,
+            "acknowledged": producer.result.acknowledged if producer.result else None,
+            "failed": producer.result.failed if producer.result else None,
+            "warmup_s": profile.fresh_warmup_s,
+            "window_s": window[1] - window[0],
+            "rows_in_window": len(result.latencies_s),
+            "commits": result.commits,
+            "median_commit_interval_s": statistics.median(result.commit_intervals_s)
+            if result.commit_intervals_s
+            else None,
+            "max_s": result.max,
+        }
         beat = read_json(files.heartbeat) or {}
         queries: dict[str, Any] = beat.get("queries") or {}
         first: dict[str, Any] = next(iter(queries.values()), {})
         last = first.get("last_progress")
-        bench.add(Measurement(f"freshness_p50_{trigger_s}s_trigger", result.p50, "s",
-                              load_avg=loads, params=params))
-        bench.add(Measurement(
-            f"freshness_p99_{trigger_s}s_trigger", result.p99, "s", load_avg=loads,
-            target=TARGETS["fresh_p99_1s"] if trigger_s == 1 else None, params=params,
-            profile={"last_progress": last}))  # fmt: skip
-        bench.add(Measurement(f"steady_producer_rate_{trigger_s}s_trigger",
-                              producer.achieved_rate, "events/s", baseline=STEADY_RATE,
-                              baseline_name="target rate", load_avg=loads))
+        bench.add(
+            Measurement(
+                f"freshness_p50_{trigger_s}s_trigger",
+                result.p50,
+                "s",
+                load_avg=loads,
+                params=params,
+            )
+        )
+        bench.add(
+            Measurement(
+                f"freshness_p99_{trigger_s}s_trigger",
+                result.p99,
+                "s",
+                load_avg=loads,
+                target=TARGETS["fresh_p99_1s"] if trigger_s == 1 else None,
+                params=params,
+                profile={"last_progress": last},
+            )
+        )
+        bench.add(
+            Measurement(
+                f"steady_producer_rate_{trigger_s}s_trigger",
+                producer.achieved_rate,
+                "events/s",
+                baseline=STEADY_RATE,
+                baseline_name="target rate",
+                load_avg=loads,
+            )
+        )
 
 
 # -- 8. memory -------------------------------------------------------------------------------
-def memory_measurement(bench: Bench, sampler: memory.MemorySampler, name: str,
-                       loads: dict[str, Any], params: dict[str, Any]) -> None:  # fmt: skip
+def memory_measurement(
+    bench: Bench,
+    sampler: memory.MemorySampler,
+    name: str,
+    loads: dict[str, Any],
+    params: dict[str, Any],
+) -> None:
     peaks = {g: round(v, 1) for g, v in sampler.peaks_mb.items()}
     for group in ("broker", "airflow", "spark"):
-        bench.add(Measurement(f"{name}_peak_{group}", peaks.get(group), "MB", load_avg=loads,
-                              params=params))  # fmt: skip
-    bench.add(Measurement(f"{name}_peak_total", round(sampler.total_peak_mb, 1), "MB",
-                          target=TARGETS["memory"], load_avg=loads,
-                          params=params | {"samples": sampler.samples, "group_peaks_mb": peaks},
-                          profile={"at_total_peak_mb": sampler.peak_detail}))  # fmt: skip
+        bench.add(
+            Measurement(
+                f"{name}_peak_{group}", peaks.get(group), "MB", load_avg=loads, params=params
+            )
+        )
+    bench.add(
+        Measurement(
+            f"{name}_peak_total",
+            round(sampler.total_peak_mb, 1),
+            "MB",
+            target=TARGETS["memory"],
+            load_avg=loads,
+            params=params | {"samples": sampler.samples, "group_peaks_mb": peaks},
+            profile={"at_total_peak_mb": sampler.peak_detail},
+        )
+    )
 
 
 def demo_memory(bench: Bench) -> None:
@@ -434,19 +645,39 @@ def demo_memory(bench: Bench) -> None:
         sampler.start()
         started = time.monotonic()
         try:
-            done = bench.env.run([str(BIN / "ingestctl"), "demo", "--source", "generate",
-                                  "--port", str(bench.env.airflow_port)], "demo.log",
-                                 timeout_s=1800, check=False)  # fmt: skip
+            done = bench.env.run(
+                [
+                    str(BIN / "ingestctl"),
+                    "demo",
+                    "--source",
+                    "generate",
+                    "--port",
+                    str(bench.env.airflow_port),
+                ],
+                "demo.log",
+                timeout_s=1800,
+                check=False,
+            )
             # The platform keeps running after the demo's medallion run: sample it idle too.
             time.sleep(20)
         finally:
             sampler.stop()
-            bench.env.run([str(BIN / "ingestctl"), "demo-down"], "demo-down.log",
-                          timeout_s=600, check=False)  # fmt: skip
+            bench.env.run(
+                [str(BIN / "ingestctl"), "demo-down"], "demo-down.log", timeout_s=600, check=False
+            )
         loads["end"] = report.load_avg()
-        memory_measurement(bench, sampler, "memory_demo", loads, {
-            "demo_exit": done.returncode, "demo_s": time.monotonic() - started,
-            "source": "generate (2,000 events)", "log": str(done.log)})  # fmt: skip
+        memory_measurement(
+            bench,
+            sampler,
+            "memory_demo",
+            loads,
+            {
+                "demo_exit": done.returncode,
+                "demo_s": time.monotonic() - started,
+                "source": "generate (2,000 events)",
+                "log": str(done.log),
+            },
+        )
 
 
 # -- the run -------------------------------------------------------------------------------
@@ -483,35 +714,50 @@ def _parts(text: str) -> str:
     """argparse type of --only: a comma list of :data:`PARTS`."""
     unknown = {p.strip() for p in text.split(",") if p.strip()} - set(PARTS)
     if unknown:
-        raise argparse.ArgumentTypeError(f"unknown part(s) {', '.join(sorted(unknown))}; "
-                                         f"choose from {', '.join(PARTS)}")  # fmt: skip
+        raise argparse.ArgumentTypeError(
+            f"unknown part(s) {', '.join(sorted(unknown))}; choose from {', '.join(PARTS)}"
+        )
     return text
 
 
 def parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
     """The command line; bad values are refused (exit 2) before a broker starts."""
     parser = argparse.ArgumentParser(prog="bench", description=__doc__.splitlines()[0])
-    parser.add_argument("--full", action="store_true",
-                        help="1M events, 2 repetitions, 3 empty cycles, a 100k-event cycle, "
-                        "90 s freshness windows, the demo's memory")  # fmt: skip
-    parser.add_argument("--events", type=_positive(int),
-                        help="backlog size (default 100k; --full 1M)")  # fmt: skip
+    parser.add_argument(
+        "--full",
+        action="store_true",
+        help="1M events, 2 repetitions, 3 empty cycles, a 100k-event cycle, "
+        "90 s freshness windows, the demo's memory",
+    )
+    parser.add_argument(
+        "--events", type=_positive(int), help="backlog size (default 100k; --full 1M)"
+    )
     parser.add_argument("--repeats", type=_positive(int), help="passthrough/bronze repetitions")
     parser.add_argument("--empty-cycles", type=_positive(int))
-    parser.add_argument("--new-events", type=_positive(int),
-                        help="events of the cycle with new data")  # fmt: skip
+    parser.add_argument(
+        "--new-events", type=_positive(int), help="events of the cycle with new data"
+    )
     parser.add_argument("--fresh-window", type=_positive(float), help="freshness window (s)")
-    parser.add_argument("--demo", action=argparse.BooleanOptionalAction, default=None,
-                        help="measure memory during `ingestctl demo` (default with --full)")
-    parser.add_argument("--only", default="", type=_parts, help="comma list of: throughput, "
-                        "cycles, freshness, memory (default: all)")  # fmt: skip
+    parser.add_argument(
+        "--demo",
+        action=argparse.BooleanOptionalAction,
+        default=None,
+        help="measure memory during `ingestctl demo` (default with --full)",
+    )
+    parser.add_argument(
+        "--only",
+        default="",
+        type=_parts,
+        help="comma list of: throughput, cycles, freshness, memory (default: all)",
+    )
     parser.add_argument("--workdir", type=Path, default=Path("/tmp/bench"))
     parser.add_argument("--keep", action="store_true", help="keep the run's folder")
     parser.add_argument("--kafka-port", type=_port, default=39092)
     parser.add_argument("--kafka-controller-port", type=_port, default=39093)
     parser.add_argument("--airflow-port", type=_port, default=8096)
-    parser.add_argument("--results", type=Path, help="JSON-lines file (default "
-                        "bench/results/<run id>.jsonl)")  # fmt: skip
+    parser.add_argument(
+        "--results", type=Path, help="JSON-lines file (default bench/results/<run id>.jsonl)"
+    )
     args = parser.parse_args(argv)
     ports = (args.kafka_port, args.kafka_controller_port, args.airflow_port)
     if len(set(ports)) < len(ports):
@@ -521,9 +767,14 @@ def parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
 
 def profile_from(args: argparse.Namespace) -> Profile:
     base = FULL if args.full else SMALL
-    overrides = {"events": args.events, "repeats": args.repeats,
-                 "empty_cycles": args.empty_cycles, "new_events": args.new_events,
-                 "fresh_window_s": args.fresh_window, "demo": args.demo}  # fmt: skip
+    overrides = {
+        "events": args.events,
+        "repeats": args.repeats,
+        "empty_cycles": args.empty_cycles,
+        "new_events": args.new_events,
+        "fresh_window_s": args.fresh_window,
+        "demo": args.demo,
+    }
     return Profile(**{**base.__dict__, **{k: v for k, v in overrides.items() if v is not None}})
 
 
@@ -531,41 +782,65 @@ def main(argv: Sequence[str] | None = None) -> int:
     args = parse_args(argv)
     profile = profile_from(args)
     only = {s.strip() for s in args.only.split(",") if s.strip()} or {
-        "throughput", "cycles", "freshness", "memory"}
+        "throughput",
+        "cycles",
+        "freshness",
+        "memory",
+    }
     from ingest_platform.kafka_broker import PortInUseError, ensure_port_free
 
     try:  # before anything starts: a busy port is one line, not a traceback mid-run
         for port in (args.kafka_port, args.kafka_controller_port, args.airflow_port):
-            ensure_port_free("127.0.0.1", port, hint="Stop that process, or choose other "
-                             "ports with --kafka-port, --kafka-controller-port, --airflow-port.")
+            ensure_port_free(
+                "127.0.0.1",
+                port,
+                hint="Stop that process, or choose other "
+                "ports with --kafka-port, --kafka-controller-port, --airflow-port.",
+            )
     except PortInUseError as error:
         print(f"bench: {error}", file=sys.stderr)
         return 2
     run_id = datetime.now(UTC).strftime("%Y%m%dT%H%M%SZ") + ("-full" if args.full else "")
-    env = BenchEnv(args.workdir / run_id, args.kafka_port, args.kafka_controller_port,
-                   args.airflow_port)  # fmt: skip
+    env = BenchEnv(
+        args.workdir / run_id, args.kafka_port, args.kafka_controller_port, args.airflow_port
+    )
     results = args.results or RESULTS / f"{run_id}.jsonl"
     bench = Bench(env, profile, results, report.git_commit(REPO))
-    print(f"[bench] run {run_id}: {profile}\n[bench] results -> {results}; work dir {env.root}",
-          flush=True)  # fmt: skip
+    print(
+        f"[bench] run {run_id}: {profile}\n[bench] results -> {results}; work dir {env.root}",
+        flush=True,
+    )
     began = time.monotonic()
     sampler = memory.MemorySampler(str(env.root))
     try:
         with interrupts_raise(), env.use(env.home("main")):
             sampler.start()
             print("[bench] " + env.broker_up(), flush=True)
-            init = env.spawn([str(BIN / "ingestctl"), "airflow", "dags", "list"],
-                             "airflow-cli-init.log") if "cycles" in only else None
+            init = (
+                env.spawn(
+                    [str(BIN / "ingestctl"), "airflow", "dags", "list"], "airflow-cli-init.log"
+                )
+                if "cycles" in only
+                else None
+            )
             from spark_jobs.contracts import TOPICS
 
             produced = workload.produce_backlog(env.bootstrap, profile.events)
-            bench.add(Measurement(
-                "backlog_producer_rate", produced.rate, "events/s", load_avg={
-                    "start": report.load_avg()},
-                params={"events": produced.acknowledged, "wall_s": produced.wall_s,
+            bench.add(
+                Measurement(
+                    "backlog_producer_rate",
+                    produced.rate,
+                    "events/s",
+                    load_avg={"start": report.load_avg()},
+                    params={
+                        "events": produced.acknowledged,
+                        "wall_s": produced.wall_s,
                         "mean_value_bytes": round(produced.mean_bytes, 1),
                         "producer": "ingest_platform.replay.runner (kafka-python, acks=all)",
-                        "note": "measured while the Airflow CLI database migrated"}))
+                        "note": "measured while the Airflow CLI database migrated",
+                    },
+                )
+            )
             if init is not None:
                 init.wait()
             topics = topic_counts(env.bootstrap, list(TOPICS))
@@ -575,7 +850,8 @@ def main(argv: Sequence[str] | None = None) -> int:
                     passthrough_rate = kafka_ceiling_and_throughput(bench, topics)
                 if bench.facts.get("bronze_run") is None:
                     bench.facts["bronze_run"] = jobs.run_job(
-                        env, "bronze_ingest", ["--trigger", "available-now"], "bronze")
+                        env, "bronze_ingest", ["--trigger", "available-now"], "bronze"
+                    )
                 bronze_last = bench.facts["bronze_run"]
             if "cycles" in only:
                 backlog_cycle(bench, profile.events, passthrough_rate, bronze_last)
@@ -588,17 +864,25 @@ def main(argv: Sequence[str] | None = None) -> int:
             sampler.stop()
             if "memory" in only and not profile.demo:
                 loads = {"start": report.load_avg(), "end": report.load_avg()}
-                memory_measurement(bench, sampler, "memory_bench", loads, {
-                    "note": "reduced variant: peaks over the whole small bench (broker, "
-                            "Airflow CLI, Spark drivers), not the demo; --full runs the demo"})
+                memory_measurement(
+                    bench,
+                    sampler,
+                    "memory_bench",
+                    loads,
+                    {
+                        "note": "reduced variant: peaks over the whole small bench (broker, "
+                        "Airflow CLI, Spark drivers), not the demo; --full runs the demo"
+                    },
+                )
             if "memory" in only and profile.demo:
                 demo_memory(bench)
     except KeyboardInterrupt:
         print("[bench] interrupted: stopping what the bench started", file=sys.stderr)
         return 130
     finally:
-        with signals_deferred("[bench] still stopping what the bench started (broker, jobs, "
-                              "work folder); a moment"):  # fmt: skip
+        with signals_deferred(
+            "[bench] still stopping what the bench started (broker, jobs, work folder); a moment"
+        ):
             sampler.stop()
             env.cleanup()
             elapsed = time.monotonic() - began
@@ -620,21 +904,45 @@ def kafka_ceiling_and_throughput(bench: Bench, topics: dict[str, int]) -> float 
         loads["end"] = report.load_avg()
         p_rate, p_spread = rate_of(passthrough, events)
         b_rate, b_spread = rate_of(bronze, events)
-        bench.add(Measurement(
-            "passthrough_rate", p_rate, "events/s", baseline=ceiling,
-            baseline_name="kafka ceiling", n=len(passthrough), spread=p_spread, load_avg=loads,
-            params={"events": events, "query_span_s": [r.query_span_s for r in passthrough],
-                    "wall_s": [r.process.wall_s for r in passthrough]},
-            profile=passthrough[-1].profile()))  # fmt: skip
-        bench.add(Measurement(
-            "bronze_ingest_rate", b_rate, "events/s", baseline=p_rate,
-            baseline_name="passthrough", target=TARGETS["bronze"], n=len(bronze),
-            spread=b_spread, load_avg=loads,
-            params={"events": events, "query_span_s": [r.query_span_s for r in bronze],
+        bench.add(
+            Measurement(
+                "passthrough_rate",
+                p_rate,
+                "events/s",
+                baseline=ceiling,
+                baseline_name="kafka ceiling",
+                n=len(passthrough),
+                spread=p_spread,
+                load_avg=loads,
+                params={
+                    "events": events,
+                    "query_span_s": [r.query_span_s for r in passthrough],
+                    "wall_s": [r.process.wall_s for r in passthrough],
+                },
+                profile=passthrough[-1].profile(),
+            )
+        )
+        bench.add(
+            Measurement(
+                "bronze_ingest_rate",
+                b_rate,
+                "events/s",
+                baseline=p_rate,
+                baseline_name="passthrough",
+                target=TARGETS["bronze"],
+                n=len(bronze),
+                spread=b_spread,
+                load_avg=loads,
+                params={
+                    "events": events,
+                    "query_span_s": [r.query_span_s for r in bronze],
                     "wall_s": [r.process.wall_s for r in bronze],
                     "wall_rate_ratio": statistics.median(r.process.wall_s for r in passthrough)
-                    / statistics.median(r.process.wall_s for r in bronze)},
-            profile=bronze[-1].profile()))  # fmt: skip
+                    / statistics.median(r.process.wall_s for r in bronze),
+                },
+                profile=bronze[-1].profile(),
+            )
+        )
         bench.facts["bronze_run"] = bronze[-1]
         return p_rate
     return None
@@ -642,9 +950,18 @@ def kafka_ceiling_and_throughput(bench: Bench, topics: dict[str, int]) -> float 
 
 def _write_meta(results: Path, run_id: str, profile: Profile, elapsed_s: float) -> None:
     meta = results.with_suffix(".meta.json")
-    meta.write_text(json.dumps({"run_id": run_id, "profile": profile.__dict__,
-                                "elapsed_s": round(elapsed_s, 1),
-                                "python": sys.version.split()[0]}, indent=2) + "\n")
+    meta.write_text(
+        json.dumps(
+            {
+                "run_id": run_id,
+                "profile": profile.__dict__,
+                "elapsed_s": round(elapsed_s, 1),
+                "python": sys.version.split()[0],
+            },
+            indent=2,
+        )
+        + "\n"
+    )
 
 
 if __name__ == "__main__":

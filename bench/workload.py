@@ -45,8 +45,14 @@ def _events(count: int, seed: int, rate: float, start: datetime) -> list[Any]:
     return list(generate_events(count, seed=seed, start=start, rate=rate))
 
 
-def produce_backlog(bootstrap: str, count: int, *, seed: int = 9, topic_prefix: str = "",
-                    start: datetime | None = None) -> Produced:  # fmt: skip
+def produce_backlog(
+    bootstrap: str,
+    count: int,
+    *,
+    seed: int = 9,
+    topic_prefix: str = "",
+    start: datetime | None = None,
+) -> Produced:
     """Send ``count`` generated events to the contract topics (created with 3 partitions).
 
     :raises RuntimeError: a message was not acknowledged.
@@ -63,13 +69,18 @@ def produce_backlog(bootstrap: str, count: int, *, seed: int = 9, topic_prefix: 
 
     scheduled = inject(sample, FaultConfig(), FaultCounts(), timedelta(0))
     mean = statistics.fmean(len(encode_value(s.message.value) or b"") for s in scheduled)
-    summary = runner.run("generator", events, bootstrap_servers=bootstrap, faults=FaultConfig(),
-                         pace=runner.Pace(None), topic_prefix=topic_prefix,
-                         progress=False)  # fmt: skip
+    summary = runner.run(
+        "generator",
+        events,
+        bootstrap_servers=bootstrap,
+        faults=FaultConfig(),
+        pace=runner.Pace(None),
+        topic_prefix=topic_prefix,
+        progress=False,
+    )
     if summary.produce.failed:
         raise RuntimeError(f"{summary.produce.failed} of {count} messages not acknowledged")
-    return Produced(summary.produce.acknowledged, summary.produce.failed, summary.wall_time_s,
-                    mean)  # fmt: skip
+    return Produced(summary.produce.acknowledged, summary.produce.failed, summary.wall_time_s, mean)
 
 
 class SteadyProducer(threading.Thread):
@@ -79,8 +90,15 @@ class SteadyProducer(threading.Thread):
     start of the freshness clock. ``result`` holds the produce result once done.
     """
 
-    def __init__(self, bootstrap: str, rate: float, duration_s: float, *,
-                 topic_prefix: str = "", seed: int = 11) -> None:  # fmt: skip
+    def __init__(
+        self,
+        bootstrap: str,
+        rate: float,
+        duration_s: float,
+        *,
+        topic_prefix: str = "",
+        seed: int = 11,
+    ) -> None:
         super().__init__(name="steady-producer", daemon=True)
         from ingest_platform.producer import Message, encode_value
         from ingest_platform.replay.faults import FaultConfig, FaultCounts, inject
@@ -120,8 +138,9 @@ class SteadyProducer(threading.Thread):
         try:
             # Small flush groups: a group waits for its acknowledgements, which would
             # otherwise stall the pace for up to a whole group's worth of records.
-            self.result = produce(self.bootstrap, self._paced(), raise_on_failure=False,
-                                  batch_flush=500, linger_ms=5)  # fmt: skip
+            self.result = produce(
+                self.bootstrap, self._paced(), raise_on_failure=False, batch_flush=500, linger_ms=5
+            )
         except BaseException as error:  # reported by the caller
             self.error = error
         self.ended_at = time.time()

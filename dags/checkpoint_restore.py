@@ -54,9 +54,14 @@ with DAG(
         from ingest_platform.recovery import restore
 
         params = params or {}
-        result = restore(str(params["job"]), str(params["backup_id"]),
-                         accept_data_loss=bool(params.get("accept_data_loss")))  # fmt: skip
-        return (f"restored {result.job} from {result.backup_id}: resumes after "
-                f"{result.resumes_after}; previous checkpoint at {result.moved_aside}")  # fmt: skip
+        result = restore(
+            str(params["job"]),
+            str(params["backup_id"]),
+            accept_data_loss=bool(params.get("accept_data_loss")),
+        )
+        return (
+            f"restored {result.job} from {result.backup_id}: resumes after "
+            f"{result.resumes_after}; previous checkpoint at {result.moved_aside}"
+        )
 
     restore_checkpoint()

@@ -73,17 +73,21 @@ with DAG(
         task_id="gate_silver", job="quality_gate", job_args=_gate("silver"), builds="silver"
     )
     rebuild_gold = StagedJobOperator(
-        task_id="rebuild_gold", job="gold_aggregate", job_args=AVAILABLE_NOW, builds="gold",
+        task_id="rebuild_gold",
+        job="gold_aggregate",
+        job_args=AVAILABLE_NOW,
+        builds="gold",
         trigger_rule="none_failed",
-    )  # fmt: skip
-    correct_late = StagedJobOperator(task_id="correct_late", job="late_corrections",
-                                     builds="gold")  # fmt: skip
+    )
+    correct_late = StagedJobOperator(task_id="correct_late", job="late_corrections", builds="gold")
     gate_gold = StagedJobOperator(
         task_id="gate_gold", job="quality_gate", job_args=_gate("gold"), builds="gold"
     )
     swap = SparkJobOperator(
-        task_id="swap", job="layer_refresh", pool=GOLD_POOL,
+        task_id="swap",
+        job="layer_refresh",
+        pool=GOLD_POOL,
         job_args=["swap", "--layer", "{{ params.layer }}", "--refresh-id", "{{ run_id }}"],
-    )  # fmt: skip
+    )
 
     prepare() >> rebuild_silver >> gate_silver >> rebuild_gold >> correct_late >> gate_gold >> swap

@@ -49,14 +49,19 @@ INTERVAL = timedelta(minutes=15)
 #: The Silver tables gold_aggregate reads.
 SILVER_EVENTS = ["silver_payments", "silver_orders", "silver_customer_activity"]
 #: The run's data interval, as the gold_backfill job reads it (ISO 8601 with offset).
-DATA_INTERVAL = ["--start", "{{ data_interval_start | ts }}",
-                 "--end", "{{ data_interval_end | ts }}"]  # fmt: skip
+DATA_INTERVAL = [
+    "--start",
+    "{{ data_interval_start | ts }}",
+    "--end",
+    "{{ data_interval_end | ts }}",
+]
 
 
 def _assets(layer: str) -> list[Asset]:
     catalog = get_catalog()
-    return [Asset(uri=t.asset_uri(), name=t.name) for t in catalog.tables.values()
-            if t.layer == layer]  # fmt: skip
+    return [
+        Asset(uri=t.asset_uri(), name=t.name) for t in catalog.tables.values() if t.layer == layer
+    ]
 
 
 with DAG(
@@ -81,37 +86,49 @@ with DAG(
         from ingest_platform.orchestration import medallion_path
 
         run = context["dag_run"]
-        path = medallion_path(run.run_type, context.get("data_interval_end"),
-                              datetime.now(UTC), INTERVAL)  # fmt: skip
-        print(f"run {run.run_id} ({run.run_type}), data interval "
-              f"{context.get('data_interval_start')} .. {context.get('data_interval_end')}: "
-              f"{path} path")  # fmt: skip
+        path = medallion_path(
+            run.run_type, context.get("data_interval_end"), datetime.now(UTC), INTERVAL
+        )
+        print(
+            f"run {run.run_id} ({run.run_type}), data interval "
+            f"{context.get('data_interval_start')} .. {context.get('data_interval_end')}: "
+            f"{path} path"
+        )
         return "recompute_gold" if path == "backfill" else "refine_silver"
 
     refine_silver = SparkJobOperator(
-        task_id="refine_silver", job="silver_refine", job_args=AVAILABLE_NOW, pool=SILVER_POOL,
+        task_id="refine_silver",
+        job="silver_refine",
+        job_args=AVAILABLE_NOW,
+        pool=SILVER_POOL,
         inputs=["bronze_events"],
-    )  # fmt: skip
+    )
     # A failed gate is a data problem, not a flaky task: no retry.
     gate_silver = LayerGateOperator(
         task_id="gate_silver", layer="silver", retries=0, outlets=_assets("silver")
     )
     aggregate_gold = SparkJobOperator(
-        task_id="aggregate_gold", job="gold_aggregate", job_args=AVAILABLE_NOW, pool=GOLD_POOL,
+        task_id="aggregate_gold",
+        job="gold_aggregate",
+        job_args=AVAILABLE_NOW,
+        pool=GOLD_POOL,
         inputs=[*SILVER_EVENTS, "ops_gate_holds"],
-    )  # fmt: skip
+    )
     gate_gold = LayerGateOperator(task_id="gate_gold", layer="gold", retries=0, pool=GOLD_POOL)
     correct_late = SparkJobOperator(
-        task_id="correct_late", job="late_corrections", pool=GOLD_POOL,
+        task_id="correct_late",
+        job="late_corrections",
+        pool=GOLD_POOL,
         # Gold's watermark moves with gold_aggregate's batches; Gold itself is its output.
         inputs=[*SILVER_EVENTS, "silver_late_events", "ops_gate_holds"],
         input_jobs=["gold_aggregate"],
-    )  # fmt: skip
+    )
     recompute_gold = SparkJobOperator(
         task_id="recompute_gold", job="gold_backfill", job_args=DATA_INTERVAL, pool=GOLD_POOL
     )
-    gate_backfill = LayerGateOperator(task_id="gate_backfill", layer="gold", retries=0,
-                                      pool=GOLD_POOL)  # fmt: skip
+    gate_backfill = LayerGateOperator(
+        task_id="gate_backfill", layer="gold", retries=0, pool=GOLD_POOL
+    )
     publish_assets = EmptyOperator(
         task_id="publish_assets",
         outlets=_assets("gold"),

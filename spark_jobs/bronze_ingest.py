@@ -158,8 +158,11 @@ def kafka_topic_ids(
         described = admin.describe_topics(list(topics))
     finally:
         admin.close()
-    return {meta["name"]: _topic_id(meta) for meta in described
-            if meta["error_code"] == 0 and meta["partitions"]}  # fmt: skip
+    return {
+        meta["name"]: _topic_id(meta)
+        for meta in described
+        if meta["error_code"] == 0 and meta["partitions"]
+    }
 
 
 def _topic_id(meta: Mapping[str, Any]) -> str | None:
@@ -200,9 +203,13 @@ def _describe(
         latest = consumer.end_offsets(wanted) if wanted else {}
     finally:
         consumer.close()
-    return (missing, ids, partitions,
-            {(tp.topic, tp.partition): int(o) for tp, o in earliest.items()},
-            {(tp.topic, tp.partition): int(o) for tp, o in latest.items()})  # fmt: skip
+    return (
+        missing,
+        ids,
+        partitions,
+        {(tp.topic, tp.partition): int(o) for tp, o in earliest.items()},
+        {(tp.topic, tp.partition): int(o) for tp, o in latest.items()},
+    )
 
 
 def recorded_topic_ids(checkpoint: Path) -> dict[str, str]:
@@ -257,17 +264,22 @@ def inspect_kafka(
             last: int | None = None
             if tp[1] not in now:
                 found.vanished.add(tp)
-                reason = ("topic no longer exists" if topic in missing else
-                          f"partition no longer exists: the topic has {len(now)} partition(s)"
-                          f"{', it was re-created' if id_changed else ''}")  # fmt: skip
+                reason = (
+                    "topic no longer exists"
+                    if topic in missing
+                    else f"partition no longer exists: the topic has {len(now)} partition(s)"
+                    f"{', it was re-created' if id_changed else ''}"
+                )
             elif id_changed or latest[tp] < next_offset:
                 why = [f"topic id {old_id} -> {new_id}"] if id_changed else []
                 if latest[tp] < next_offset:
                     why.append(f"end offset {latest[tp]} < next {next_offset}")
                 found.restart_at[tp] = earliest[tp]
-                reason = (f"topic recreated ({', '.join(why)}): the old topic's offsets from "
-                          f"{next_offset} on are gone; the new topic is read from offset "
-                          f"{earliest[tp]}")  # fmt: skip
+                reason = (
+                    f"topic recreated ({', '.join(why)}): the old topic's offsets from "
+                    f"{next_offset} on are gone; the new topic is read from offset "
+                    f"{earliest[tp]}"
+                )
             elif earliest[tp] > next_offset:
                 found.floor[tp] = earliest[tp]
                 last, reason = earliest[tp] - 1, f"aged out: earliest offset is now {earliest[tp]}"
@@ -296,10 +308,17 @@ def find_gaps(
     ).gaps
 
 
-def _gap(tp: Partition, first: int, last: int | None, topic_id: str | None,
-         reason: str) -> dict[str, Any]:  # fmt: skip
-    return {"topic": tp[0], "partition": tp[1], "first_missing_offset": first,
-            "last_missing_offset": last, "reason": reason, "topic_id": topic_id}  # fmt: skip
+def _gap(
+    tp: Partition, first: int, last: int | None, topic_id: str | None, reason: str
+) -> dict[str, Any]:
+    return {
+        "topic": tp[0],
+        "partition": tp[1],
+        "first_missing_offset": first,
+        "last_missing_offset": last,
+        "reason": reason,
+        "topic_id": topic_id,
+    }
 
 
 def resume_after_gaps(checkpoint: Path, found: KafkaInspection) -> list[int]:
@@ -489,9 +508,18 @@ def main(argv: Sequence[str] | None = None) -> int:
     with owned_checkpoint(JOB_NAME):
         spark = build_spark_session(JOB_NAME)
         try:
-            return run_supervised(spark, JOB_NAME, lambda: [start(
-                spark, trigger=args.trigger, max_offsets_per_trigger=args.max_offsets_per_trigger,
-                accept_data_loss=args.accept_data_loss)])  # fmt: skip
+            return run_supervised(
+                spark,
+                JOB_NAME,
+                lambda: [
+                    start(
+                        spark,
+                        trigger=args.trigger,
+                        max_offsets_per_trigger=args.max_offsets_per_trigger,
+                        accept_data_loss=args.accept_data_loss,
+                    )
+                ],
+            )
         except (DataLossError, MissingTopicError) as error:
             print(f"bronze_ingest: {error}", file=sys.stderr)
             return 1

@@ -107,9 +107,11 @@ def _stream_position(settings: PlatformSettings) -> dict[tuple[str, int], int]:
     committed = committed_offsets(get_catalog().job("bronze_ingest").checkpoint(settings))
     if committed is None or not committed["sources"] or committed["sources"][0] is None:
         return {}
-    return {(topic, int(p)): int(offset)
-            for topic, parts in committed["sources"][0].items()
-            for p, offset in parts.items()}  # fmt: skip
+    return {
+        (topic, int(p)): int(offset)
+        for topic, parts in committed["sources"][0].items()
+        for p, offset in parts.items()
+    }
 
 
 def plan(
@@ -133,8 +135,11 @@ def plan(
         missing = [t for t in topics if consumer.partitions_for_topic(t) is None]
         if missing:
             raise RangeNotInKafkaError(f"Kafka has no topic {missing}; nothing was written")
-        partitions = [TopicPartition(t, p) for t in topics
-                      for p in sorted(consumer.partitions_for_topic(t) or ())]  # fmt: skip
+        partitions = [
+            TopicPartition(t, p)
+            for t in topics
+            for p in sorted(consumer.partitions_for_topic(t) or ())
+        ]
         first = consumer.beginning_offsets(partitions)
         last = consumer.end_offsets(partitions)
         at_from = consumer.offsets_for_times({tp: from_ms for tp in partitions})
@@ -146,16 +151,24 @@ def plan(
     for tp in partitions:
         oldest = earliest[tp]  # the first record still held, with its timestamp
         if first[tp] > 0 and (oldest is None or oldest.timestamp > from_ms):
-            held = ("none: every record was deleted" if oldest is None else
-                    datetime.fromtimestamp(oldest.timestamp / 1000, UTC).isoformat())  # fmt: skip
-            lost.append(f"{tp.topic}[{tp.partition}] (offsets below {first[tp]} deleted; "
-                        f"earliest available time {held})")  # fmt: skip
+            held = (
+                "none: every record was deleted"
+                if oldest is None
+                else datetime.fromtimestamp(oldest.timestamp / 1000, UTC).isoformat()
+            )
+            lost.append(
+                f"{tp.topic}[{tp.partition}] (offsets below {first[tp]} deleted; "
+                f"earliest available time {held})"
+            )
             continue
         start = at_from[tp].offset if at_from[tp] is not None else last[tp]
         end = at_to[tp].offset if at_to[tp] is not None else last[tp]
         clamped = min(end, stream.get((tp.topic, tp.partition), 0))
-        plans.append(PartitionPlan(tp.topic, tp.partition, start, max(start, clamped), end,
-                                   topic_ids.get(tp.topic)))  # fmt: skip
+        plans.append(
+            PartitionPlan(
+                tp.topic, tp.partition, start, max(start, clamped), end, topic_ids.get(tp.topic)
+            )
+        )
     if lost:
         raise RangeNotInKafkaError(
             f"Kafka no longer holds all of {time_range}: {'; '.join(lost)}. Nothing was "
@@ -204,8 +217,10 @@ def replay(
         return {"read": read, "inserted": read}
     topics = ", ".join(f"'{t}'" for t in starting)
     target = DeltaTable.forPath(spark, path)
-    identity = (f"t.topic IN ({topics}) AND t.topic = s.topic AND t.partition = s.partition "
-                "AND t.offset = s.offset")  # fmt: skip
+    identity = (
+        f"t.topic IN ({topics}) AND t.topic = s.topic AND t.partition = s.partition "
+        "AND t.offset = s.offset"
+    )
     if "topic_id" in target.toDF().columns:
         # Another incarnation's record at the same offset is a different record; a row
         # written before topic ids were recorded (null) may be any incarnation's.
@@ -250,8 +265,11 @@ def main(argv: Sequence[str] | None = None) -> int:
     summary: dict[str, Any] = {"range": str(args.range)}
     for p in plans:
         print(json.dumps(asdict(p) | {"records": p.records, "left_to_stream": p.left_to_stream}))
-    summary |= replay(build_spark_session(JOB_NAME), plans) if any(p.records for p in plans) else {
-        "read": 0, "inserted": 0}  # fmt: skip
+    summary |= (
+        replay(build_spark_session(JOB_NAME), plans)
+        if any(p.records for p in plans)
+        else {"read": 0, "inserted": 0}
+    )
     print(json.dumps(summary))
     return 0
 

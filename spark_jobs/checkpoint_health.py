@@ -181,9 +181,11 @@ def find_damage(checkpoint: Path) -> list[Damage]:
             if problem is None:
                 query_id = json.loads((folder / "metadata").read_text())["id"]
                 if query_id in owners:
-                    problem = (f"the same query id as query folder {owners[query_id]!r}: "
-                               "copied from another query (its sink's batches would be "
-                               "skipped)")  # fmt: skip
+                    problem = (
+                        f"the same query id as query folder {owners[query_id]!r}: "
+                        "copied from another query (its sink's batches would be "
+                        "skipped)"
+                    )
                 owners.setdefault(query_id, name or ".")
             if problem:
                 found.append(Damage(folder / "metadata", "metadata", -1, problem))
@@ -197,23 +199,41 @@ def find_damage(checkpoint: Path) -> list[Damage]:
             for crc in sorted((folder / kind).glob(".*.crc")):
                 batch_name = crc.name[1:].removesuffix(".crc")
                 if batch_name.isdigit() and not (folder / kind / batch_name).exists():
-                    found.append(Damage(crc, kind, int(batch_name),
-                                        f"checksum of a missing {kind}/{batch_name}: Spark "
-                                        "cannot write that batch again"))  # fmt: skip
+                    found.append(
+                        Damage(
+                            crc,
+                            kind,
+                            int(batch_name),
+                            f"checksum of a missing {kind}/{batch_name}: Spark "
+                            "cannot write that batch again",
+                        )
+                    )
         present = set(offsets_ids)
         for batch in sorted(set(commit_ids) - present):
-            found.append(Damage(folder / "offsets" / str(batch), "offsets", batch,
-                                f"missing, but commits/{batch} exists"))  # fmt: skip
+            found.append(
+                Damage(
+                    folder / "offsets" / str(batch),
+                    "offsets",
+                    batch,
+                    f"missing, but commits/{batch} exists",
+                )
+            )
         if offsets_ids:
             newest = max(offsets_ids + commit_ids)
             for batch in range(min(offsets_ids), newest):
                 if batch not in present and batch not in commit_ids:
-                    found.append(Damage(folder / "offsets" / str(batch), "offsets", batch,
-                                        f"missing: a hole in the offsets log below batch "
-                                        f"{newest}"))  # fmt: skip
+                    found.append(
+                        Damage(
+                            folder / "offsets" / str(batch),
+                            "offsets",
+                            batch,
+                            f"missing: a hole in the offsets log below batch {newest}",
+                        )
+                    )
         commits = folder / "commits"
-        good_commits = [b for b in commit_ids
-                        if log_file_problem(commits / str(b), "commits") is None]  # fmt: skip
+        good_commits = [
+            b for b in commit_ids if log_file_problem(commits / str(b), "commits") is None
+        ]
         state = folder / "state"
         if good_commits and state.is_dir():
             last = max(good_commits)
@@ -285,5 +305,9 @@ def check_before_start(job_name: str, settings: PlatformSettings | None = None) 
             )
     elif query_dirs(checkpoint) or not checkpoint.exists():
         record.parent.mkdir(parents=True, exist_ok=True)
-        record.write_text(json.dumps({"fingerprint": fingerprint(job), "config": current},
-                                     indent=2, sort_keys=True) + "\n")  # fmt: skip
+        record.write_text(
+            json.dumps(
+                {"fingerprint": fingerprint(job), "config": current}, indent=2, sort_keys=True
+            )
+            + "\n"
+        )

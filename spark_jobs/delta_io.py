@@ -173,12 +173,14 @@ def streaming_commits(path: Path | str) -> list[dict[str, Any]]:
         query_id, epoch = parameters.get("queryId"), parameters.get("epochId")
         if query_id is None or epoch is None or "version" not in info:
             continue
-        found.append({
-            "version": int(info["version"]),
-            "query_id": str(query_id),
-            "batch_id": int(epoch),
-            "timestamp_ms": int(info.get("timestamp") or 0),
-        })
+        found.append(
+            {
+                "version": int(info["version"]),
+                "query_id": str(query_id),
+                "batch_id": int(epoch),
+                "timestamp_ms": int(info.get("timestamp") or 0),
+            }
+        )
     return sorted(found, key=lambda c: c["version"])
 
 

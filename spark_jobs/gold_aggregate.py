@@ -65,20 +65,26 @@ def windowed_definitions(
     gap = settings["session_gap"]
     return {
         "gold_payment_totals_5m": (
-            "silver_payments", pay_wm, lambda df: gold.payment_totals(df, "5 minutes"),
+            "silver_payments",
+            pay_wm,
+            lambda df: gold.payment_totals(df, "5 minutes"),
         ),
         "gold_payment_totals_10m_sliding": (
-            "silver_payments", pay_wm,
+            "silver_payments",
+            pay_wm,
             lambda df: gold.payment_totals(df, "10 minutes", "5 minutes"),
         ),
         "gold_payment_success_rate_15m": (
-            "silver_payments", pay_wm, lambda df: gold.payment_success_rate(df, "15 minutes"),
+            "silver_payments",
+            pay_wm,
+            lambda df: gold.payment_success_rate(df, "15 minutes"),
         ),
         "gold_customer_sessions": (
-            "silver_customer_activity", session_wm,
+            "silver_customer_activity",
+            session_wm,
             lambda df: gold.customer_sessions(df, gap),
         ),
-    }  # fmt: skip
+    }
 
 
 def merge_customer_metrics(
@@ -141,9 +147,12 @@ class CustomerMetricsMerge:
 
         app_id = f"{JOB_NAME}-customer-metrics-{checkpoint_query_id(self.checkpoint)}"
         merge_customer_metrics(
-            self.spark, self.path, customer_metrics_increment(batch), app_id=app_id,
+            self.spark,
+            self.path,
+            customer_metrics_increment(batch),
+            app_id=app_id,
             version=batch_id,
-        )  # fmt: skip
+        )
 
 
 def start(
@@ -174,8 +183,9 @@ def start(
         if not table_exists(path):
             return None
         # Rows an operator held back after a failed gate never reach Gold (quality.holds).
-        return without_held(spark, spark.readStream.format("delta").load(str(path)), table,
-                            settings)  # fmt: skip
+        return without_held(
+            spark, spark.readStream.format("delta").load(str(path)), table, settings
+        )
 
     for table, (silver, delay, aggregate) in windowed_definitions(job.settings).items():
         stream = source(silver) if table in wanted else None

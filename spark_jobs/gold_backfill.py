@@ -95,13 +95,23 @@ def windowed_tables(gap: str) -> dict[str, WindowedTable]:
         )
         minutes = int(duration.split()[0])
         tables[table] = WindowedTable(
-            "silver_payments", _PAYMENT_COLUMNS, ("window_start", key), "window_start",
-            "window_end", timedelta(minutes=minutes), aggregate,
-        )  # fmt: skip
+            "silver_payments",
+            _PAYMENT_COLUMNS,
+            ("window_start", key),
+            "window_start",
+            "window_end",
+            timedelta(minutes=minutes),
+            aggregate,
+        )
     tables["gold_customer_sessions"] = WindowedTable(
-        "silver_customer_activity", _ACTIVITY_COLUMNS, ("customer_id", "session_start"),
-        "session_start", "session_end", None, lambda df: gold.customer_sessions(df, gap),
-    )  # fmt: skip
+        "silver_customer_activity",
+        _ACTIVITY_COLUMNS,
+        ("customer_id", "session_start"),
+        "session_start",
+        "session_end",
+        None,
+        lambda df: gold.customer_sessions(df, gap),
+    )
     return tables
 
 
@@ -133,8 +143,9 @@ def _interval_rows(df: DataFrame, spec: WindowedTable, interval: TimeRange) -> D
     return df.where((column >= F.lit(interval.start)) & (column < F.lit(interval.end)))
 
 
-def _source(spark: SparkSession, spec: WindowedTable,
-            settings: PlatformSettings | None) -> DataFrame:  # fmt: skip
+def _source(
+    spark: SparkSession, spec: WindowedTable, settings: PlatformSettings | None
+) -> DataFrame:
     from spark_jobs.late_corrections import silver_with_late
 
     return silver_with_late(spark, spec.source, spec.columns, settings).drop("late")
@@ -165,8 +176,10 @@ def recompute(
     else:
         # A session starting in the interval may run on past its end: take every row of
         # the customers active in it, then keep the sessions that start in it.
-        active = rows.where((F.col("event_time") >= F.lit(interval.start))
-                            & (F.col("event_time") < F.lit(interval.end)))  # fmt: skip
+        active = rows.where(
+            (F.col("event_time") >= F.lit(interval.start))
+            & (F.col("event_time") < F.lit(interval.end))
+        )
         rows = rows.join(active.select("customer_id").distinct(), "customer_id", "left_semi")
     aggregated = spec.aggregate(rows)
     if spec.reach is None:
@@ -220,7 +233,8 @@ def backfill_table(
     for column in values:
         same = same & F.col(f"s.{column}").eqNullSafe(F.col(f"t.{column}"))
     counts = (
-        fresh.withColumn("_in", F.lit(1)).alias("s")
+        fresh.withColumn("_in", F.lit(1))
+        .alias("s")
         .join(existing.withColumn("_in", F.lit(1)).alias("t"), keys, "full_outer")
         .agg(
             F.count(F.when(s_in, 1)).alias("recomputed"),
@@ -229,7 +243,7 @@ def backfill_table(
             F.count(F.when(s_in & t_in & ~same, 1)).alias("changed"),
         )
         .collect()[0]
-    )  # fmt: skip
+    )
     report.recomputed, report.inserted = counts["recomputed"], counts["inserted"]
     report.deleted, report.changed = counts["deleted"], counts["changed"]
     report.open = fresh_all.where(~final).count()
@@ -272,8 +286,7 @@ def run(
             spec = specs[table]
             if spec.source not in sources:
                 sources[spec.source] = _source(spark, spec, settings).persist()
-            reports.append(backfill_table(spark, table, interval, settings,
-                                          sources[spec.source]))  # fmt: skip
+            reports.append(backfill_table(spark, table, interval, settings, sources[spec.source]))
     finally:
         for frame in sources.values():
             frame.unpersist()

@@ -72,8 +72,12 @@ def operator_errors(main: Callable[..., int]) -> Callable[..., int]:
     def wrapper(*args: Any, **kwargs: Any) -> int:
         try:
             return main(*args, **kwargs)
-        except (CheckpointBusyError, FileNotFoundError, DamagedCheckpointError,
-                ConfigurationChangedError) as error:  # fmt: skip
+        except (
+            CheckpointBusyError,
+            FileNotFoundError,
+            DamagedCheckpointError,
+            ConfigurationChangedError,
+        ) as error:
             job = main.__globals__.get("JOB_NAME", main.__module__)
             print(f"{job}: {error}", file=sys.stderr)
             return 1

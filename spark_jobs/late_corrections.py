@@ -136,9 +136,10 @@ def silver_with_late(
         return on_time
     coordinates = ("topic", "partition", "offset")
     parsed = late.where(F.col("event_type").isin([c.event_type for c in contracts])).select(
-        F.from_json("payload_json", schema).alias("p"), *coordinates,
+        F.from_json("payload_json", schema).alias("p"),
+        *coordinates,
         F.col("event_time").alias("_event_time"),
-    )  # fmt: skip
+    )
     # One row per event id, the same one on every run (the first Kafka received), so that a
     # recomputation from it never flips between two payloads.
     first = Window.partitionBy("event_id").orderBy(*coordinates)
@@ -337,8 +338,9 @@ def correct_customer_metrics(spark: SparkSession, settings: PlatformSettings | N
         # The last run may have stopped between its ledger write and its MERGE: finish it.
         # Delta skips this MERGE when that run committed it (same app id and version).
         redo = late.join(ledger.where(F.col("run") == last), "event_id", "left_semi")
-        merge_customer_metrics(merge_session, path, customer_metrics_increment(redo),
-                               app_id=app_id, version=last)  # fmt: skip
+        merge_customer_metrics(
+            merge_session, path, customer_metrics_increment(redo), app_id=app_id, version=last
+        )
         late = late.join(ledger.select("event_id"), "event_id", "left_anti")
     run = 0 if last is None else last + 1
     # Materialised now: once the ledger holds these ids, re-reading would find none.

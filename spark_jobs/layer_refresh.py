@@ -66,8 +66,9 @@ def layers_of(layer: str) -> tuple[str, ...]:
     try:
         return REBUILDS[layer]
     except KeyError:
-        raise ValueError(f"layer {layer!r} cannot be refreshed; choose one of "
-                         f"{sorted(REBUILDS)}") from None  # fmt: skip
+        raise ValueError(
+            f"layer {layer!r} cannot be refreshed; choose one of {sorted(REBUILDS)}"
+        ) from None
 
 
 @dataclass(frozen=True)
@@ -108,10 +109,12 @@ class RefreshLayout:
 
     def staged_settings(self, layer: str) -> PlatformSettings:
         """The settings a staging job sees (:meth:`environment` applied)."""
-        storage = self.settings.storage.model_copy(update={
-            "layer_dirs": {name: self.staging for name in (*layers_of(layer), "ops")},
-            "checkpoint_dir": self.staging / "checkpoints",
-        })  # fmt: skip
+        storage = self.settings.storage.model_copy(
+            update={
+                "layer_dirs": {name: self.staging for name in (*layers_of(layer), "ops")},
+                "checkpoint_dir": self.staging / "checkpoints",
+            }
+        )
         return self.settings.model_copy(update={"storage": storage})
 
 
@@ -142,8 +145,10 @@ def prepare(layer: str, refresh_id: str, settings: PlatformSettings | None = Non
     layout = RefreshLayout(refresh_id, settings)
     busy = busy_jobs(layer, settings)
     if busy:
-        raise RefreshError(f"refusing to refresh {layer}: {', '.join(busy)} is running; wait "
-                           "for it to finish (or stop it) and trigger again")  # fmt: skip
+        raise RefreshError(
+            f"refusing to refresh {layer}: {', '.join(busy)} is running; wait "
+            "for it to finish (or stop it) and trigger again"
+        )
     if layout.root.exists():
         raise RefreshError(f"refresh {refresh_id} already has folders at {layout.root}")
     catalog = get_catalog()
@@ -161,8 +166,11 @@ def rebuilt_tables(layer: str) -> list[str]:
     ``payment_alerts``, which a refresh neither stops nor rebuilds)."""
     catalog = get_catalog()
     always_on = {job.sink for job in catalog.jobs.values() if job.mode == "always_on"}
-    return [name for name, table in catalog.tables.items()
-            if table.layer in layers_of(layer) and name not in always_on]  # fmt: skip
+    return [
+        name
+        for name, table in catalog.tables.items()
+        if table.layer in layers_of(layer) and name not in always_on
+    ]
 
 
 def _unvalidated(layer: str, layout: RefreshLayout) -> list[str]:
@@ -243,22 +251,31 @@ def swap(
     journal = json.loads(journal_path.read_text()) if journal_path.exists() else None
     if journal is None:
         missing = [
-            t for t in rebuilt_tables(layer)
+            t
+            for t in rebuilt_tables(layer)
             if delta_version(catalog.table(t).path(staged)) is None
             and delta_version(catalog.table(t).path(settings)) is not None
-        ]  # fmt: skip
+        ]
         if missing:
-            raise RefreshError(f"refusing to swap: the rebuild produced no {', '.join(missing)} "
-                               "(live has them); the live layer is unchanged")  # fmt: skip
+            raise RefreshError(
+                f"refusing to swap: the rebuild produced no {', '.join(missing)} "
+                "(live has them); the live layer is unchanged"
+            )
         problems = _unvalidated(layer, layout)
         if problems:
-            raise RefreshError(f"refusing to swap: the rebuild has not passed its gate for "
-                               f"{', '.join(problems)}; the live layer is unchanged")  # fmt: skip
+            raise RefreshError(
+                f"refusing to swap: the rebuild has not passed its gate for "
+                f"{', '.join(problems)}; the live layer is unchanged"
+            )
     moved: list[str] = []
     with _locked(layer, settings):
         if journal is None:
-            journal = {"layer": layer, "done": 0, "marks_recorded": False,
-                       "moves": [[str(a), str(b)] for a, b in _moves(layer, layout)]}  # fmt: skip
+            journal = {
+                "layer": layer,
+                "done": 0,
+                "marks_recorded": False,
+                "moves": [[str(a), str(b)] for a, b in _moves(layer, layout)],
+            }
             journal_path.write_text(json.dumps(journal, indent=1))
         for index, (source, target) in enumerate(journal["moves"]):
             if index < journal["done"]:
@@ -266,8 +283,9 @@ def swap(
             source_path, target_path = Path(source), Path(target)
             if source_path.exists():  # else: renamed before a crash, or never existed
                 if target_path.exists():
-                    raise RefreshError(f"cannot move {source} to {target}: the target exists "
-                                       f"(see {journal_path})")  # fmt: skip
+                    raise RefreshError(
+                        f"cannot move {source} to {target}: the target exists (see {journal_path})"
+                    )
                 target_path.parent.mkdir(parents=True, exist_ok=True)
                 source_path.rename(target_path)
                 moved.append(f"{source} -> {target}")
@@ -279,11 +297,23 @@ def swap(
             for name in rebuilt_tables(layer):
                 version = delta_version(catalog.table(name).path(settings))
                 if version is not None:
-                    marks.append((f"full_refresh__{refresh_id}", catalog.table(name).layer,
-                                  name, 0, version, 0, "passed", "[]",
-                                  docs_index(settings).as_uri(), "layer_full_refresh",
-                                  f"rebuilt by full refresh {refresh_id}, validated in staging "
-                                  "and swapped in", now))  # fmt: skip
+                    marks.append(
+                        (
+                            f"full_refresh__{refresh_id}",
+                            catalog.table(name).layer,
+                            name,
+                            0,
+                            version,
+                            0,
+                            "passed",
+                            "[]",
+                            docs_index(settings).as_uri(),
+                            "layer_full_refresh",
+                            f"rebuilt by full refresh {refresh_id}, validated in staging "
+                            "and swapped in",
+                            now,
+                        )
+                    )
             if marks:
                 path = str(catalog.table(RESULTS_TABLE).path(settings))
                 results = spark.createDataFrame(marks, RESULTS_SCHEMA)

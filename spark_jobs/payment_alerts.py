@@ -86,8 +86,9 @@ class AlertSink:
                 .option("topic", self.topic)
                 .save()
             )
-            append_idempotent(new, self.table, app_id=checkpoint_query_id(self.checkpoint),
-                              version=batch_id)  # fmt: skip
+            append_idempotent(
+                new, self.table, app_id=checkpoint_query_id(self.checkpoint), version=batch_id
+            )
         finally:
             new.unpersist()
 
@@ -129,9 +130,13 @@ def start(
     settings = settings or get_settings()
     job = get_catalog().job(JOB_NAME)
     rules = settings.alerts
-    ensure_topics(settings.kafka.bootstrap_servers, [settings.kafka.topic(rules.topic)],
-                  partitions=settings.replay.partitions, allow_partition_mismatch=True,
-                  kafka=settings.kafka)  # fmt: skip
+    ensure_topics(
+        settings.kafka.bootstrap_servers,
+        [settings.kafka.topic(rules.topic)],
+        partitions=settings.replay.partitions,
+        allow_partition_mismatch=True,
+        kafka=settings.kafka,
+    )
     table = get_catalog().table(job.sink).path(settings)
     if not table_exists(table):
         # Created up front: two queries creating it concurrently would conflict.
@@ -139,11 +144,17 @@ def start(
     payments = parsed_payments(spark, settings)
     definitions: list[tuple[str, DataFrame, str]] = [
         (AMOUNT_RULE, amount_alerts(payments, rules.amount_threshold), "append"),
-        (VELOCITY_RULE, velocity_alerts(
-            payments, window=job.setting("velocity_window"),
-            watermark=job.setting("velocity_watermark"),
-            max_payments=rules.max_payments_per_window), "update"),
-    ]  # fmt: skip
+        (
+            VELOCITY_RULE,
+            velocity_alerts(
+                payments,
+                window=job.setting("velocity_window"),
+                watermark=job.setting("velocity_watermark"),
+                max_payments=rules.max_payments_per_window,
+            ),
+            "update",
+        ),
+    ]
     queries = []
     for rule, alerts, mode in definitions:
         checkpoint = job.checkpoint(settings, rule)
@@ -184,9 +195,11 @@ def main(argv: Sequence[str] | None = None) -> int:
         except TopicCollisionError as error:
             print(f"{JOB_NAME}: {error}", file=sys.stderr)
         except KafkaError as error:
-            print(f"{JOB_NAME}: Kafka at {get_settings().kafka.bootstrap_servers} refused or "
-                  f"did not answer: {error!r} (is the broker up? `ingestctl kafka status`)",
-                  file=sys.stderr)  # fmt: skip
+            print(
+                f"{JOB_NAME}: Kafka at {get_settings().kafka.bootstrap_servers} refused or "
+                f"did not answer: {error!r} (is the broker up? `ingestctl kafka status`)",
+                file=sys.stderr,
+            )
         return 1
 
 

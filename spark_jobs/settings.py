@@ -99,8 +99,11 @@ def check_topic_prefix(prefix: str, names: Iterable[str]) -> str:
         if re.fullmatch(TOPIC_PATTERN, topic):
             continue
         shown = topic if len(topic) <= 80 else f"{topic[:40]}...{topic[-30:]}"
-        why = (f"{len(topic)} characters, Kafka allows at most 249" if len(topic) > 249
-               else "Kafka allows only [A-Za-z0-9._-]")  # fmt: skip
+        why = (
+            f"{len(topic)} characters, Kafka allows at most 249"
+            if len(topic) > 249
+            else "Kafka allows only [A-Za-z0-9._-]"
+        )
         raise ValueError(f"topic prefix makes an invalid Kafka topic name {shown!r}: {why}")
     return prefix
 
@@ -245,8 +248,11 @@ class KafkaSettings(BaseModel):
         }
         if self.uses_sasl:
             mechanism, user, password = self._credentials()
-            config |= {"sasl_mechanism": mechanism, "sasl_plain_username": user,
-                       "sasl_plain_password": password}  # fmt: skip
+            config |= {
+                "sasl_mechanism": mechanism,
+                "sasl_plain_username": user,
+                "sasl_plain_password": password,
+            }
         if self.uses_ssl:
             config["ssl_check_hostname"] = self.ssl_check_hostname
             if self.ssl_cafile is not None:

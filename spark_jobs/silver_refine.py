@@ -197,9 +197,12 @@ class SilverBatchWriter:
     def _append(self, df: DataFrame, table: str, batch_id: int) -> None:
         spec = self.catalog.table(table)
         append_idempotent(
-            df, self.path(table), app_id=self.app_id(), version=batch_id,
+            df,
+            self.path(table),
+            app_id=self.app_id(),
+            version=batch_id,
             partition_by=spec.partition_by,
-        )  # fmt: skip
+        )
 
     def _state(self, batch_id: int) -> Watermarks:
         """The watermarks after this query's newest batch before ``batch_id``.
@@ -213,8 +216,9 @@ class SilverBatchWriter:
         recon = read_table(self.spark, self.path("silver_reconciliation"))
         if recon is None or "query_id" not in recon.columns:
             return Watermarks()
-        per_topic = [c for c in ("topic_watermarks", "partition_max_event_times")
-                     if c in recon.columns]  # fmt: skip
+        per_topic = [
+            c for c in ("topic_watermarks", "partition_max_event_times") if c in recon.columns
+        ]
         row = (
             recon.where(
                 (F.col("job") == JOB_NAME)
@@ -305,9 +309,12 @@ class SilverBatchWriter:
                     )
                     continue
                 parsed = parse_topic(
-                    rows, topic, now=now, max_future_skew=self.max_future_skew,
+                    rows,
+                    topic,
+                    now=now,
+                    max_future_skew=self.max_future_skew,
                     event_time_skew=self.event_time_skew,
-                ).persist()  # fmt: skip
+                ).persist()
                 persisted.append(parsed)
                 quarantined.append(quarantine_rows(parsed))
                 on_time, late = split_late(usable_rows(parsed), state.for_topic(topic))
@@ -329,11 +336,22 @@ class SilverBatchWriter:
                     self._append(first.drop("payload_hash"), table, batch_id)
                     ids.append(first.select("event_id", "payload_hash", "event_time", "event_date"))
                 late_rows = late.select(
-                    "event_id", "event_type", *COORDINATES, "event_time", "watermark",
+                    "event_id",
+                    "event_type",
+                    *COORDINATES,
+                    "event_time",
+                    "watermark",
                     "lateness_seconds",
-                    F.to_json(F.struct(*[c for c in late.columns if c not in (
-                        "watermark", "lateness_seconds", *COORDINATES)])).alias("payload_json"),
-                ).persist()  # fmt: skip
+                    F.to_json(
+                        F.struct(
+                            *[
+                                c
+                                for c in late.columns
+                                if c not in ("watermark", "lateness_seconds", *COORDINATES)
+                            ]
+                        )
+                    ).alias("payload_json"),
+                ).persist()
                 persisted.append(late_rows)
                 lates.append(late_rows)
                 conflict_rows = conflicts.select(
@@ -350,8 +368,11 @@ class SilverBatchWriter:
                 counts.duplicates += n_dup
                 counts.conflicts += n_conflicts
             stamp = F.lit(batch_id).cast("long").alias("batch_id")
-            for frames, table in ((ids, "silver_event_ids"), (lates, "silver_late_events"),
-                                  (conflict_list, "silver_dedup_conflicts")):  # fmt: skip
+            for frames, table in (
+                (ids, "silver_event_ids"),
+                (lates, "silver_late_events"),
+                (conflict_list, "silver_dedup_conflicts"),
+            ):
                 if frames and (table != "silver_late_events" or counts.late):
                     query = F.lit(self.app_id()).alias("query_id")
                     self._append(_union(frames).select("*", stamp, query), table, batch_id)
@@ -370,24 +391,39 @@ class SilverBatchWriter:
                     )
                     fresh = fresh.join(
                         other.select("topic", "partition", "offset"),
-                        ["topic", "partition", "offset"], "left_anti",
-                    )  # fmt: skip
+                        ["topic", "partition", "offset"],
+                        "left_anti",
+                    )
                 self._append(fresh, "silver_quarantine", batch_id)
             counts.check(batch_id)
             new = advance_watermarks(state, batch_max, self.delay)
             partitions = [(t, p, m) for (t, p), m in sorted(new.partition_max.items())]
             record = self.spark.createDataFrame(
-                [(JOB_NAME, self.app_id(), batch_id, counts.read, counts.written,
-                  counts.quarantined, counts.duplicates, counts.late, counts.conflicts,
-                  new.max_event_time, new.combined, now, new.topics or None,
-                  partitions or None)],
+                [
+                    (
+                        JOB_NAME,
+                        self.app_id(),
+                        batch_id,
+                        counts.read,
+                        counts.written,
+                        counts.quarantined,
+                        counts.duplicates,
+                        counts.late,
+                        counts.conflicts,
+                        new.max_event_time,
+                        new.combined,
+                        now,
+                        new.topics or None,
+                        partitions or None,
+                    )
+                ],
                 "job string, query_id string, batch_id long, records_read long, "
                 "records_written long, records_quarantined long, duplicates_dropped long, "
                 "late_events long, dedup_conflicts long, max_event_time timestamp, "
                 "watermark timestamp, batch_time timestamp, "
                 "topic_watermarks map<string, timestamp>, partition_max_event_times "
                 "array<struct<topic: string, partition: int, max_event_time: timestamp>>",
-            )  # fmt: skip
+            )
             # Written last: a batch is recorded only once everything else is in.
             self._append(record, "silver_reconciliation", batch_id)
             for frame in (*persisted, seen, customers):
@@ -419,8 +455,15 @@ def load_customers(spark: SparkSession, settings: PlatformSettings | None = None
     files = sorted((settings.storage.landing_path / "customers").glob("*.parquet"))
     if not files:
         return 0
-    columns = ["customer_id", "customer_unique_id", "zip_code_prefix", "city", "state",
-               "country", "source"]  # fmt: skip
+    columns = [
+        "customer_id",
+        "customer_unique_id",
+        "zip_code_prefix",
+        "city",
+        "state",
+        "country",
+        "source",
+    ]
     frames = []
     for order, file in enumerate(files):
         df = spark.read.parquet(str(file))

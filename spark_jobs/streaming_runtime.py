@@ -123,11 +123,17 @@ class HeartbeatListener(_Listener):
         if status:
             self.status = status
         now = datetime.now(UTC)
-        write_json(self.files.heartbeat, {
-            "job": self.job, "pid": os.getpid(), "status": self.status,
-            "updated_at": now.isoformat(), "updated_at_epoch_s": now.timestamp(),
-            "queries": self.queries,
-        })  # fmt: skip
+        write_json(
+            self.files.heartbeat,
+            {
+                "job": self.job,
+                "pid": os.getpid(),
+                "status": self.status,
+                "updated_at": now.isoformat(),
+                "updated_at_epoch_s": now.timestamp(),
+                "queries": self.queries,
+            },
+        )
 
     def onQueryStarted(self, event: Any) -> None:  # noqa: N802 - Spark's listener API
         self._query(event)["status"] = "started"

@@ -30,13 +30,15 @@ class TimeRange(BaseModel):
         object.__setattr__(self, "start", self.start.astimezone(UTC))
         object.__setattr__(self, "end", self.end.astimezone(UTC))
         if self.end <= self.start:
-            raise ValueError(f"end {self.end.isoformat()} is not after start "
-                             f"{self.start.isoformat()}")  # fmt: skip
+            raise ValueError(
+                f"end {self.end.isoformat()} is not after start {self.start.isoformat()}"
+            )
         return self
 
     @classmethod
-    def parse(cls, start: str | datetime, end: str | datetime,
-              max_span: timedelta | None = None) -> TimeRange:  # fmt: skip
+    def parse(
+        cls, start: str | datetime, end: str | datetime, max_span: timedelta | None = None
+    ) -> TimeRange:
         """Build a range from ISO 8601 texts (``2018-08-01T10:00:00Z``, ``...+00:00``) or
         datetimes.
 
@@ -55,8 +57,9 @@ class TimeRange(BaseModel):
                         "2018-08-01T10:00:00Z"
                     ) from None
             if value.tzinfo is None:
-                raise TimeRangeError(f"{name} {value.isoformat()} has no UTC offset; write it "
-                                     "with Z or +00:00")  # fmt: skip
+                raise TimeRangeError(
+                    f"{name} {value.isoformat()} has no UTC offset; write it with Z or +00:00"
+                )
             values[name] = value
         try:
             found = cls(**values)

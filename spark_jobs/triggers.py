@@ -23,11 +23,21 @@ if TYPE_CHECKING:
 
 TriggerKind = Literal["available-now", "processing-time", "real-time"]
 _UNITS = {
-    "ms": "milliseconds", "millisecond": "milliseconds", "milliseconds": "milliseconds",
-    "s": "seconds", "sec": "seconds", "second": "seconds", "seconds": "seconds",
-    "m": "minutes", "min": "minutes", "minute": "minutes", "minutes": "minutes",
-    "h": "hours", "hour": "hours", "hours": "hours",
-}  # fmt: skip
+    "ms": "milliseconds",
+    "millisecond": "milliseconds",
+    "milliseconds": "milliseconds",
+    "s": "seconds",
+    "sec": "seconds",
+    "second": "seconds",
+    "seconds": "seconds",
+    "m": "minutes",
+    "min": "minutes",
+    "minute": "minutes",
+    "minutes": "minutes",
+    "h": "hours",
+    "hour": "hours",
+    "hours": "hours",
+}
 _INTERVAL = re.compile(r"^\s*(\d+)\s*([a-z]+)\s*$")
 
 

@@ -119,9 +119,11 @@ def airflow_environment(
             "ingest_platform.airflow_runtime.SQLITE_CONNECT_ARGS"
         )
     # Settings the user exported win over the embedded defaults (log-server ports, connect args).
-    for key in ("AIRFLOW__LOGGING__WORKER_LOG_SERVER_PORT",
-                "AIRFLOW__LOGGING__TRIGGER_LOG_SERVER_PORT",
-                "AIRFLOW__DATABASE__SQL_ALCHEMY_CONNECT_ARGS"):  # fmt: skip
+    for key in (
+        "AIRFLOW__LOGGING__WORKER_LOG_SERVER_PORT",
+        "AIRFLOW__LOGGING__TRIGGER_LOG_SERVER_PORT",
+        "AIRFLOW__DATABASE__SQL_ALCHEMY_CONNECT_ARGS",
+    ):
         if os.environ.get(key):
             env.pop(key, None)
     return env
@@ -138,8 +140,9 @@ def ensure_pools(cli: bool = False) -> None:
     run_cli(pool_command(), cli=cli)
 
 
-def run_cli(args: list[str], env: Mapping[str, str] | None = None, check: bool = True,
-            cli: bool = False) -> subprocess.CompletedProcess[str]:  # fmt: skip
+def run_cli(
+    args: list[str], env: Mapping[str, str] | None = None, check: bool = True, cli: bool = False
+) -> subprocess.CompletedProcess[str]:
     """Run ``airflow <args>`` with the embedded environment; output captured as text.
 
     :param cli: use the command-line metadata database (see :func:`airflow_home`).
@@ -149,8 +152,9 @@ def run_cli(args: list[str], env: Mapping[str, str] | None = None, check: bool =
     if "AIRFLOW_HOME" not in (env or {}):
         private_airflow_home(cli)
     airflow = str(Path(sys.executable).parent / "airflow")
-    done = subprocess.run([airflow, *args], env=full, capture_output=True, text=True,
-                          cwd=PROJECT_ROOT, check=False)  # fmt: skip
+    done = subprocess.run(
+        [airflow, *args], env=full, capture_output=True, text=True, cwd=PROJECT_ROOT, check=False
+    )
     if check and done.returncode != 0:
         tail = "\n".join((done.stdout + done.stderr).splitlines()[-30:])
         raise AirflowError(f"airflow {' '.join(args)} exited {done.returncode}:\n{tail}")
@@ -215,9 +219,15 @@ class Standalone:
             env = {**os.environ, **airflow_environment(self.port, log_ports=self.log_ports)}
             airflow = str(Path(sys.executable).parent / "airflow")
             with self.log_file.open("ab") as log:
-                process = subprocess.Popen([airflow, "standalone"], env=env, stdout=log,
-                                           stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
-                                           start_new_session=True, cwd=PROJECT_ROOT)  # fmt: skip
+                process = subprocess.Popen(
+                    [airflow, "standalone"],
+                    env=env,
+                    stdout=log,
+                    stderr=subprocess.STDOUT,
+                    stdin=subprocess.DEVNULL,
+                    start_new_session=True,
+                    cwd=PROJECT_ROOT,
+                )
             self.pid_file.write_text(f"{process.pid}\n")
         deadline = time.monotonic() + timeout_s
         while time.monotonic() < deadline:
@@ -227,8 +237,10 @@ class Standalone:
                 ensure_pools()  # before a DAG is unpaused: tasks need their pools
                 return
             time.sleep(2)
-        raise AirflowError(f"airflow standalone did not answer on {self.url} within "
-                           f"{timeout_s:.0f} s; {self.log_file}:\n{self._tail()}")  # fmt: skip
+        raise AirflowError(
+            f"airflow standalone did not answer on {self.url} within "
+            f"{timeout_s:.0f} s; {self.log_file}:\n{self._tail()}"
+        )
 
     def down(self, timeout_s: float = 60) -> bool:
         """Stop the standalone this platform started and every process it spawned
@@ -274,12 +286,16 @@ class AirflowClient:
     def __init__(self, url: str, user: str, password: str) -> None:
         import httpx
 
-        token = httpx.post(f"{url}/auth/token", json={"username": user, "password": password},
-                           timeout=30)  # fmt: skip
+        token = httpx.post(
+            f"{url}/auth/token", json={"username": user, "password": password}, timeout=30
+        )
         if token.status_code not in (200, 201):
             raise AirflowError(f"login to {url} failed: {token.status_code} {token.text[:200]}")
-        self.http = httpx.Client(base_url=f"{url}/api/v2", timeout=30, headers={
-            "Authorization": f"Bearer {token.json()['access_token']}"})  # fmt: skip
+        self.http = httpx.Client(
+            base_url=f"{url}/api/v2",
+            timeout=30,
+            headers={"Authorization": f"Bearer {token.json()['access_token']}"},
+        )
 
     def _call(self, method: str, path: str, **kwargs: Any) -> Any:
         response = self.http.request(method, path, **kwargs)
@@ -307,8 +323,9 @@ class AirflowClient:
 
     def latest_run(self, dag_id: str) -> str | None:
         """Id of the DAG's newest run, or None when it has none."""
-        found = self._call("GET", f"/dags/{dag_id}/dagRuns",
-                           params={"order_by": "-run_after", "limit": 1})  # fmt: skip
+        found = self._call(
+            "GET", f"/dags/{dag_id}/dagRuns", params={"order_by": "-run_after", "limit": 1}
+        )
         runs = found.get("dag_runs") or []
         return str(runs[0]["dag_run_id"]) if runs else None
 
@@ -332,8 +349,9 @@ class AirflowClient:
         found = self._call("GET", f"/dags/{dag_id}/dagRuns/{run_id}/taskInstances")
         return {ti["task_id"]: str(ti["state"]) for ti in found["task_instances"]}
 
-    def wait_for_run(self, dag_id: str, run_id: str, timeout_s: float = 1800,
-                     on_change: Any = None) -> str:  # fmt: skip
+    def wait_for_run(
+        self, dag_id: str, run_id: str, timeout_s: float = 1800, on_change: Any = None
+    ) -> str:
         """Wait for a run to finish; :returns: its final state (success or failed).
 
         :param on_change: called with ``{task_id: state}`` whenever a task's state changes.

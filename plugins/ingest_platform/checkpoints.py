@@ -193,8 +193,9 @@ def list_backups(job_name: str, settings: PlatformSettings | None = None) -> lis
         except (OSError, ValueError) as error:
             # A backup whose manifest cannot be read cannot be verified: never used, and it
             # must not stop a recovery that other backups or the sink can serve.
-            logging.getLogger(__name__).warning("backup %s skipped: manifest unreadable (%s)",
-                                                path, error)  # fmt: skip
+            logging.getLogger(__name__).warning(
+                "backup %s skipped: manifest unreadable (%s)", path, error
+            )
             continue
         found.append(
             BackupInfo(path.name, path, datetime.fromisoformat(manifest["created_at"]), manifest)

@@ -191,8 +191,14 @@ def demo(
 
     try:
         run_demo(events, source=source, port=port)
-    except (BrokerError, ProduceError, MissingJarsError, FileNotFoundError, AirflowError,
-            DemoError) as error:  # fmt: skip
+    except (
+        BrokerError,
+        ProduceError,
+        MissingJarsError,
+        FileNotFoundError,
+        AirflowError,
+        DemoError,
+    ) as error:
         raise _fail(str(error)) from None
 
 
@@ -221,8 +227,13 @@ def airflow_cli(ctx: typer.Context) -> None:
         from ingest_platform.orchestration import pool_command
 
         for init in (["db", "migrate"], pool_command(), ["dags", "reserialize"]):
-            subprocess.run([airflow, *init], env=env, check=True, stdout=subprocess.DEVNULL,
-                           stderr=subprocess.DEVNULL)  # fmt: skip
+            subprocess.run(
+                [airflow, *init],
+                env=env,
+                check=True,
+                stdout=subprocess.DEVNULL,
+                stderr=subprocess.DEVNULL,
+            )
     raise typer.Exit(subprocess.run([airflow, *ctx.args], env=env, check=False).returncode)
 
 
@@ -333,9 +344,14 @@ ProgressOption = Annotated[bool, typer.Option("--progress/--no-progress", help="
 
 
 _FAULT_OPTIONS = (
-    "duplicate_rate", "late_rate", "late_delay", "out_of_order_rate", "malformed_rate",
-    "drift_rate", "oversize_count",
-)  # fmt: skip
+    "duplicate_rate",
+    "late_rate",
+    "late_delay",
+    "out_of_order_rate",
+    "malformed_rate",
+    "drift_rate",
+    "oversize_count",
+)
 
 
 def _send(source: str, events: Any, options: dict[str, Any]) -> ReplaySummary:
@@ -479,8 +495,9 @@ def replay(
         # keeps every customer any of them had.
         landing = get_settings().storage.landing_path / "customers"
         written, total = runner.write_dimension(customers, landing, source.value.replace("-", "_"))
-        typer.echo(f"customers dimension: {len(customers)} rows upserted -> {written} "
-                   f"({total} customers)")  # fmt: skip
+        typer.echo(
+            f"customers dimension: {len(customers)} rows upserted -> {written} ({total} customers)"
+        )
 
 
 @app.command("generate")
@@ -579,8 +596,10 @@ def checkpoints_restore(
         result = restore(job, backup_id, accept_data_loss=accept_data_loss)
     except (KeyError, RestoreRefusedError) as error:
         raise _fail(str(error).strip("'\"")) from None
-    typer.echo(f"restored {job} from {backup_id}: backup batches {result.restored_batch}; "
-               f"resumes after {result.resumes_after} (intact later batches kept)")  # fmt: skip
+    typer.echo(
+        f"restored {job} from {backup_id}: backup batches {result.restored_batch}; "
+        f"resumes after {result.resumes_after} (intact later batches kept)"
+    )
     if result.moved_aside:
         typer.echo(f"the previous checkpoint is kept at {result.moved_aside}")
 

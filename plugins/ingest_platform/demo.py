@@ -21,8 +21,12 @@ from spark_jobs.settings import PROJECT_ROOT, PlatformSettings
 OLIST_SAMPLE = PROJECT_ROOT.parent / "shared" / "datasets" / "olist_ecommerce" / "sample"
 DAGS = ("streaming_supervisor", "medallion_incremental")
 #: Scheduled maintenance and manual-only DAGs the demo unpauses (a trigger then runs at once).
-MANUAL_DAGS = ("checkpoint_maintenance", "checkpoint_restore", "bronze_replay",
-               "layer_full_refresh")  # fmt: skip
+MANUAL_DAGS = (
+    "checkpoint_maintenance",
+    "checkpoint_restore",
+    "bronze_replay",
+    "layer_full_refresh",
+)
 
 
 class DemoError(RuntimeError):
@@ -39,8 +43,9 @@ class DemoResult:
     rows: dict[str, int]
 
 
-def _produce(settings: PlatformSettings, source: str, events: int, echo: Callable[[str], None]
-             ) -> tuple[str, int]:  # fmt: skip
+def _produce(
+    settings: PlatformSettings, source: str, events: int, echo: Callable[[str], None]
+) -> tuple[str, int]:
     from ingest_platform.replay import olist, runner
     from ingest_platform.replay.faults import FaultConfig
     from ingest_platform.replay.generator import generate_events
@@ -51,8 +56,9 @@ def _produce(settings: PlatformSettings, source: str, events: int, echo: Callabl
             raise FileNotFoundError(f"no Olist sample at {OLIST_SAMPLE}")
         echo(f"replaying the Olist sample from {OLIST_SAMPLE} ...")
         stream = olist.read_events(OLIST_SAMPLE)
-        runner.write_dimension(olist.read_customers(OLIST_SAMPLE),
-                               settings.storage.landing_path / "customers", "olist")  # fmt: skip
+        runner.write_dimension(
+            olist.read_customers(OLIST_SAMPLE), settings.storage.landing_path / "customers", "olist"
+        )
     else:
         echo(f"generating {events} synthetic events ...")
         # 0.5 events per second of event time: 2,000 events span about an hour, enough for
@@ -60,11 +66,15 @@ def _produce(settings: PlatformSettings, source: str, events: int, echo: Callabl
         start = datetime(2026, 1, 1, tzinfo=UTC)
         stream = list(generate_events(events, seed=7, start=start, rate=0.5))
     summary = runner.run(
-        "olist" if use_olist else "generator", stream,
-        bootstrap_servers=settings.kafka.bootstrap_servers, faults=FaultConfig(),
-        pace=runner.Pace(None), topic_prefix=settings.kafka.topic_prefix, progress=False,
+        "olist" if use_olist else "generator",
+        stream,
+        bootstrap_servers=settings.kafka.bootstrap_servers,
+        faults=FaultConfig(),
+        pace=runner.Pace(None),
+        topic_prefix=settings.kafka.topic_prefix,
+        progress=False,
         kafka=settings.kafka,
-    )  # fmt: skip
+    )
     if summary.produce.failed:
         raise ProduceError(summary.produce)
     echo(f"produced {summary.produce.acknowledged} events")
@@ -103,8 +113,12 @@ def table_rows(settings: PlatformSettings) -> dict[str, int]:
     return rows
 
 
-def wait_for_bronze(settings: PlatformSettings, expected: int, timeout_s: float = 600,
-                    echo: Callable[[str], None] = print) -> int:  # fmt: skip
+def wait_for_bronze(
+    settings: PlatformSettings,
+    expected: int,
+    timeout_s: float = 600,
+    echo: Callable[[str], None] = print,
+) -> int:
     """Wait until ``bronze_events`` holds ``expected`` records; :returns: its row count.
 
     :raises DemoError: not there within ``timeout_s`` (bronze_ingest's driver log named).
@@ -117,8 +131,9 @@ def wait_for_bronze(settings: PlatformSettings, expected: int, timeout_s: float 
             return have
         time.sleep(5)
     log = settings.storage.state_path / "jobs" / "bronze_ingest" / "driver.log"
-    raise DemoError(f"bronze_events holds {have} of {expected} records after {timeout_s:.0f} s;"
-                    f" see {log}")  # fmt: skip
+    raise DemoError(
+        f"bronze_events holds {have} of {expected} records after {timeout_s:.0f} s; see {log}"
+    )
 
 
 def run_demo(
@@ -159,8 +174,10 @@ def run_demo(
     echo("streaming_supervisor: starting the always-on jobs (bronze_ingest, payment_alerts) ...")
     if client.wait_for_run("streaming_supervisor", run_id, timeout_s=600) != "success":
         jobs = settings.storage.state_path / "jobs"
-        raise DemoError(f"streaming_supervisor run {run_id} failed: see its task logs in the "
-                        f"UI ({standalone.url}) or the driver logs in {jobs}")  # fmt: skip
+        raise DemoError(
+            f"streaming_supervisor run {run_id} failed: see its task logs in the "
+            f"UI ({standalone.url}) or the driver logs in {jobs}"
+        )
     backlog = kafka_backlog(settings)
     echo(f"waiting for bronze_ingest to land {backlog} records ...")
     wait_for_bronze(settings, backlog, echo=echo)
@@ -177,21 +194,23 @@ def run_demo(
     medallion_run = scheduled or client.trigger("medallion_incremental")
     echo(f"medallion_incremental: run {medallion_run} ...")
     state = client.wait_for_run(
-        "medallion_incremental", medallion_run,
+        "medallion_incremental",
+        medallion_run,
         on_change=lambda tasks: echo("  " + ", ".join(f"{t}={s}" for t, s in tasks.items())),
-    )  # fmt: skip
+    )
     rows = table_rows(settings)
     _summary(settings, rows, echo)
     echo(f"Airflow UI: {standalone.url}  (user admin; password in {standalone.password_file})")
     echo("stop everything with `make demo-down`")
     if state != "success":
-        raise DemoError(f"medallion_incremental run {medallion_run} {state}: see the failed "
-                        f"task's log in the UI ({standalone.url})")  # fmt: skip
+        raise DemoError(
+            f"medallion_incremental run {medallion_run} {state}: see the failed "
+            f"task's log in the UI ({standalone.url})"
+        )
     return DemoResult(source=used, produced=produced, run_state=state, rows=rows)
 
 
-def _summary(settings: PlatformSettings, rows: dict[str, int], echo: Callable[[str], None]
-             ) -> None:  # fmt: skip
+def _summary(settings: PlatformSettings, rows: dict[str, int], echo: Callable[[str], None]) -> None:
     from spark_jobs.catalog import get_catalog
     from spark_jobs.delta_io import read_pandas
 
@@ -204,8 +223,10 @@ def _summary(settings: PlatformSettings, rows: dict[str, int], echo: Callable[[s
         totals = read_pandas(path).sort_values("window_start").tail(5)
         echo("newest gold_payment_totals_5m windows:")
         for row in totals.itertuples():
-            echo(f"  {row.window_start} {row.currency} payments={row.payment_count} "
-                 f"amount={row.amount_total}")  # fmt: skip
+            echo(
+                f"  {row.window_start} {row.currency} payments={row.payment_count} "
+                f"amount={row.amount_total}"
+            )
 
 
 def stop_demo(echo: Callable[[str], None] = print) -> None:

@@ -412,9 +412,11 @@ def _is_zombie(pid: int) -> bool:
 
 
 #: How ``ingestctl`` users choose other broker ports (the end of :class:`PortInUseError`).
-INGESTCTL_PORT_HINT = ("ingestctl never uses a Kafka broker it did not start: stop that "
-                       "process, or choose other ports with --port/--controller-port "
-                       "(or INGEST_KAFKA__PORT / INGEST_KAFKA__CONTROLLER_PORT).")  # fmt: skip
+INGESTCTL_PORT_HINT = (
+    "ingestctl never uses a Kafka broker it did not start: stop that "
+    "process, or choose other ports with --port/--controller-port "
+    "(or INGEST_KAFKA__PORT / INGEST_KAFKA__CONTROLLER_PORT)."
+)
 
 
 def ensure_port_free(host: str, port: int, hint: str = INGESTCTL_PORT_HINT) -> None:

@@ -87,8 +87,9 @@ def spark_submit_command(
     from spark_jobs.session import spark_submit_conf
 
     _use_project_spark_submit()
-    hook = SparkSubmitHook(conf=spark_submit_conf(job), conn_id=conn_id, name=job,
-                           application_args=list(args))  # fmt: skip
+    hook = SparkSubmitHook(
+        conf=spark_submit_conf(job), conn_id=conn_id, name=job, application_args=list(args)
+    )
     # The provider's own builder: the command matches what SparkSubmitOperator would run.
     return hook._build_spark_submit_command(job_application(job))
 
@@ -124,8 +125,9 @@ def inputs_snapshot(
     if job == "silver_refine":
         landing = settings.storage.landing_path
         files = sorted(p for p in landing.rglob("*") if p.is_file()) if landing.is_dir() else []
-        snapshot["landing"] = [[str(p.relative_to(landing)), p.stat().st_size,
-                                p.stat().st_mtime_ns] for p in files]  # fmt: skip
+        snapshot["landing"] = [
+            [str(p.relative_to(landing)), p.stat().st_size, p.stat().st_mtime_ns] for p in files
+        ]
     return snapshot
 
 
@@ -150,8 +152,15 @@ class SparkJobOperator(SparkSubmitOperator):
     #: Repair before and back up after the run (off for jobs on staging checkpoints).
     manage_checkpoint = True
 
-    def __init__(self, *, job: str, job_args: Sequence[str] = (), inputs: Sequence[str] = (),
-                 input_jobs: Sequence[str] = (), **kwargs: Any) -> None:  # fmt: skip
+    def __init__(
+        self,
+        *,
+        job: str,
+        job_args: Sequence[str] = (),
+        inputs: Sequence[str] = (),
+        input_jobs: Sequence[str] = (),
+        **kwargs: Any,
+    ) -> None:
         if job not in JOB_MODULES:
             raise ValueError(f"unknown job {job!r}; known: {sorted(JOB_MODULES)}")
         from spark_jobs.catalog import get_catalog
@@ -192,8 +201,10 @@ class SparkJobOperator(SparkSubmitOperator):
         ):
             self.log.info(
                 "%s: inputs unchanged since its last successful run (%s): nothing to "
-                "process, Spark not started", self.job, snapshot["tables"],
-            )  # fmt: skip
+                "process, Spark not started",
+                self.job,
+                snapshot["tables"],
+            )
             return None
         checkpointed = self.job in get_catalog().jobs and self.manage_checkpoint
         if checkpointed:
@@ -262,8 +273,13 @@ class LayerGateOperator(SparkJobOperator):
             self.log.info("gate %s: nothing to validate (no new Delta versions)", self.layer)
             return None
         for inc in increments:
-            self.log.info("gate %s: %s versions %d..%d pending", self.layer, inc.table,
-                          inc.from_version, inc.to_version)  # fmt: skip
+            self.log.info(
+                "gate %s: %s versions %d..%d pending",
+                self.layer,
+                inc.table,
+                inc.from_version,
+                inc.to_version,
+            )
         return super().execute(context)
 
 

@@ -74,8 +74,10 @@ def replay_plan(params: dict[str, object]) -> int:
     except (TimeRangeError, ValueError, RangeNotInKafkaError) as error:
         raise AirflowFailException(str(error)) from None
     for p in plans:
-        print(f"{p.topic}[{p.partition}]: offsets {p.start}..{p.end} ({p.records} records; "
-              f"{p.left_to_stream} after bronze_ingest's position, left to it)")  # fmt: skip
+        print(
+            f"{p.topic}[{p.partition}]: offsets {p.start}..{p.end} ({p.records} records; "
+            f"{p.left_to_stream} after bronze_ingest's position, left to it)"
+        )
     return sum(p.records for p in plans)
 
 

@@ -101,8 +101,13 @@ def audit(action: str, job: str, **details: Any) -> None:
     """Append one action to the audit log."""
     path = audit_log()
     path.parent.mkdir(parents=True, exist_ok=True)
-    entry = {"at": datetime.now(UTC).isoformat(), "user": getpass.getuser(), "action": action,
-             "job": job, **details}  # fmt: skip
+    entry = {
+        "at": datetime.now(UTC).isoformat(),
+        "user": getpass.getuser(),
+        "action": action,
+        "job": job,
+        **details,
+    }
     with path.open("a") as handle:
         handle.write(json.dumps(entry, default=str, sort_keys=True) + "\n")
 
@@ -209,8 +214,10 @@ def restore(
     fills = _plan_roll_forward(job_name, folder, manifest, live_queries, settings)
     gaps = _kafka_gaps(job_name, folder, manifest, settings)
     if gaps and not accept_data_loss:
-        lines = "; ".join(f"{g['topic']}[{g['partition']}] from {g['first_missing_offset']}: "
-                          f"{g['reason']}" for g in gaps)  # fmt: skip
+        lines = "; ".join(
+            f"{g['topic']}[{g['partition']}] from {g['first_missing_offset']}: {g['reason']}"
+            for g in gaps
+        )
         raise RestoreRefusedError(
             f"Kafka no longer holds offsets backup {backup_id} resumes from: {lines}. Pass "
             "--accept-data-loss to restore anyway (the gaps are recorded in the audit log)."
@@ -223,9 +230,13 @@ def restore(
         raise RestoreRefusedError(f"{job_name} is running: {error}; {hint}") from None
 
 
-def _plan_roll_forward(job_name: str, folder: Path, manifest: dict[str, Any],
-                       live_queries: dict[str, Path],
-                       settings: PlatformSettings) -> dict[str, list[_Write]]:  # fmt: skip
+def _plan_roll_forward(
+    job_name: str,
+    folder: Path,
+    manifest: dict[str, Any],
+    live_queries: dict[str, Path],
+    settings: PlatformSettings,
+) -> dict[str, list[_Write]]:
     """Refuse a restore that would re-plan batch ids a sink has already committed, or plan
     the original offsets files that prevent it.
 
@@ -246,8 +257,10 @@ def _plan_roll_forward(job_name: str, folder: Path, manifest: dict[str, Any],
         resumes = max(restored, newest if newest is not None else restored)
         sink = _sink_batch(job_name, query["query_id"], settings)
         in_flight = live / "offsets" / str(resumes + 1) if live is not None else None
-        if in_flight is not None and in_flight.exists() and not log_file_problem(
-            in_flight, "offsets"
+        if (
+            in_flight is not None
+            and in_flight.exists()
+            and not log_file_problem(in_flight, "offsets")
         ):
             resumes += 1  # carried over too (:func:`_carry_forward`): re-run, same offsets
         if sink is None or sink <= resumes:
@@ -263,18 +276,22 @@ def _plan_roll_forward(job_name: str, folder: Path, manifest: dict[str, Any],
             found = None
             if own is not None and own.exists() and not log_file_problem(own, "offsets"):
                 found = own.read_text(), "the live checkpoint"
-            found = (found
-                     or _offsets_from_backups(job_name, name, query["query_id"], batch, settings)
-                     or _offsets_from_sink(job_name, query["query_id"], batch, previous,
-                                           settings))  # fmt: skip
+            found = (
+                found
+                or _offsets_from_backups(job_name, name, query["query_id"], batch, settings)
+                or _offsets_from_sink(job_name, query["query_id"], batch, previous, settings)
+            )
             if found is None:
                 unresolved.append(batch)
                 continue
             previous = found[0]
             writes.append(_Write(Path(name) / "offsets" / str(batch), found[0], found[1]))
         if unresolved:
-            why = ("a stateful query cannot skip them: their state is in no backup" if stateful
-                   else "their offsets are in no intact file, backup or sink commit")  # fmt: skip
+            why = (
+                "a stateful query cannot skip them: their state is in no backup"
+                if stateful
+                else "their offsets are in no intact file, backup or sink commit"
+            )
             raise RestoreRefusedError(
                 f"{query['sink_table']} committed batch {sink} of {name or job_name}, but "
                 f"after this restore it would resume after batch {resumes} and {why} "
@@ -287,8 +304,9 @@ def _plan_roll_forward(job_name: str, folder: Path, manifest: dict[str, Any],
     return fills
 
 
-def _kafka_gaps(job_name: str, folder: Path, manifest: dict[str, Any],
-                settings: PlatformSettings) -> list[dict[str, Any]]:  # fmt: skip
+def _kafka_gaps(
+    job_name: str, folder: Path, manifest: dict[str, Any], settings: PlatformSettings
+) -> list[dict[str, Any]]:
     job = get_catalog().job(job_name)
     if not isinstance(job.source, KafkaSourceSpec):
         return []
@@ -297,14 +315,19 @@ def _kafka_gaps(job_name: str, folder: Path, manifest: dict[str, Any],
     topics = [settings.kafka.topic(t) for t in job.source.topics]
     gaps: list[dict[str, Any]] = []
     for name in manifest["queries"]:
-        gaps += find_gaps(folder / name, settings.kafka.bootstrap_servers, topics,
-                          settings.kafka)  # fmt: skip
+        gaps += find_gaps(folder / name, settings.kafka.bootstrap_servers, topics, settings.kafka)
     return gaps
 
 
-def _do_restore(job_name: str, backup_id: str, folder: Path, manifest: dict[str, Any],
-                checkpoint: Path, gaps: list[dict[str, Any]],
-                fills: dict[str, list[_Write]]) -> RestoreResult:  # fmt: skip
+def _do_restore(
+    job_name: str,
+    backup_id: str,
+    folder: Path,
+    manifest: dict[str, Any],
+    checkpoint: Path,
+    gaps: list[dict[str, Any]],
+    fills: dict[str, list[_Write]],
+) -> RestoreResult:
     aside = None
     if checkpoint.exists():
         aside = checkpoint.with_name(f"{checkpoint.name}.replaced-{_stamp()}")
@@ -312,8 +335,12 @@ def _do_restore(job_name: str, backup_id: str, folder: Path, manifest: dict[str,
     restored, resumes = {}, {}
     for name, query in manifest["queries"].items():
         target = checkpoint / name if name else checkpoint
-        shutil.copytree(folder / name if name else folder, target, dirs_exist_ok=True,
-                        ignore=shutil.ignore_patterns("manifest.json"))  # fmt: skip
+        shutil.copytree(
+            folder / name if name else folder,
+            target,
+            dirs_exist_ok=True,
+            ignore=shutil.ignore_patterns("manifest.json"),
+        )
         batch = int(query["last_committed_batch"])
         restored[name] = batch
         live = (aside / name if name else aside) if aside else None
@@ -325,8 +352,15 @@ def _do_restore(job_name: str, backup_id: str, folder: Path, manifest: dict[str,
             # offsets; Spark re-runs only the newest of them and the sink skips it.
             resumes[name] = max(int(w.path.name) for w in writes)
     (checkpoint / "manifest.json").unlink(missing_ok=True)
-    audit("restore", job_name, backup_id=backup_id, restored_batch=restored,
-          resumes_after=resumes, moved_aside=aside, accepted_gaps=gaps)  # fmt: skip
+    audit(
+        "restore",
+        job_name,
+        backup_id=backup_id,
+        restored_batch=restored,
+        resumes_after=resumes,
+        moved_aside=aside,
+        accepted_gaps=gaps,
+    )
     return RestoreResult(job_name, backup_id, restored, resumes, aside)
 
 
@@ -345,8 +379,9 @@ def _sink_batch(job_name: str, query_id: str, settings: PlatformSettings) -> int
     return sink_committed_batch(tables, txn_app_ids(job_name, query_id))
 
 
-def _offsets_from_backups(job_name: str, name: str, query_id: str, batch: int,
-                          settings: PlatformSettings) -> tuple[str, str] | None:  # fmt: skip
+def _offsets_from_backups(
+    job_name: str, name: str, query_id: str, batch: int, settings: PlatformSettings
+) -> tuple[str, str] | None:
     """Batch ``batch``'s original offsets file from the newest verified backup of the same
     query (same query id) that holds it intact: ``(text, origin)`` or None."""
     for info in list_backups(job_name, settings):
@@ -364,8 +399,9 @@ def _offsets_from_backups(job_name: str, name: str, query_id: str, batch: int,
     return None
 
 
-def _offsets_from_sink(job_name: str, query_id: str, batch: int, previous: str | None,
-                       settings: PlatformSettings) -> tuple[str, str] | None:  # fmt: skip
+def _offsets_from_sink(
+    job_name: str, query_id: str, batch: int, previous: str | None, settings: PlatformSettings
+) -> tuple[str, str] | None:
     """Rebuild batch ``batch``'s offsets file from what the sink committed for it.
 
     Possible for a Kafka-source job whose sink keeps each record's Kafka coordinates
@@ -388,8 +424,9 @@ def _offsets_from_sink(job_name: str, query_id: str, batch: int, previous: str |
     if not {"topic", "partition", "offset"} <= set(table.keys):
         return None
     path = table.path(settings)
-    commits = [c for c in streaming_commits(path)
-               if c["query_id"] == query_id and c["batch_id"] == batch]  # fmt: skip
+    commits = [
+        c for c in streaming_commits(path) if c["query_id"] == query_id and c["batch_id"] == batch
+    ]
     if not commits:
         return None
     lines = previous.splitlines()
@@ -397,20 +434,23 @@ def _offsets_from_sink(job_name: str, query_id: str, batch: int, previous: str |
     ends: dict[str, dict[str, int]] = json.loads(lines[2]) if len(lines) > 2 else {}
     files = files_added_by(path, commits[-1]["version"])
     if files:
-        rows = pq.read_table(files, columns=["topic", "partition", "offset"],
-                              partitioning=None).to_pylist()  # fmt: skip
+        rows = pq.read_table(
+            files, columns=["topic", "partition", "offset"], partitioning=None
+        ).to_pylist()
         for row in rows:
             partitions = ends.setdefault(row["topic"], {})
             key = str(row["partition"])
             partitions[key] = max(partitions.get(key, 0), int(row["offset"]) + 1)
     metadata["batchTimestampMs"] = commits[-1]["timestamp_ms"] or metadata.get("batchTimestampMs")
-    text = "\n".join(["v1", json.dumps(metadata, separators=(",", ":")),
-                      json.dumps(ends, separators=(",", ":"))])  # fmt: skip
+    text = "\n".join(
+        ["v1", json.dumps(metadata, separators=(",", ":")), json.dumps(ends, separators=(",", ":"))]
+    )
     return text, f"{table.name} Delta version {commits[-1]['version']} (the sink's own rows)"
 
 
-def _metadata_from_backups(job_name: str, name: str, folder: Path,
-                           settings: PlatformSettings) -> tuple[str, str] | None:  # fmt: skip
+def _metadata_from_backups(
+    job_name: str, name: str, folder: Path, settings: PlatformSettings
+) -> tuple[str, str] | None:
     """The query's ``metadata`` from the newest verified backup of this very checkpoint:
     one whose newest offsets file is byte-identical to the live file of the same batch."""
     for info in list_backups(job_name, settings):
@@ -429,15 +469,17 @@ def _metadata_from_backups(job_name: str, name: str, folder: Path,
     return None
 
 
-def _metadata_from_sink(job_name: str, name: str, folder: Path,
-                        settings: PlatformSettings) -> tuple[str, str] | None:  # fmt: skip
+def _metadata_from_sink(
+    job_name: str, name: str, folder: Path, settings: PlatformSettings
+) -> tuple[str, str] | None:
     """The query id from the query's own sink table (:func:`query_sink`): the one query whose
     streaming commits there include every batch this checkpoint has an intact commit for
     (Delta streaming sinks record ``queryId`` and ``epochId`` in each commit), and that no
     other query folder of the job already has."""
     commits_dir = folder / "commits"
-    mine = {b for b in batch_ids(commits_dir) if not log_file_problem(commits_dir / str(b),
-                                                                     "commits")}  # fmt: skip
+    mine = {
+        b for b in batch_ids(commits_dir) if not log_file_problem(commits_dir / str(b), "commits")
+    }
     if not mine:
         return None
     catalog = get_catalog()
@@ -445,10 +487,14 @@ def _metadata_from_sink(job_name: str, name: str, folder: Path,
     batches: dict[str, set[int]] = {}
     for commit in streaming_commits(sink):
         batches.setdefault(commit["query_id"], set()).add(commit["batch_id"])
-    taken = {_query_id(other) for other in query_dirs(folder.parent if name else folder).values()
-             if other != folder}  # fmt: skip
-    candidates = [query_id for query_id, seen in batches.items()
-                  if mine <= seen and query_id not in taken]  # fmt: skip
+    taken = {
+        _query_id(other)
+        for other in query_dirs(folder.parent if name else folder).values()
+        if other != folder
+    }
+    candidates = [
+        query_id for query_id, seen in batches.items() if mine <= seen and query_id not in taken
+    ]
     if len(candidates) != 1:
         return None
     origin = f"the query id of {sink.name}'s streaming commits of batches {min(mine)}..{max(mine)}"
@@ -487,8 +533,9 @@ def _plan_query_repair(
             plan.append(_Move(crc, quarantine / name / kind / crc.name))
 
     if ("metadata", -1) in bad:
-        found = (_metadata_from_backups(job_name, name, folder, settings)
-                 or _metadata_from_sink(job_name, name, folder, settings))  # fmt: skip
+        found = _metadata_from_backups(job_name, name, folder, settings) or _metadata_from_sink(
+            job_name, name, folder, settings
+        )
         if found is None:
             raise RestoreRefusedError(
                 f"{folder / 'metadata'} is missing or damaged and neither a backup of this "
@@ -508,8 +555,7 @@ def _plan_query_repair(
     intact_offsets = [b for b in offsets if ("offsets", b) not in bad]
     intact_commits = [b for b in commits if ("commits", b) not in bad]
     sink = _sink_batch(job_name, query_id, settings)
-    keep = max([b for b in (sink, max(intact_commits, default=None)) if b is not None],
-               default=-1)  # fmt: skip
+    keep = max([b for b in (sink, max(intact_commits, default=None)) if b is not None], default=-1)
     lowest = min(offsets + commits + [d.batch for d in damage if d.batch >= 0], default=0)
     previous: str | None = None
     unresolved: list[int] = []
@@ -517,8 +563,9 @@ def _plan_query_repair(
         if batch in intact_offsets:
             previous = (folder / "offsets" / str(batch)).read_text()
             continue
-        found = (_offsets_from_backups(job_name, name, query_id, batch, settings)
-                 or _offsets_from_sink(job_name, query_id, batch, previous, settings))  # fmt: skip
+        found = _offsets_from_backups(
+            job_name, name, query_id, batch, settings
+        ) or _offsets_from_sink(job_name, query_id, batch, previous, settings)
         if found is None:
             unresolved.append(batch)
             previous = None
@@ -618,10 +665,12 @@ def recover(job_name: str, settings: PlatformSettings | None = None) -> list[str
             for name, folder in query_dirs(checkpoint).items():
                 mine = [d for d in damage if d.kind != "state" and folder in d.path.parents]
                 if mine:
-                    plan += _plan_query_repair(job_name, name, folder, mine, quarantine,
-                                               settings)  # fmt: skip
-            states = [_state_file_source(job_name, checkpoint, d.path, settings)
-                      for d in damage if d.kind == "state"]  # fmt: skip
+                    plan += _plan_query_repair(job_name, name, folder, mine, quarantine, settings)
+            states = [
+                _state_file_source(job_name, checkpoint, d.path, settings)
+                for d in damage
+                if d.kind == "state"
+            ]
             actions = _apply(plan)
             for source, missing in states:
                 shutil.copy2(source[0], missing)
@@ -632,8 +681,9 @@ def recover(job_name: str, settings: PlatformSettings | None = None) -> list[str
     return actions
 
 
-def _state_file_source(job_name: str, checkpoint: Path, missing: Path,
-                       settings: PlatformSettings) -> tuple[tuple[Path, str], Path]:  # fmt: skip
+def _state_file_source(
+    job_name: str, checkpoint: Path, missing: Path, settings: PlatformSettings
+) -> tuple[tuple[Path, str], Path]:
     """Where a missing state file can be copied from: ``((file, origin), missing)``.
 
     :raises RestoreRefusedError: no verified backup has it.
@@ -679,8 +729,9 @@ def reset(job_name: str, settings: PlatformSettings | None = None) -> Path:
         raise RestoreRefusedError(f"{job_name} is running: {error}") from None
 
 
-def prune(job_name: str, settings: PlatformSettings | None = None,
-          now: datetime | None = None) -> list[str]:  # fmt: skip
+def prune(
+    job_name: str, settings: PlatformSettings | None = None, now: datetime | None = None
+) -> list[str]:
     """Apply retention to ``job_name``'s backups: keep the newest ``checkpoints.keep_last``
     and every backup younger than ``checkpoints.keep_days``; remove the rest.
 
@@ -697,6 +748,11 @@ def prune(job_name: str, settings: PlatformSettings | None = None,
         shutil.rmtree(info.path)
         removed.append(info.backup_id)
     if removed:
-        audit("prune", job_name, removed=removed, keep_last=policy.keep_last,
-              keep_days=policy.keep_days)  # fmt: skip
+        audit(
+            "prune",
+            job_name,
+            removed=removed,
+            keep_last=policy.keep_last,
+            keep_days=policy.keep_days,
+        )
     return removed

@@ -77,14 +77,17 @@ class JobStatus:
             state = f"running (pid {self.pid})" if self.running else "not running"
         parts = [f"{self.job}: {state}"]
         if self.heartbeat_age_s is not None and self.heartbeat:
-            parts.append(f"heartbeat {self.heartbeat_age_s:.0f} s ago "
-                         f"({self.heartbeat.get('status')})")  # fmt: skip
+            parts.append(
+                f"heartbeat {self.heartbeat_age_s:.0f} s ago ({self.heartbeat.get('status')})"
+            )
             for name, query in (self.heartbeat.get("queries") or {}).items():
                 progress = query.get("last_progress") or {}
                 rate = progress.get("processed_rows_per_second") or 0
-                parts.append(f"{name}: last batch with data {progress.get('batch_id')} "
-                             f"({progress.get('input_rows')} rows, {rate:.0f} rows/s), "
-                             f"{query.get('status')}")  # fmt: skip
+                parts.append(
+                    f"{name}: last batch with data {progress.get('batch_id')} "
+                    f"({progress.get('input_rows')} rows, {rate:.0f} rows/s), "
+                    f"{query.get('status')}"
+                )
         return "; ".join(parts)
 
 
@@ -184,9 +187,14 @@ def start(
     record = _record(files)
     with files.driver_log.open("ab") as log:
         process = subprocess.Popen(
-            list(command), stdout=log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
-            start_new_session=True, cwd=PROJECT_ROOT, env={**os.environ, **(env or {})},
-        )  # fmt: skip
+            list(command),
+            stdout=log,
+            stderr=subprocess.STDOUT,
+            stdin=subprocess.DEVNULL,
+            start_new_session=True,
+            cwd=PROJECT_ROOT,
+            env={**os.environ, **(env or {})},
+        )
     record["starts"] = [*record.get("starts", []), time.time()]
     record["process_group"] = process.pid
     write_json(files.supervisor, record)
@@ -197,13 +205,17 @@ def start(
         if pid is not None:
             return pid
         if process.poll() is not None:
-            raise SupervisorError(f"{job} exited with code {process.returncode} while "
-                                  f"starting; {files.driver_log}:\n{log_tail(files)}")  # fmt: skip
+            raise SupervisorError(
+                f"{job} exited with code {process.returncode} while "
+                f"starting; {files.driver_log}:\n{log_tail(files)}"
+            )
         time.sleep(0.5)
     _terminate(process.pid, None, job)
-    raise SupervisorError(f"{job} did not take its checkpoint lock within "
-                          f"{wait_s:.0f} s; stopped it; "
-                          f"{files.driver_log}:\n{log_tail(files)}")  # fmt: skip
+    raise SupervisorError(
+        f"{job} did not take its checkpoint lock within "
+        f"{wait_s:.0f} s; stopped it; "
+        f"{files.driver_log}:\n{log_tail(files)}"
+    )
 
 
 def _terminate(process_group: int | None, pid: int | None, job: str, grace_s: float = 20) -> None:
@@ -252,8 +264,13 @@ def supervise(
         return _supervise(job, command, env, settings, echo)
 
 
-def _supervise(job: str, command: Sequence[str], env: Mapping[str, str] | None,
-               settings: PlatformSettings, echo: Callable[[str], None]) -> str:  # fmt: skip
+def _supervise(
+    job: str,
+    command: Sequence[str],
+    env: Mapping[str, str] | None,
+    settings: PlatformSettings,
+    echo: Callable[[str], None],
+) -> str:
     limits = settings.supervisor
     now = time.time()
     holder = lock_holder(get_catalog().job(job).checkpoint(settings))
@@ -261,8 +278,10 @@ def _supervise(job: str, command: Sequence[str], env: Mapping[str, str] | None,
         # An operator's restore, recovery or reset holds the lock: neither kill it (a restore
         # cut off half-way leaves a half-copied checkpoint) nor start beside it.
         what = (_command_line(holder) or "?")[:80]
-        return (f"{job}: checkpoint lock held by pid {holder} ({what}), not a driver (an "
-                "operator's restore or recovery?): left alone this round")  # fmt: skip
+        return (
+            f"{job}: checkpoint lock held by pid {holder} ({what}), not a driver (an "
+            "operator's restore or recovery?): left alone this round"
+        )
     current = status(job, settings, now)
     echo(current.describe())
     files = runtime_files(job, settings)
@@ -283,8 +302,11 @@ def _supervise(job: str, command: Sequence[str], env: Mapping[str, str] | None,
             return f"{job}: healthy"
         if since_start is not None and since_start < limits.startup_grace_s:
             return f"{job}: starting ({since_start:.0f} s ago), no heartbeat yet"
-        reason = (f"heartbeat {age:.0f} s old (limit {limits.heartbeat_timeout_s:.0f} s)"
-                  if age is not None else "no heartbeat")  # fmt: skip
+        reason = (
+            f"heartbeat {age:.0f} s old (limit {limits.heartbeat_timeout_s:.0f} s)"
+            if age is not None
+            else "no heartbeat"
+        )
         echo(f"{job}: stuck ({reason}): stopping pid {current.pid}")
         _terminate(record.get("process_group"), current.pid, job)
     recent = [t for t in starts if now - t < limits.failure_window_s]
@@ -298,8 +320,7 @@ def _supervise(job: str, command: Sequence[str], env: Mapping[str, str] | None,
     if recent and since_start is not None:
         backoff = limits.backoff_base_s * 2 ** (len(recent) - 1)
         if since_start < backoff:
-            return (f"{job}: down ({reason}); back-off: next start in "
-                    f"{backoff - since_start:.0f} s")  # fmt: skip
+            return f"{job}: down ({reason}); back-off: next start in {backoff - since_start:.0f} s"
     from ingest_platform.recovery import recover
 
     for action in recover(job, settings):  # crash leftovers: repaired, audited

@@ -50,16 +50,20 @@ def ensure_topics(
 
     kafka = kafka or get_settings().kafka
     wanted = list(dict.fromkeys(topics))
-    admin = KafkaAdminClient(**kafka.client_config(bootstrap_servers),
-                             client_id="ingestctl-topics")  # fmt: skip
+    admin = KafkaAdminClient(**kafka.client_config(bootstrap_servers), client_id="ingestctl-topics")
     try:
         existing = set(admin.list_topics())
         missing = [name for name in wanted if name not in existing]
-        collisions = {name: other for name in missing for other in existing
-                      if topic_collision_key(other) == topic_collision_key(name)}  # fmt: skip
+        collisions = {
+            name: other
+            for name in missing
+            for other in existing
+            if topic_collision_key(other) == topic_collision_key(name)
+        }
         if collisions:
-            detail = ", ".join(f"{name!r} with existing {other!r}"
-                               for name, other in sorted(collisions.items()))  # fmt: skip
+            detail = ", ".join(
+                f"{name!r} with existing {other!r}" for name, other in sorted(collisions.items())
+            )
             raise TopicCollisionError(
                 f"Kafka treats '.' and '_' in topic names alike, so these topics cannot be "
                 f"created: {detail}; choose another topic prefix (or alerts topic)"

@@ -181,18 +181,23 @@ def _validate(
 
     source = context.data_sources.add_or_update_spark(name="platform")
     names = [asset.name for asset in source.assets]
-    asset = (source.get_asset(rules.table) if rules.table in names
-             else source.add_dataframe_asset(name=rules.table))  # fmt: skip
-    batch = (asset.batch_definitions[0] if asset.batch_definitions
-             else asset.add_batch_definition_whole_dataframe("increment"))  # fmt: skip
+    asset = (
+        source.get_asset(rules.table)
+        if rules.table in names
+        else source.add_dataframe_asset(name=rules.table)
+    )
+    batch = (
+        asset.batch_definitions[0]
+        if asset.batch_definitions
+        else asset.add_batch_definition_whole_dataframe("increment")
+    )
     suite = context.suites.add_or_update(build_suite(rules, settings.quality, band=band, now=now))
     definition = context.validation_definitions.add_or_update(
         gx.ValidationDefinition(name=rules.table, data=batch, suite=suite)
     )
     result_format: dict[str, Any] = {"result_format": "SUMMARY"}
     if collect_ids:
-        result_format = {"result_format": "COMPLETE",
-                         "unexpected_index_column_names": ["event_id"]}  # fmt: skip
+        result_format = {"result_format": "COMPLETE", "unexpected_index_column_names": ["event_id"]}
     checkpoint = context.checkpoints.add_or_update(
         gx.Checkpoint(
             name=rules.table,
@@ -261,8 +266,9 @@ def validate_layer(
                 outcomes.append(TableOutcome(inc, 0, "empty"))
                 continue
             band = _band(history, inc.table, settings)
-            ok, failed, _ = _validate(context, rules, rows, settings, band=band, now=now,
-                                      collect_ids=False)  # fmt: skip
+            ok, failed, _ = _validate(
+                context, rules, rows, settings, band=band, now=now, collect_ids=False
+            )
             outcomes.append(TableOutcome(inc, count, "passed" if ok else "failed", failed))
         finally:
             rows.unpersist()
@@ -283,11 +289,22 @@ def _record(
 ) -> None:
     docs = docs_index(settings).as_uri()
     rows = [
-        (run_id, layer, o.increment.table, o.increment.from_version, o.increment.to_version,
-         o.rows, o.status, json.dumps(o.failed, default=str), docs, resolved_by, reason,
-         now.replace(tzinfo=None))
+        (
+            run_id,
+            layer,
+            o.increment.table,
+            o.increment.from_version,
+            o.increment.to_version,
+            o.rows,
+            o.status,
+            json.dumps(o.failed, default=str),
+            docs,
+            resolved_by,
+            reason,
+            now.replace(tzinfo=None),
+        )
         for o in outcomes
-    ]  # fmt: skip
+    ]
     path = get_catalog().table(RESULTS_TABLE).path(settings)
     spark.createDataFrame(rows, RESULTS_SCHEMA).write.format("delta").mode("append").save(str(path))
 
@@ -299,20 +316,28 @@ def report(layer: str, outcomes: list[TableOutcome], settings: PlatformSettings)
     lines = [f"gate {layer}:"]
     for o in outcomes:
         inc = o.increment
-        lines.append(f"  {inc.table} versions {inc.from_version}..{inc.to_version}: "
-                     f"{o.status} ({o.rows} rows)")  # fmt: skip
+        lines.append(
+            f"  {inc.table} versions {inc.from_version}..{inc.to_version}: "
+            f"{o.status} ({o.rows} rows)"
+        )
         for f in o.failed:
-            lines.append(f"    - {f['expectation']} on {f['column']}: observed "
-                         f"{f['observed']}, unexpected {f['unexpected_count']} "
-                         f"({f['unexpected_percent']}%), e.g. {f['examples']}")  # fmt: skip
+            lines.append(
+                f"    - {f['expectation']} on {f['column']}: observed "
+                f"{f['observed']}, unexpected {f['unexpected_count']} "
+                f"({f['unexpected_percent']}%), e.g. {f['examples']}"
+            )
     lines.append(f"  Data Docs: {docs_index(settings)}")
     return "\n".join(lines)
 
 
 def accept(
-    spark: SparkSession, layer: str, *, reason: str, by: str,
+    spark: SparkSession,
+    layer: str,
+    *,
+    reason: str,
+    by: str,
     settings: PlatformSettings | None = None,
-) -> list[str]:  # fmt: skip
+) -> list[str]:
     """Record the unresolved failed increments of ``layer`` as accepted: they flow on.
 
     :returns: the tables accepted.
@@ -322,12 +347,24 @@ def accept(
     failures = _unresolved(layer, reason, by, settings)
     newest = failures.drop_duplicates("table", keep="last")
     outcomes = [
-        TableOutcome(Increment(str(r["table"]), int(r["from_version"]), int(r["to_version"])),
-                     int(r["rows"]), "accepted", json.loads(str(r["failed_expectations"])))
+        TableOutcome(
+            Increment(str(r["table"]), int(r["from_version"]), int(r["to_version"])),
+            int(r["rows"]),
+            "accepted",
+            json.loads(str(r["failed_expectations"])),
+        )
         for _, r in newest.iterrows()
-    ]  # fmt: skip
-    _record(spark, layer, f"accept__{datetime.now(UTC):%Y%m%dT%H%M%S}", outcomes, settings,
-            datetime.now(UTC), resolved_by=by, reason=reason)  # fmt: skip
+    ]
+    _record(
+        spark,
+        layer,
+        f"accept__{datetime.now(UTC):%Y%m%dT%H%M%S}",
+        outcomes,
+        settings,
+        datetime.now(UTC),
+        resolved_by=by,
+        reason=reason,
+    )
     return [o.increment.table for o in outcomes]
 
 
@@ -349,9 +386,13 @@ def _quarantinable(layer: str) -> None:
 
 
 def quarantine(
-    spark: SparkSession, layer: str, *, reason: str, by: str,
+    spark: SparkSession,
+    layer: str,
+    *,
+    reason: str,
+    by: str,
     settings: PlatformSettings | None = None,
-) -> dict[str, int]:  # fmt: skip
+) -> dict[str, int]:
     """Hold back the rows of ``layer``'s failed increments that broke a row-wise expectation.
 
     The held rows' raw Bronze records go to ``silver_quarantine`` (reason
@@ -377,9 +418,15 @@ def quarantine(
         table = str(failure["table"])
         inc = Increment(table, int(failure["from_version"]), int(failure["to_version"]))
         rows = increment(spark, rules_by_table[table], inc, settings).cache()
-        _, failed, ids = _validate(context, rules_by_table[table], rows, settings,
-                                   band=_band(history, table, settings), now=now,
-                                   collect_ids=True)  # fmt: skip
+        _, failed, ids = _validate(
+            context,
+            rules_by_table[table],
+            rows,
+            settings,
+            band=_band(history, table, settings),
+            now=now,
+            collect_ids=True,
+        )
         whole = [f["expectation"] for f in failed if f.get("row_wise") is False]
         if whole:
             raise RemedyError(
@@ -395,22 +442,39 @@ def quarantine(
         bad = rows.where(F.col("event_id").isin(sorted(ids))) if ids else rows.limit(0)
         coordinates = bad.select("topic", "partition", "offset", "kafka_timestamp", "event_id")
         assert bronze is not None
-        raw = coordinates.join(bronze.select("topic", "partition", "offset", "key", "value"),
-                               ["topic", "partition", "offset"], "left")  # fmt: skip
+        raw = coordinates.join(
+            bronze.select("topic", "partition", "offset", "key", "value"),
+            ["topic", "partition", "offset"],
+            "left",
+        )
         quarantined = raw.select(
-            "topic", "partition", "offset", "kafka_timestamp", "key", "value",
+            "topic",
+            "partition",
+            "offset",
+            "kafka_timestamp",
+            "key",
+            "value",
             F.lit(f"gate:{inc.table}").alias("reason"),
-            F.lit(f"{detail} ({reason}; by {by})").alias("detail"), "event_id",
-        )  # fmt: skip
-        append_idempotent(quarantined, catalog.table("silver_quarantine").path(settings),
-                          app_id=app_id, version=inc.to_version)  # fmt: skip
+            F.lit(f"{detail} ({reason}; by {by})").alias("detail"),
+            "event_id",
+        )
+        append_idempotent(
+            quarantined,
+            catalog.table("silver_quarantine").path(settings),
+            app_id=app_id,
+            version=inc.to_version,
+        )
         holds = bad.select(
-            F.lit(inc.table).alias("table"), "event_id", F.lit(reason).alias("reason"),
+            F.lit(inc.table).alias("table"),
+            "event_id",
+            F.lit(reason).alias("reason"),
             F.lit(f"quarantine__{now:%Y%m%dT%H%M%S}").alias("run_id"),
-            F.lit(by).alias("held_by"), F.lit(now.replace(tzinfo=None)).alias("held_at"),
-        )  # fmt: skip
-        append_idempotent(holds, catalog.table(HOLDS_TABLE).path(settings), app_id=app_id,
-                          version=inc.to_version)  # fmt: skip
+            F.lit(by).alias("held_by"),
+            F.lit(now.replace(tzinfo=None)).alias("held_at"),
+        )
+        append_idempotent(
+            holds, catalog.table(HOLDS_TABLE).path(settings), app_id=app_id, version=inc.to_version
+        )
         held[inc.table] = len(ids)
         rows.unpersist()
     return held
@@ -425,8 +489,10 @@ def status(layer: str, settings: PlatformSettings | None = None) -> str:
     failures = unresolved_failures(layer, settings)
     for _, row in failures.iterrows():
         versions = f"{row['from_version']}..{row['to_version']}"
-        lines.append(f"  FAILED   {row['table']} versions {versions} (run {row['run_id']}): "
-                     f"{row['failed_expectations']}")  # fmt: skip
+        lines.append(
+            f"  FAILED   {row['table']} versions {versions} (run {row['run_id']}): "
+            f"{row['failed_expectations']}"
+        )
     if len(lines) == 1:
         lines.append("  nothing pending, nothing to resolve")
     return "\n".join(lines)
@@ -443,8 +509,9 @@ def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
             sub.add_argument("--run-id", default=f"manual__{datetime.now(UTC):%Y%m%dT%H%M%S}")
         if name in ("accept", "quarantine"):
             sub.add_argument("--reason", required=True, help="why: recorded with the remedy")
-            sub.add_argument("--by", default=os.environ.get("USER", ""),
-                             help="who resolves it (default: $USER)")  # fmt: skip
+            sub.add_argument(
+                "--by", default=os.environ.get("USER", ""), help="who resolves it (default: $USER)"
+            )
     return parser.parse_args(argv)
 
 
@@ -476,19 +543,22 @@ def main(argv: Sequence[str] | None = None) -> int:
             print(report(args.layer, outcomes, settings))
             if any(o.status == "failed" for o in outcomes):
                 remedy = f"quarantine|accept --layer {args.layer} --reason ..."
-                print(f"gate {args.layer} FAILED: the increment is held back. Resolve with "
-                      f"`python -m spark_jobs.quality.gate {remedy}` (README, Quality gates).",
-                      file=sys.stderr)  # fmt: skip
+                print(
+                    f"gate {args.layer} FAILED: the increment is held back. Resolve with "
+                    f"`python -m spark_jobs.quality.gate {remedy}` (README, Quality gates).",
+                    file=sys.stderr,
+                )
                 return 1
             return 0
         if args.command == "accept":
             tables = accept(spark, args.layer, reason=args.reason, by=args.by, settings=settings)
             print(f"accepted the failed increments of {tables}; the next gate run moves on")
         else:
-            held = quarantine(spark, args.layer, reason=args.reason, by=args.by,
-                              settings=settings)  # fmt: skip
-            print(f"held back and quarantined rows per table: {held}; the next gate run "
-                  "validates the increments without them")  # fmt: skip
+            held = quarantine(spark, args.layer, reason=args.reason, by=args.by, settings=settings)
+            print(
+                f"held back and quarantined rows per table: {held}; the next gate run "
+                "validates the increments without them"
+            )
         return 0
     except RemedyError as error:
         print(f"{JOB_NAME}: {error}", file=sys.stderr)

@@ -65,73 +65,125 @@ LAYER_RULES: dict[str, tuple[TableRules, ...]] = {
     "silver": (
         TableRules(
             "silver_orders",
-            _ENVELOPE | {"order_id": "StringType", "status": "StringType",
-                         "total": "DecimalType", "currency": "StringType"},
-            keys=("event_id",), unique_in_table=True, amounts=("total",),
-            sets={"currency": CURRENCIES}, customer_column="customer_id",
+            _ENVELOPE
+            | {
+                "order_id": "StringType",
+                "status": "StringType",
+                "total": "DecimalType",
+                "currency": "StringType",
+            },
+            keys=("event_id",),
+            unique_in_table=True,
+            amounts=("total",),
+            sets={"currency": CURRENCIES},
+            customer_column="customer_id",
             time_column="event_time",
         ),
         TableRules(
             "silver_payments",
-            _ENVELOPE | {"payment_id": "StringType", "order_id": "StringType",
-                         "method": "StringType", "amount": "DecimalType",
-                         "currency": "StringType", "status": "StringType"},
-            keys=("event_id",), unique_in_table=True, amounts=("amount",),
-            sets={"currency": CURRENCIES, "method": PAYMENT_METHODS,
-                  "status": PAYMENT_STATUSES},
-            customer_column="customer_id", time_column="event_time",
+            _ENVELOPE
+            | {
+                "payment_id": "StringType",
+                "order_id": "StringType",
+                "method": "StringType",
+                "amount": "DecimalType",
+                "currency": "StringType",
+                "status": "StringType",
+            },
+            keys=("event_id",),
+            unique_in_table=True,
+            amounts=("amount",),
+            sets={"currency": CURRENCIES, "method": PAYMENT_METHODS, "status": PAYMENT_STATUSES},
+            customer_column="customer_id",
+            time_column="event_time",
         ),
         TableRules(
             "silver_refunds",
-            _ENVELOPE | {"refund_id": "StringType", "amount": "DecimalType",
-                         "currency": "StringType"},
-            keys=("event_id",), unique_in_table=True, amounts=("amount",),
-            sets={"currency": CURRENCIES}, time_column="event_time",
+            _ENVELOPE
+            | {"refund_id": "StringType", "amount": "DecimalType", "currency": "StringType"},
+            keys=("event_id",),
+            unique_in_table=True,
+            amounts=("amount",),
+            sets={"currency": CURRENCIES},
+            time_column="event_time",
         ),
         TableRules(
             "silver_customer_activity",
             _ENVELOPE | {"customer_id": "StringType", "activity": "StringType"},
-            keys=("event_id", "customer_id"), unique_in_table=True,
-            sets={"activity": ACTIVITIES}, time_column="event_time",
+            keys=("event_id", "customer_id"),
+            unique_in_table=True,
+            sets={"activity": ACTIVITIES},
+            time_column="event_time",
         ),
     ),
     "gold": (
         TableRules(
             "gold_payment_totals_5m",
-            _WINDOW | {"currency": "StringType", "payment_count": "LongType",
-                       "amount_total": "DecimalType"},
-            keys=("window_start", "currency"), sets={"currency": CURRENCIES},
-            ordered=(("window_end", "window_start"),), latest_image=True,
+            _WINDOW
+            | {
+                "currency": "StringType",
+                "payment_count": "LongType",
+                "amount_total": "DecimalType",
+            },
+            keys=("window_start", "currency"),
+            sets={"currency": CURRENCIES},
+            ordered=(("window_end", "window_start"),),
+            latest_image=True,
         ),
         TableRules(
             "gold_payment_totals_10m_sliding",
-            _WINDOW | {"currency": "StringType", "payment_count": "LongType",
-                       "amount_total": "DecimalType"},
-            keys=("window_start", "currency"), sets={"currency": CURRENCIES},
-            ordered=(("window_end", "window_start"),), latest_image=True,
+            _WINDOW
+            | {
+                "currency": "StringType",
+                "payment_count": "LongType",
+                "amount_total": "DecimalType",
+            },
+            keys=("window_start", "currency"),
+            sets={"currency": CURRENCIES},
+            ordered=(("window_end", "window_start"),),
+            latest_image=True,
         ),
         TableRules(
             "gold_payment_success_rate_15m",
-            _WINDOW | {"method": "StringType", "attempts": "LongType",
-                       "successes": "LongType", "success_rate": "DoubleType"},
-            keys=("window_start", "method"), sets={"method": PAYMENT_METHODS},
-            ratios=("success_rate",), ordered=(("attempts", "successes"),), latest_image=True,
+            _WINDOW
+            | {
+                "method": "StringType",
+                "attempts": "LongType",
+                "successes": "LongType",
+                "success_rate": "DoubleType",
+            },
+            keys=("window_start", "method"),
+            sets={"method": PAYMENT_METHODS},
+            ratios=("success_rate",),
+            ordered=(("attempts", "successes"),),
+            latest_image=True,
         ),
         TableRules(
             "gold_customer_sessions",
-            {"customer_id": "StringType", "session_start": "TimestampType",
-             "session_end": "TimestampType", "event_count": "LongType"},
+            {
+                "customer_id": "StringType",
+                "session_start": "TimestampType",
+                "session_end": "TimestampType",
+                "event_count": "LongType",
+            },
             keys=("customer_id", "session_start"),
-            ordered=(("session_end", "session_start"),), latest_image=True,
+            ordered=(("session_end", "session_start"),),
+            latest_image=True,
         ),
         TableRules(
             "gold_customer_metrics",
-            {"customer_id": "StringType", "currency": "StringType", "order_count": "LongType",
-             "spend": "DecimalType"},
-            keys=("customer_id", "currency"), sets={"currency": CURRENCIES}, latest_image=True,
+            {
+                "customer_id": "StringType",
+                "currency": "StringType",
+                "order_count": "LongType",
+                "spend": "DecimalType",
+            },
+            keys=("customer_id", "currency"),
+            sets={"currency": CURRENCIES},
+            latest_image=True,
         ),
     ),
-}  # fmt: skip
+}
 GATED_LAYERS = tuple(LAYER_RULES)
 
 
@@ -191,26 +243,39 @@ def build_suite(
     else:
         expectations.append(gxe.ExpectCompoundColumnsToBeUnique(column_list=list(rules.keys)))
     if rules.unique_in_table:
-        expectations.append(gxe.ExpectColumnValuesToBeInSet(column=ALREADY_IN_TABLE,
-                                                            value_set=[False]))  # fmt: skip
+        expectations.append(
+            gxe.ExpectColumnValuesToBeInSet(column=ALREADY_IN_TABLE, value_set=[False])
+        )
     for column in rules.amounts:
-        expectations.append(gxe.ExpectColumnValuesToBeBetween(
-            column=column, min_value=0, max_value=quality.max_amount))  # fmt: skip
+        expectations.append(
+            gxe.ExpectColumnValuesToBeBetween(
+                column=column, min_value=0, max_value=quality.max_amount
+            )
+        )
     for column, values in rules.sets.items():
-        expectations.append(gxe.ExpectColumnValuesToBeInSet(column=column,
-                                                            value_set=sorted(values)))  # fmt: skip
+        expectations.append(
+            gxe.ExpectColumnValuesToBeInSet(column=column, value_set=sorted(values))
+        )
     if rules.customer_column:
-        expectations.append(gxe.ExpectColumnValuesToNotBeNull(
-            column=rules.customer_column, mostly=1 - quality.max_null_customer_rate))  # fmt: skip
+        expectations.append(
+            gxe.ExpectColumnValuesToNotBeNull(
+                column=rules.customer_column, mostly=1 - quality.max_null_customer_rate
+            )
+        )
     for column in rules.ratios:
-        expectations.append(gxe.ExpectColumnValuesToBeBetween(column=column, min_value=0,
-                                                              max_value=1))  # fmt: skip
+        expectations.append(
+            gxe.ExpectColumnValuesToBeBetween(column=column, min_value=0, max_value=1)
+        )
     for later, earlier in rules.ordered:
-        expectations.append(gxe.ExpectColumnPairValuesAToBeGreaterThanB(
-            column_A=later, column_B=earlier, or_equal=True))  # fmt: skip
+        expectations.append(
+            gxe.ExpectColumnPairValuesAToBeGreaterThanB(
+                column_A=later, column_B=earlier, or_equal=True
+            )
+        )
     if band is not None:
-        expectations.append(gxe.ExpectTableRowCountToBeBetween(min_value=band[0],
-                                                               max_value=band[1]))  # fmt: skip
+        expectations.append(
+            gxe.ExpectTableRowCountToBeBetween(min_value=band[0], max_value=band[1])
+        )
     if rules.time_column and quality.freshness_limit_s > 0:
         oldest = (now - timedelta(seconds=quality.freshness_limit_s)).replace(tzinfo=None)
         freshness = gxe.ExpectColumnMaxToBeBetween(column=rules.time_column, min_value=oldest)

@@ -58,9 +58,10 @@ def amount_alerts(payments: DataFrame, threshold: float) -> DataFrame:
         F.lit(None).cast("timestamp").alias("window_start"),
         F.lit(None).cast("timestamp").alias("window_end"),
         "event_time",
-        F.concat(F.lit(f"amount above {threshold:g}: "), F.col("amount").cast("string"))
-        .alias("detail"),
-    )  # fmt: skip
+        F.concat(F.lit(f"amount above {threshold:g}: "), F.col("amount").cast("string")).alias(
+            "detail"
+        ),
+    )
 
 
 def velocity_alerts(
@@ -108,6 +109,8 @@ def velocity_alerts(
         F.col("w.start").alias("window_start"),
         F.col("w.end").alias("window_end"),
         "event_time",
-        F.concat(F.col("payment_count").cast("string"),
-                 F.lit(f" payments in {window} (limit {max_payments})")).alias("detail"),
-    )  # fmt: skip
+        F.concat(
+            F.col("payment_count").cast("string"),
+            F.lit(f" payments in {window} (limit {max_payments})"),
+        ).alias("detail"),
+    )

@@ -93,9 +93,10 @@ def _first_reason(checks: list[tuple[str, Column, Column]]) -> tuple[Column, Col
     from pyspark.sql import functions as F
 
     reason = reduce(
-        lambda acc, c: acc.when(c[1], F.lit(c[0])), checks[1:],
+        lambda acc, c: acc.when(c[1], F.lit(c[0])),
+        checks[1:],
         F.when(checks[0][1], F.lit(checks[0][0])),
-    )  # fmt: skip
+    )
     detail = reduce(
         lambda acc, c: acc.when(c[1], c[2]), checks[1:], F.when(checks[0][1], checks[0][2])
     )
@@ -168,8 +169,9 @@ def parse_topic(
     # A re-created topic restarts its offsets: its incarnation (topic_id, when Bronze has it)
     # keeps the skew rule's neighbours apart.
     incarnation = [c for c in ("topic_id",) if c in bronze.columns]
-    df = bronze.select(*COORDINATES, *incarnation, "key", "value", text.alias("_text"),
-                       v.alias("_v"))  # fmt: skip
+    df = bronze.select(
+        *COORDINATES, *incarnation, "key", "value", text.alias("_text"), v.alias("_v")
+    )
     v = F.col("_v")
     text = F.col("_text")
     # parse_json refuses duplicate keys (returns null); Jackson's json_object_keys lists the
@@ -262,31 +264,68 @@ def parse_topic(
     checks: list[tuple[str, Column, Column]] = [
         ("empty_value", F.col("value").isNull() | (F.length("value") == 0), F.lit("no bytes")),
         ("invalid_utf8", ~F.is_valid_utf8(text), F.lit("value is not UTF-8")),
-        ("duplicate_json_key", F.coalesce(F.size(repeated) > 0, F.lit(False)),
-         F.concat(F.lit("duplicate key "), F.concat_ws(", ", F.transform(
-             repeated, lambda k: F.concat(F.lit("'"), k, F.lit("'")))))),
-        ("malformed_json", v.isNull() | single.isNull(),
-         F.concat(F.lit("not one JSON value: "), F.left(text, F.lit(80)))),
+        (
+            "duplicate_json_key",
+            F.coalesce(F.size(repeated) > 0, F.lit(False)),
+            F.concat(
+                F.lit("duplicate key "),
+                F.concat_ws(
+                    ", ", F.transform(repeated, lambda k: F.concat(F.lit("'"), k, F.lit("'")))
+                ),
+            ),
+        ),
+        (
+            "malformed_json",
+            v.isNull() | single.isNull(),
+            F.concat(F.lit("not one JSON value: "), F.left(text, F.lit(80))),
+        ),
         ("not_an_object", not_object, F.concat(F.lit("JSON "), F.schema_of_variant(v))),
-        ("missing_required_field", any_of(env_missing),
-         F.concat(F.lit("missing: "), names_where(env_missing))),
-        ("type_mismatch", any_of(env_mismatch),
-         F.concat(F.lit("wrong type: "), names_where(env_mismatch))),
-        ("unknown_event_type", ~typed["event_type"].isin(*event_types),
-         F.concat(F.lit("event_type "), typed["event_type"],
-                  F.lit(f" is not one of {', '.join(event_types)} on topic {topic}"))),
-        ("unsupported_schema_version", typed["schema_version"] != SCHEMA_VERSION,
-         F.concat(F.lit("schema_version "), typed["schema_version"].cast("string"))),
-        ("missing_required_field", any_of(payload_missing),
-         F.concat(F.lit("missing: "), names_where(payload_missing))),
-        ("type_mismatch", any_of(payload_mismatch),
-         F.concat(F.lit("wrong type: "), names_where(payload_mismatch))),
-        ("control_character", any_of(controls),
-         F.concat(F.lit("control character in "), names_where(controls))),
-        ("invalid_value", any_of([(d, F.coalesce(c, F.lit(False))) for d, c in invalid]),
-         names_where([(d, F.coalesce(c, F.lit(False))) for d, c in invalid])),
+        (
+            "missing_required_field",
+            any_of(env_missing),
+            F.concat(F.lit("missing: "), names_where(env_missing)),
+        ),
+        (
+            "type_mismatch",
+            any_of(env_mismatch),
+            F.concat(F.lit("wrong type: "), names_where(env_mismatch)),
+        ),
+        (
+            "unknown_event_type",
+            ~typed["event_type"].isin(*event_types),
+            F.concat(
+                F.lit("event_type "),
+                typed["event_type"],
+                F.lit(f" is not one of {', '.join(event_types)} on topic {topic}"),
+            ),
+        ),
+        (
+            "unsupported_schema_version",
+            typed["schema_version"] != SCHEMA_VERSION,
+            F.concat(F.lit("schema_version "), typed["schema_version"].cast("string")),
+        ),
+        (
+            "missing_required_field",
+            any_of(payload_missing),
+            F.concat(F.lit("missing: "), names_where(payload_missing)),
+        ),
+        (
+            "type_mismatch",
+            any_of(payload_mismatch),
+            F.concat(F.lit("wrong type: "), names_where(payload_mismatch)),
+        ),
+        (
+            "control_character",
+            any_of(controls),
+            F.concat(F.lit("control character in "), names_where(controls)),
+        ),
+        (
+            "invalid_value",
+            any_of([(d, F.coalesce(c, F.lit(False))) for d, c in invalid]),
+            names_where([(d, F.coalesce(c, F.lit(False))) for d, c in invalid]),
+        ),
         ("event_time_skew", skewed, skew_detail),
-    ]  # fmt: skip
+    ]
     reason, detail = _first_reason(checks)
 
     as_map = F.from_json(F.col("_text"), "map<string,string>")
@@ -342,8 +381,7 @@ def _skew_checks(
     # told from the first of a sparse replay's next day (6 valid Olist events were
     # quarantined that way); an unknown side leaves the comparison null, i.e. not skewed.
     ahead_of_producer = F.coalesce(lead > limit, F.lit(False))
-    ahead_of_partition = F.coalesce((lead > before + limit) & (lead > after + limit),
-                                    F.lit(False))  # fmt: skip
+    ahead_of_partition = F.coalesce((lead > before + limit) & (lead > after + limit), F.lit(False))
     detail = (
         F.when(ahead_of_now, now_detail)
         .when(ahead_of_producer, F.lit(f"event_time more than {skew} ahead of its Kafka timestamp"))
@@ -384,14 +422,25 @@ def _item_checks(v: Column) -> tuple[Column, list[tuple[str, Column]]]:
         ),
     )
     invalid = [
-        ("negative item price or freight",
-         F.exists(items, lambda x: (exact(x, "price") < 0) | (exact(x, "freight") < 0))),
-        ("item price or freight has more than 2 decimals",
-         F.exists(items, lambda x: (exact(x, "price") != F.round(exact(x, "price"), 2))
-                  | (exact(x, "freight") != F.round(exact(x, "freight"), 2)))),
-        ("item quantity not positive",
-         F.exists(items, lambda x: F.try_variant_get(x, "$.quantity", "bigint") <= 0)),
-    ]  # fmt: skip
+        (
+            "negative item price or freight",
+            F.exists(items, lambda x: (exact(x, "price") < 0) | (exact(x, "freight") < 0)),
+        ),
+        (
+            "item price or freight has more than 2 decimals",
+            F.exists(
+                items,
+                lambda x: (
+                    (exact(x, "price") != F.round(exact(x, "price"), 2))
+                    | (exact(x, "freight") != F.round(exact(x, "freight"), 2))
+                ),
+            ),
+        ),
+        (
+            "item quantity not positive",
+            F.exists(items, lambda x: F.try_variant_get(x, "$.quantity", "bigint") <= 0),
+        ),
+    ]
     return F.coalesce(mismatch, F.lit(False)), invalid
 
 
@@ -433,8 +482,9 @@ def split_late(usable: DataFrame, watermark: datetime | None) -> tuple[DataFrame
     from pyspark.sql import functions as F
 
     if watermark is None:
-        return usable, usable.limit(0).withColumn("watermark", F.lit(None).cast("timestamp"))\
-            .withColumn("lateness_seconds", F.lit(None).cast("double"))  # fmt: skip
+        return usable, usable.limit(0).withColumn(
+            "watermark", F.lit(None).cast("timestamp")
+        ).withColumn("lateness_seconds", F.lit(None).cast("double"))
     mark = F.lit(watermark).cast("timestamp")
     late = usable.where(F.col("event_time") < mark)
     return usable.where(F.col("event_time") >= mark), late.withColumn("watermark", mark).withColumn(
@@ -493,8 +543,10 @@ def enrich_with_customers(events: DataFrame, customers: DataFrame) -> DataFrame:
     :param customers: ``customer_id``, ``city``, ``state``, ``country`` strings, one row per id.
     """
     dim = customers.selectExpr(
-        "customer_id AS _cid", "city AS customer_city", "state AS customer_state",
+        "customer_id AS _cid",
+        "city AS customer_city",
+        "state AS customer_state",
         "country AS customer_country",
-    )  # fmt: skip
+    )
     joined = events.join(dim, events["customer_id"] == dim["_cid"], "left")
     return joined.drop("_cid")

@@ -32,9 +32,10 @@ def server_bin_dir() -> Path:
     :raises PostgresUnavailableError: none is installed (``make test`` installs Debian's
         ``postgresql`` package when run as root).
     """
-    candidates = sorted(Path("/usr/lib/postgresql").glob("*/bin/initdb"),
-                        key=lambda p: int(p.parent.parent.name) if p.parent.parent.name.isdigit()
-                        else 0)  # fmt: skip
+    candidates = sorted(
+        Path("/usr/lib/postgresql").glob("*/bin/initdb"),
+        key=lambda p: int(p.parent.parent.name) if p.parent.parent.name.isdigit() else 0,
+    )
     if not candidates:
         raise PostgresUnavailableError(
             "PostgreSQL server binaries not found under /usr/lib/postgresql: run `make test` "
@@ -64,18 +65,22 @@ class PostgresServer:
     def sqlalchemy_url(self) -> str:
         """``postgresql+psycopg2://`` URL of the database (password inside: pass it through
         the environment only)."""
-        return (f"postgresql+psycopg2://{self.user}:{self.password}@127.0.0.1:{self.port}/"
-                f"{self.database}")  # fmt: skip
+        return (
+            f"postgresql+psycopg2://{self.user}:{self.password}@127.0.0.1:{self.port}/"
+            f"{self.database}"
+        )
 
     def _run(self, *command: str) -> subprocess.CompletedProcess[str]:
         prefix = ["runuser", "-u", SERVER_USER, "--"] if self.as_server_user else []
-        done = subprocess.run([*prefix, *command], capture_output=True, text=True,
-                              cwd=self.folder, check=False)  # fmt: skip
+        done = subprocess.run(
+            [*prefix, *command], capture_output=True, text=True, cwd=self.folder, check=False
+        )
         if done.returncode != 0:
             log = self.folder / "server.log"
             tail = log.read_text(errors="replace")[-3000:] if log.exists() else ""
-            raise RuntimeError(f"{' '.join(command)} exited {done.returncode}:\n"
-                               f"{done.stdout}{done.stderr}\n{tail}")  # fmt: skip
+            raise RuntimeError(
+                f"{' '.join(command)} exited {done.returncode}:\n{done.stdout}{done.stderr}\n{tail}"
+            )
         return done
 
     def start(self) -> None:
@@ -88,13 +93,33 @@ class PostgresServer:
             os.chown(self.folder, owner.pw_uid, owner.pw_gid)
             os.chown(pwfile, owner.pw_uid, owner.pw_gid)
         pwfile.chmod(0o600)
-        self._run(str(self.bin / "initdb"), "-D", str(self.data), "-U", self.user,
-                  f"--pwfile={pwfile}", "--auth=scram-sha-256", "-E", "UTF8",
-                  "--no-instructions")  # fmt: skip
+        self._run(
+            str(self.bin / "initdb"),
+            "-D",
+            str(self.data),
+            "-U",
+            self.user,
+            f"--pwfile={pwfile}",
+            "--auth=scram-sha-256",
+            "-E",
+            "UTF8",
+            "--no-instructions",
+        )
         pwfile.unlink()
         options = f"-p {self.port} -k {self.folder} -c listen_addresses=127.0.0.1"
-        self._run(str(self.bin / "pg_ctl"), "-D", str(self.data), "-o", options,
-                  "-l", str(self.folder / "server.log"), "-w", "-t", "60", "start")  # fmt: skip
+        self._run(
+            str(self.bin / "pg_ctl"),
+            "-D",
+            str(self.data),
+            "-o",
+            options,
+            "-l",
+            str(self.folder / "server.log"),
+            "-w",
+            "-t",
+            "60",
+            "start",
+        )
         with contextlib.closing(self.connect("postgres")) as conn:
             conn.autocommit = True
             with conn.cursor() as cursor:
@@ -104,9 +129,13 @@ class PostgresServer:
         """A psycopg2 connection as :attr:`user`."""
         import psycopg2
 
-        return psycopg2.connect(host="127.0.0.1", port=self.port, user=self.user,
-                                password=self.password,
-                                dbname=database or self.database)  # fmt: skip
+        return psycopg2.connect(
+            host="127.0.0.1",
+            port=self.port,
+            user=self.user,
+            password=self.password,
+            dbname=database or self.database,
+        )
 
     def stop(self) -> None:
         """``pg_ctl stop -m fast`` (this server only, by its data folder), then remove it."""

@@ -71,11 +71,14 @@ def test_dag_runs_with_local_executor_on_postgres(
 
     assert state == "success", standalone._tail(60)
     with postgres.connect() as conn, conn.cursor() as cursor:
-        cursor.execute("SELECT state FROM dag_run WHERE dag_id = %s AND run_id = %s",
-                       (DAG_ID, run_id))  # fmt: skip
+        cursor.execute(
+            "SELECT state FROM dag_run WHERE dag_id = %s AND run_id = %s", (DAG_ID, run_id)
+        )
         assert cursor.fetchone() == ("success",)
-        cursor.execute("SELECT task_id, state FROM task_instance WHERE dag_id = %s AND "
-                       "run_id = %s", (DAG_ID, run_id))  # fmt: skip
+        cursor.execute(
+            "SELECT task_id, state FROM task_instance WHERE dag_id = %s AND run_id = %s",
+            (DAG_ID, run_id),
+        )
         tasks = dict(cursor.fetchall())
         cursor.execute("SELECT count(*) FROM job WHERE job_type = 'SchedulerJob'")
         (schedulers,) = cursor.fetchone()

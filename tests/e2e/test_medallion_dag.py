@@ -90,8 +90,9 @@ def test_olist_end_to_end_equals_pandas_and_a_rerun_changes_nothing(
     actual = gold[["window_start", "payment_count", "amount_total"]].copy()
     actual["window_start"] = pd.to_datetime(actual.window_start, utc=True)
     actual["amount_total"] = actual.amount_total.astype(float)
-    merged = expected.merge(actual, on="window_start", how="outer", suffixes=("_pd", "_gold"),
-                            indicator=True)  # fmt: skip
+    merged = expected.merge(
+        actual, on="window_start", how="outer", suffixes=("_pd", "_gold"), indicator=True
+    )
     assert (merged._merge == "both").all(), merged[merged._merge != "both"].head()
     assert (merged.payment_count_pd == merged.payment_count_gold).all()
     assert (merged.amount_total_pd - merged.amount_total_gold).abs().max() < 0.005
@@ -99,8 +100,12 @@ def test_olist_end_to_end_equals_pandas_and_a_rerun_changes_nothing(
 
     recon = platform.read("silver_reconciliation")
     assert recon.records_read.sum() == produced
-    balance = (recon.records_written + recon.records_quarantined + recon.duplicates_dropped
-               + recon.late_events)  # fmt: skip
+    balance = (
+        recon.records_written
+        + recon.records_quarantined
+        + recon.duplicates_dropped
+        + recon.late_events
+    )
     assert (balance == recon.records_read).all()
     results = platform.read("ops_gate_results")
     assert set(results.status) <= {"passed", "empty"}
@@ -110,19 +115,30 @@ def test_olist_end_to_end_equals_pandas_and_a_rerun_changes_nothing(
     assert run_state(second) == "success", (second.stdout + second.stderr)[-5000:]
     assert "nothing to validate" in second.stdout + second.stderr
     # No new Delta version anywhere: the Spark tasks do not even start a JVM.
-    skipped = [line for line in (second.stdout + second.stderr).splitlines()
-               if "inputs unchanged" in line or "Spark-Submit cmd" in line]  # fmt: skip
+    skipped = [
+        line
+        for line in (second.stdout + second.stderr).splitlines()
+        if "inputs unchanged" in line or "Spark-Submit cmd" in line
+    ]
     assert sum("inputs unchanged" in line for line in skipped) == 3, skipped
     assert platform.versions() == before
 
 
 def _payment(event_id: str, when: str, amount: float) -> dict:
     return {
-        "event_id": event_id, "event_type": "payment", "event_time": when, "schema_version": 1,
-        "payment_id": f"p-{event_id}", "order_id": f"o-{event_id}", "customer_id": "e2e",
-        "method": "credit_card", "installments": 1, "amount": amount, "currency": "BRL",
+        "event_id": event_id,
+        "event_type": "payment",
+        "event_time": when,
+        "schema_version": 1,
+        "payment_id": f"p-{event_id}",
+        "order_id": f"o-{event_id}",
+        "customer_id": "e2e",
+        "method": "credit_card",
+        "installments": 1,
+        "amount": amount,
+        "currency": "BRL",
         "status": "authorized",
-    }  # fmt: skip
+    }
 
 
 def test_bad_increment_never_reaches_gold_and_flows_after_the_remedy(
@@ -135,8 +151,10 @@ def test_bad_increment_never_reaches_gold_and_flows_after_the_remedy(
     bad = [_payment(f"bad{i}", f"2019-01-01T10:0{i}:00Z", 5_000_000.0) for i in range(3)]
     good = [_payment(f"good{i}", f"2019-01-01T10:0{i}:30Z", 10.0 + i) for i in range(7)]
     later = [_payment("later", "2019-01-01T12:00:00Z", 1.0)]
-    produce(platform.bootstrap, [Message(platform.prefix + "payments", e["order_id"], e)
-                                 for e in bad + good + later])  # fmt: skip
+    produce(
+        platform.bootstrap,
+        [Message(platform.prefix + "payments", e["order_id"], e) for e in bad + good + later],
+    )
     wait_for_bronze(settings, kafka_backlog(settings), timeout_s=300)
     gold_before = platform.versions(("gold",))
 
@@ -146,10 +164,23 @@ def test_bad_increment_never_reaches_gold_and_flows_after_the_remedy(
     assert platform.versions(("gold",)) == gold_before  # Gold received nothing
 
     remedy = subprocess.run(
-        [sys.executable, "-m", "spark_jobs.quality.gate", "quarantine", "--layer", "silver",
-         "--reason", "amounts in cents", "--by", "e2e"],
-        capture_output=True, text=True, check=False, env=os.environ.copy(),
-    )  # fmt: skip
+        [
+            sys.executable,
+            "-m",
+            "spark_jobs.quality.gate",
+            "quarantine",
+            "--layer",
+            "silver",
+            "--reason",
+            "amounts in cents",
+            "--by",
+            "e2e",
+        ],
+        capture_output=True,
+        text=True,
+        check=False,
+        env=os.environ.copy(),
+    )
     assert remedy.returncode == 0, remedy.stderr[-3000:]
     fixed = platform.dags_test("medallion_incremental")
     assert run_state(fixed) == "success", (fixed.stdout + fixed.stderr)[-5000:]
@@ -157,8 +188,10 @@ def test_bad_increment_never_reaches_gold_and_flows_after_the_remedy(
     gold = platform.read("gold_payment_totals_5m")
     gold["window_start"] = pd.to_datetime(gold.window_start, utc=True)
     new = gold[gold.window_start >= pd.Timestamp("2019-01-01T10:00:00Z")]
-    windows = {row.window_start.strftime("%H:%M"): (row.payment_count, float(row.amount_total))
-               for row in new.itertuples()}  # fmt: skip
+    windows = {
+        row.window_start.strftime("%H:%M"): (row.payment_count, float(row.amount_total))
+        for row in new.itertuples()
+    }
     # good0..good4 fall in 10:00-10:05, good5 and good6 in 10:05-10:10; the bad ones nowhere.
     assert windows == {"10:00": (5, 60.0), "10:05": (2, 31.0)}
     quarantine = platform.read("silver_quarantine")
@@ -178,10 +211,19 @@ def test_supervisor_restarts_a_killed_bronze_driver_and_bronze_stays_exactly_onc
         pid = supervisor.driver_pid("bronze_ingest")
     assert pid is not None
     events = [_payment(f"k{i}", f"2019-02-01T10:{i % 60:02d}:00Z", 1.0) for i in range(3000)]
-    sender = threading.Thread(target=lambda: [
-        produce(platform.bootstrap, [Message(platform.prefix + "payments", e["order_id"], e)
-                                     for e in events[i:i + 300]]) or time.sleep(0.5)
-        for i in range(0, len(events), 300)])  # fmt: skip
+    sender = threading.Thread(
+        target=lambda: [
+            produce(
+                platform.bootstrap,
+                [
+                    Message(platform.prefix + "payments", e["order_id"], e)
+                    for e in events[i : i + 300]
+                ],
+            )
+            or time.sleep(0.5)
+            for i in range(0, len(events), 300)
+        ]
+    )
     sender.start()
     time.sleep(3)
     os.kill(pid, signal.SIGKILL)
@@ -213,12 +255,15 @@ def _densest_two_hours(sample: Path) -> pd.Timestamp:
     return rolling.idxmax() - pd.Timedelta(minutes=105)
 
 
-def _gold_between(platform: AirflowPlatform, start: pd.Timestamp,
-                  end: pd.Timestamp) -> dict[str, list[tuple]]:  # fmt: skip
+def _gold_between(
+    platform: AirflowPlatform, start: pd.Timestamp, end: pd.Timestamp
+) -> dict[str, list[tuple]]:
     frames = {}
-    for table, column in (("gold_payment_totals_5m", "window_start"),
-                          ("gold_payment_totals_10m_sliding", "window_start"),
-                          ("gold_payment_success_rate_15m", "window_start")):  # fmt: skip
+    for table, column in (
+        ("gold_payment_totals_5m", "window_start"),
+        ("gold_payment_totals_10m_sliding", "window_start"),
+        ("gold_payment_success_rate_15m", "window_start"),
+    ):
         frame = platform.read(table)
         when = pd.to_datetime(frame[column], utc=True)
         frame = frame[(when >= start) & (when < end)]
@@ -226,8 +271,9 @@ def _gold_between(platform: AirflowPlatform, start: pd.Timestamp,
     return frames
 
 
-def _create_backfill(platform: AirflowPlatform, *args: str,
-                     attempts: int = 5) -> subprocess.CompletedProcess[str]:  # fmt: skip
+def _create_backfill(
+    platform: AirflowPlatform, *args: str, attempts: int = 5
+) -> subprocess.CompletedProcess[str]:
     """``airflow backfill create <args>``, again (up to ``attempts`` times, 2 s apart) while
     SQLite refuses it with "database is locked", as the README tells users to do.
 
@@ -266,9 +312,16 @@ def test_eight_interval_backfill_recomputes_gold_without_overlapping_scheduled_r
         client.unpause("medallion_incremental")  # the latest interval's scheduled run starts
         last = end - pd.Timedelta(minutes=15)  # --to-date is the last run's logical date
         created = _create_backfill(
-            platform, "--dag-id", "medallion_incremental", "--from-date", start.isoformat(),
-            "--to-date", last.isoformat(), "--max-active-runs", "8",
-        )  # fmt: skip
+            platform,
+            "--dag-id",
+            "medallion_incremental",
+            "--from-date",
+            start.isoformat(),
+            "--to-date",
+            last.isoformat(),
+            "--max-active-runs",
+            "8",
+        )
         assert created.returncode == 0, (created.stdout + created.stderr)[-3000:]
         deadline = time.monotonic() + 1500
         while time.monotonic() < deadline:
@@ -279,8 +332,11 @@ def test_eight_interval_backfill_recomputes_gold_without_overlapping_scheduled_r
             ]  # not the dags-test runs
             backfills = [r for r in runs if r["run_type"] == "backfill"]
             scheduled = [r for r in runs if r["run_type"] == "scheduled"]
-            if (len(backfills) == 8 and scheduled
-                    and all(r["state"] in ("success", "failed") for r in runs)):  # fmt: skip
+            if (
+                len(backfills) == 8
+                and scheduled
+                and all(r["state"] in ("success", "failed") for r in runs)
+            ):
                 break
             time.sleep(5)
         assert len(backfills) == 8
@@ -297,10 +353,15 @@ def test_eight_interval_backfill_recomputes_gold_without_overlapping_scheduled_r
             else:
                 assert tasks["recompute_gold"]["state"] == "skipped"
                 assert tasks["aggregate_gold"]["state"] == "success"
-            intervals += [(datetime.fromisoformat(t["start_date"]),
-                           datetime.fromisoformat(t["end_date"]), run["dag_run_id"] + t["task_id"])
-                          for t in tasks.values()
-                          if t["pool"] == "gold_layer" and t["state"] == "success"]  # fmt: skip
+            intervals += [
+                (
+                    datetime.fromisoformat(t["start_date"]),
+                    datetime.fromisoformat(t["end_date"]),
+                    run["dag_run_id"] + t["task_id"],
+                )
+                for t in tasks.values()
+                if t["pool"] == "gold_layer" and t["state"] == "success"
+            ]
     finally:
         standalone.down()
     # No two Gold writers (or gates) of any runs ever ran at once.

@@ -29,19 +29,31 @@ GAP = timedelta(minutes=10)  # gold_aggregate's session_gap (include/pipeline.ya
 def payment(event_id: str, when: str, amount: float = 10.0, **extra: Any) -> dict[str, Any]:
     """A valid payment event at ``when`` (ISO-8601 with offset)."""
     return {
-        "event_id": event_id, "event_type": "payment", "event_time": when, "schema_version": 1,
-        "payment_id": f"p-{event_id}", "order_id": f"o-{event_id}", "customer_id": "c1",
-        "method": "credit_card", "installments": 1, "amount": amount, "currency": "BRL",
+        "event_id": event_id,
+        "event_type": "payment",
+        "event_time": when,
+        "schema_version": 1,
+        "payment_id": f"p-{event_id}",
+        "order_id": f"o-{event_id}",
+        "customer_id": "c1",
+        "method": "credit_card",
+        "installments": 1,
+        "amount": amount,
+        "currency": "BRL",
         "status": "authorized",
-    } | extra  # fmt: skip
+    } | extra
 
 
 def activity(event_id: str, when: str, customer: str, kind: str = "page_view") -> dict[str, Any]:
     """A valid customer activity event."""
     return {
-        "event_id": event_id, "event_type": "customer_activity", "event_time": when,
-        "schema_version": 1, "customer_id": customer, "activity": kind,
-    }  # fmt: skip
+        "event_id": event_id,
+        "event_type": "customer_activity",
+        "event_time": when,
+        "schema_version": 1,
+        "customer_id": customer,
+        "activity": kind,
+    }
 
 
 @dataclass
@@ -139,8 +151,9 @@ def expected_sessions(events: list[dict], watermark: datetime) -> set[tuple]:
             if i == len(times) or times[i] - times[i - 1] > GAP:
                 end = times[i - 1] + GAP
                 if end <= limit:
-                    sessions.add((customer, times[start], end, i - start,
-                                  "checkout" in kinds[start:i]))  # fmt: skip
+                    sessions.add(
+                        (customer, times[start], end, i - start, "checkout" in kinds[start:i])
+                    )
                 start = i
     return sessions
 
@@ -150,8 +163,14 @@ def actual_sessions(platform: Platform) -> set[tuple]:
     final: appended once the watermark passed its end, or corrected when final)."""
     frame = platform.read("gold_customer_sessions")
     return {
-        (r.customer_id, r.session_start, r.session_end, int(r.event_count),
-         bool(r.reached_checkout))
-        for r in frame.assign(session_start=naive_utc(frame.session_start),
-                              session_end=naive_utc(frame.session_end)).itertuples()
-    }  # fmt: skip
+        (
+            r.customer_id,
+            r.session_start,
+            r.session_end,
+            int(r.event_count),
+            bool(r.reached_checkout),
+        )
+        for r in frame.assign(
+            session_start=naive_utc(frame.session_start), session_end=naive_utc(frame.session_end)
+        ).itertuples()
+    }

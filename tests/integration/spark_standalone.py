@@ -78,33 +78,61 @@ class StandaloneCluster:
         log = (self.folder / f"{name}.log").open("ab")
         # A session of its own: the worker's executors are its children, stopped with it.
         self.processes[name] = subprocess.Popen(
-            [str(spark_home() / "bin" / "spark-class"), *args], env=self._env(), stdout=log,
-            stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL, start_new_session=True,
-        )  # fmt: skip
+            [str(spark_home() / "bin" / "spark-class"), *args],
+            env=self._env(),
+            stdout=log,
+            stderr=subprocess.STDOUT,
+            stdin=subprocess.DEVNULL,
+            start_new_session=True,
+        )
 
     def start(self, timeout_s: float = 120) -> None:
         """Start master and worker; wait until the worker is ALIVE with its cores.
 
         :raises ClusterStartError: a process exited or the worker did not register in time.
         """
-        self._spawn("master", "org.apache.spark.deploy.master.Master", "--host", "127.0.0.1",
-                    "--port", str(self.port), "--webui-port", str(self.master_ui_port))  # fmt: skip
-        self._spawn("worker", "org.apache.spark.deploy.worker.Worker", "--host", "127.0.0.1",
-                    "--cores", str(self.cores), "--memory", self.memory,
-                    "--webui-port", str(self.worker_ui_port),
-                    "--work-dir", str(self.folder / "work"), self.url)  # fmt: skip
+        self._spawn(
+            "master",
+            "org.apache.spark.deploy.master.Master",
+            "--host",
+            "127.0.0.1",
+            "--port",
+            str(self.port),
+            "--webui-port",
+            str(self.master_ui_port),
+        )
+        self._spawn(
+            "worker",
+            "org.apache.spark.deploy.worker.Worker",
+            "--host",
+            "127.0.0.1",
+            "--cores",
+            str(self.cores),
+            "--memory",
+            self.memory,
+            "--webui-port",
+            str(self.worker_ui_port),
+            "--work-dir",
+            str(self.folder / "work"),
+            self.url,
+        )
         deadline = time.monotonic() + timeout_s
         while time.monotonic() < deadline:
             for name, process in self.processes.items():
                 if process.poll() is not None:
-                    raise ClusterStartError(f"spark {name} exited {process.returncode}:\n"
-                                            + self.tail(name))  # fmt: skip
+                    raise ClusterStartError(
+                        f"spark {name} exited {process.returncode}:\n" + self.tail(name)
+                    )
             with contextlib.suppress(OSError, ValueError):
                 if self.state().get("aliveworkers", 0) >= 1:
                     return
             time.sleep(1)
-        raise ClusterStartError(f"no worker registered within {timeout_s:.0f} s:\n"
-                                + self.tail("master") + "\n" + self.tail("worker"))  # fmt: skip
+        raise ClusterStartError(
+            f"no worker registered within {timeout_s:.0f} s:\n"
+            + self.tail("master")
+            + "\n"
+            + self.tail("worker")
+        )
 
     def applications(self) -> list[dict[str, Any]]:
         """Every application the master ran or runs (name, cores, state...)."""

@@ -36,12 +36,12 @@ def test_payment_alerts_rules_ids_and_no_duplicates(platform: Platform, monkeypa
     get_settings.cache_clear()
     burst = [
         payment(f"a{i}", f"2026-01-01T10:0{i}:10Z", 5.0, customer_id="fast") for i in range(4)
-    ]  # fmt: skip  (4 payments in 10:00-10:05 > 3)
-    calm = [payment(f"b{i}", f"2026-01-01T10:0{i}:20Z", 5.0, customer_id="calm")
-            for i in range(3)]  # fmt: skip
+    ]  # 4 payments in 10:00-10:05 > 3
+    calm = [payment(f"b{i}", f"2026-01-01T10:0{i}:20Z", 5.0, customer_id="calm") for i in range(3)]
     whale = [payment("big", "2026-01-01T10:02:00Z", 2500.0, customer_id="whale")]
-    late_flood = [payment(f"c{i}", "2026-01-01T11:00:00Z", 5.0, customer_id="fast")
-                  for i in range(2)]  # fmt: skip
+    late_flood = [
+        payment(f"c{i}", "2026-01-01T11:00:00Z", 5.0, customer_id="fast") for i in range(2)
+    ]
     # One payment re-sent six times (producer retries) is one payment, not a burst.
     retried = [payment("dup", "2026-01-01T10:01:00Z", 5.0, customer_id="retry")] * 6
     platform.send("payments", burst + calm + whale + late_flood + retried + [b"not json"])
@@ -113,8 +113,13 @@ def test_sigterm_stops_an_always_on_driver_and_its_heartbeat_says_stopped(
     checkpoint lock, exits, and its heartbeat ends ``stopped`` instead of ``running``."""
     platform.send("payments", [payment("term1", "2026-01-01T11:00:00Z")])
     files = runtime_files("bronze_ingest")
-    command = [sys.executable, "-m", "spark_jobs.bronze_ingest", "--trigger",
-               "processing-time=1 second"]  # fmt: skip
+    command = [
+        sys.executable,
+        "-m",
+        "spark_jobs.bronze_ingest",
+        "--trigger",
+        "processing-time=1 second",
+    ]
     pid = supervisor.start("bronze_ingest", command, wait_s=180)
     try:
         deadline = time.monotonic() + 180
@@ -172,8 +177,12 @@ def test_sigterm_while_a_driver_is_still_starting_stops_it_at_once(platform: Pla
 
     files = runtime_files("payment_alerts")
     env = cli_env(f"127.0.0.1:{free_port()}")  # nothing listens there
-    driver = subprocess.Popen([sys.executable, "-m", "spark_jobs.payment_alerts"], env=env,
-                              stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)  # fmt: skip
+    driver = subprocess.Popen(
+        [sys.executable, "-m", "spark_jobs.payment_alerts"],
+        env=env,
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.PIPE,
+    )
     try:
         deadline = time.monotonic() + 120
         while (read_json(files.heartbeat) or {}).get("pid") != driver.pid:

@@ -65,10 +65,13 @@ def _expected_sessions(events: list[dict], interval: TimeRange) -> pd.DataFrame:
                 begin, count, checkout = when, 0, False
             last, count, checkout = when, count + 1, checkout or kind == "checkout"
         rows.append((customer, begin, last + GAP, count, checkout))
-    sessions = pd.DataFrame(rows, columns=["customer_id", "session_start", "session_end",
-                                           "event_count", "reached_checkout"])  # fmt: skip
-    sessions = sessions[(sessions.session_start >= interval.start)
-                        & (sessions.session_start < interval.end)]  # fmt: skip
+    sessions = pd.DataFrame(
+        rows,
+        columns=["customer_id", "session_start", "session_end", "event_count", "reached_checkout"],
+    )
+    sessions = sessions[
+        (sessions.session_start >= interval.start) & (sessions.session_start < interval.end)
+    ]
     return sessions.sort_values(["customer_id", "session_start"]).reset_index(drop=True)
 
 
@@ -99,11 +102,19 @@ def test_backfill_equals_incremental_corrects_late_events_and_is_idempotent(
         pd.testing.assert_frame_equal(frame, before[table])
 
     # 2. Late events (hours behind every watermark) reach silver_late_events, not Gold.
-    late = [payment(f"late-p{i}", (START + timedelta(minutes=16 + i)).isoformat(), 100.0 + i)
-            for i in range(6)]  # fmt: skip
-    late += [activity(f"late-a{i}", (START + timedelta(minutes=17, seconds=40 * i)).isoformat(),
-                      "late-customer", "checkout" if i == 3 else "page_view")
-             for i in range(4)]  # fmt: skip
+    late = [
+        payment(f"late-p{i}", (START + timedelta(minutes=16 + i)).isoformat(), 100.0 + i)
+        for i in range(6)
+    ]
+    late += [
+        activity(
+            f"late-a{i}",
+            (START + timedelta(minutes=17, seconds=40 * i)).isoformat(),
+            "late-customer",
+            "checkout" if i == 3 else "page_view",
+        )
+        for i in range(4)
+    ]
     platform.send("payments", [e for e in late if e["event_type"] == "payment"])
     platform.send("customer_activity", [e for e in late if e["event_type"] != "payment"])
     platform.bronze()
@@ -127,8 +138,9 @@ def test_backfill_equals_incremental_corrects_late_events_and_is_idempotent(
     ]
     assert list(gold.window_start) == list(expected.window_start)
     sessions = platform.read("gold_customer_sessions")
-    sessions = sessions[(sessions.session_start >= target.start)
-                        & (sessions.session_start < target.end)]  # fmt: skip
+    sessions = sessions[
+        (sessions.session_start >= target.start) & (sessions.session_start < target.end)
+    ]
     sessions = sessions.sort_values(["customer_id", "session_start"]).reset_index(drop=True)
     expected_sessions = _expected_sessions(everything, target)
     columns = ["customer_id", "session_start", "session_end", "event_count", "reached_checkout"]
@@ -142,8 +154,9 @@ def test_backfill_equals_incremental_corrects_late_events_and_is_idempotent(
         outside = ~frame[spec.start_col].between(target.start, target.end, inclusive="left")
         old = before[table]
         old_outside = ~old[spec.start_col].between(target.start, target.end, inclusive="left")
-        pd.testing.assert_frame_equal(frame[outside].reset_index(drop=True),
-                                      old[old_outside].reset_index(drop=True))  # fmt: skip
+        pd.testing.assert_frame_equal(
+            frame[outside].reset_index(drop=True), old[old_outside].reset_index(drop=True)
+        )
 
     # 3. The same backfill again: no commit, same content.
     after = _gold(platform)

@@ -69,8 +69,9 @@ def test_recreated_topic_new_records_reach_bronze_once_told_apart_by_topic_id(
         platform.bronze()
     assert len(platform.read("bronze_events")) == 50  # refused: nothing written
 
-    bronze_ingest.start(platform.spark, trigger=AVAILABLE_NOW, accept_data_loss=True)\
-        .awaitTermination()  # fmt: skip
+    bronze_ingest.start(
+        platform.spark, trigger=AVAILABLE_NOW, accept_data_loss=True
+    ).awaitTermination()
     bronze = platform.read("bronze_events")
     assert len(bronze) == 60
     assert not bronze[IDENTITY].duplicated().any()
@@ -140,8 +141,9 @@ def test_recreated_topic_is_detected_by_its_id_when_new_offsets_passed_the_old_o
 
     with pytest.raises(bronze_ingest.DataLossError, match=rf"topic id {old_id} -> "):
         platform.bronze()
-    bronze_ingest.start(platform.spark, trigger=AVAILABLE_NOW, accept_data_loss=True)\
-        .awaitTermination()  # fmt: skip
+    bronze_ingest.start(
+        platform.spark, trigger=AVAILABLE_NOW, accept_data_loss=True
+    ).awaitTermination()
     bronze = platform.read("bronze_events")
     new = bronze[bronze.topic_id != old_id]
     assert _event_ids(new) == [f"new{i}" for i in range(5)]  # offsets 0-2 included
@@ -154,8 +156,9 @@ def test_topic_recreated_with_fewer_partitions_during_a_run(
     from pyspark.errors import StreamingQueryException
 
     topic = platform.prefix + "orders"
-    produce(platform.bootstrap, [Message(topic, f"k{i}", {"event_id": f"o{i}"})
-                                 for i in range(300)])  # fmt: skip
+    produce(
+        platform.bootstrap, [Message(topic, f"k{i}", {"event_id": f"o{i}"}) for i in range(300)]
+    )
     query = bronze_ingest.start(platform.spark, trigger=AVAILABLE_NOW, max_offsets_per_trigger=5)
     deadline = time.monotonic() + 120
     while not query.recentProgress:  # a part of the backlog is committed
@@ -169,8 +172,7 @@ def test_topic_recreated_with_fewer_partitions_during_a_run(
     platform.spark.streams.resetTerminated()
     written = len(platform.read("bronze_events"))
     assert 0 < written < 300
-    produce(platform.bootstrap, [Message(topic, f"n{i}", {"event_id": f"n{i}"})
-                                 for i in range(7)])  # fmt: skip
+    produce(platform.bootstrap, [Message(topic, f"n{i}", {"event_id": f"n{i}"}) for i in range(7)])
     new_id = _topic_id(platform, topic)
     capsys.readouterr()
 

@@ -22,8 +22,7 @@ pytestmark = pytest.mark.integration
 def _coordinates(platform: Platform) -> set[tuple[str, int, int, bytes]]:
     bronze = platform.read("bronze_events")
     assert not bronze[["topic", "partition", "offset"]].duplicated().any()
-    return {(r.topic, int(r.partition), int(r.offset), bytes(r.value))
-            for r in bronze.itertuples()}  # fmt: skip
+    return {(r.topic, int(r.partition), int(r.offset), bytes(r.value)) for r in bronze.itertuples()}
 
 
 def test_replay_adds_nothing_present_restores_a_lost_range_and_refuses_deleted_data(
@@ -84,14 +83,20 @@ def test_replay_adds_nothing_present_restores_a_lost_range_and_refuses_deleted_d
 @pytest.mark.parametrize(
     ("argv", "message"),
     [
-        (["--topics", "paymentz", "--from", "2026-05-01T10:00Z", "--to", "2026-05-01T11:00Z"],
-         "unknown topic"),
-        (["--topics", "payments", "--from", "2026-05-01T10:00", "--to", "2026-05-01T11:00Z"],
-         "no UTC offset"),
-        (["--topics", ",", "--from", "2026-05-01T10:00Z", "--to", "2026-05-01T11:00Z"],
-         "no topic given"),
+        (
+            ["--topics", "paymentz", "--from", "2026-05-01T10:00Z", "--to", "2026-05-01T11:00Z"],
+            "unknown topic",
+        ),
+        (
+            ["--topics", "payments", "--from", "2026-05-01T10:00", "--to", "2026-05-01T11:00Z"],
+            "no UTC offset",
+        ),
+        (
+            ["--topics", ",", "--from", "2026-05-01T10:00Z", "--to", "2026-05-01T11:00Z"],
+            "no topic given",
+        ),
     ],
-)  # fmt: skip
+)
 def test_replay_refuses_bad_parameters_before_spark(
     argv: list[str], message: str, capsys: pytest.CaptureFixture[str]
 ) -> None:

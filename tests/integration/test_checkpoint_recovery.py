@@ -34,20 +34,29 @@ pytestmark = pytest.mark.integration
 
 def order(event_id: str, when: str, customer: str, total: float) -> dict:
     return {
-        "event_id": event_id, "event_type": "order_placed", "event_time": when,
-        "schema_version": 1, "order_id": f"o-{event_id}", "customer_id": customer,
-        "status": "created", "total": total, "currency": "BRL",
-    }  # fmt: skip
+        "event_id": event_id,
+        "event_type": "order_placed",
+        "event_time": when,
+        "schema_version": 1,
+        "order_id": f"o-{event_id}",
+        "customer_id": customer,
+        "status": "created",
+        "total": total,
+        "currency": "BRL",
+    }
 
 
 def _round(platform: Platform, index: int, sent: list[dict]) -> None:
     """Six orders and two payments (stateful Gold windows), then every layer once."""
-    events = [order(f"r{index}-{i}", f"2026-01-01T1{index}:{i:02d}:00Z", f"c{i % 3}", 1.0 + i)
-              for i in range(6)]  # fmt: skip
+    events = [
+        order(f"r{index}-{i}", f"2026-01-01T1{index}:{i:02d}:00Z", f"c{i % 3}", 1.0 + i)
+        for i in range(6)
+    ]
     sent.extend(events)
     platform.send("orders", events)
-    platform.send("payments", [payment(f"p{index}-{i}", f"2026-01-01T1{index}:0{i}:00Z")
-                               for i in range(2)])  # fmt: skip
+    platform.send(
+        "payments", [payment(f"p{index}-{i}", f"2026-01-01T1{index}:0{i}:00Z") for i in range(2)]
+    )
     platform.all_layers()
 
 
@@ -65,8 +74,11 @@ def _assert_bronze_exactly_once(platform: Platform, expected: int) -> None:
 
 
 def _assert_metrics_match(platform: Platform, sent: list[dict]) -> None:
-    expected = pd.DataFrame(sent).groupby("customer_id").agg(
-        order_count=("event_id", "size"), spend=("total", "sum"))  # fmt: skip
+    expected = (
+        pd.DataFrame(sent)
+        .groupby("customer_id")
+        .agg(order_count=("event_id", "size"), spend=("total", "sum"))
+    )
     metrics = platform.read("gold_customer_metrics").set_index("customer_id").sort_index()
     assert list(metrics.index) == list(expected.index)
     assert list(metrics.order_count) == list(expected.order_count)
@@ -85,14 +97,18 @@ def test_restore_three_batches_old_neither_duplicates_nor_loses(platform: Platfo
     assert bronze_result.moved_aside is not None
     assert bronze_result.moved_aside.is_dir()  # the live checkpoint is kept
     assert bronze_result.resumes_after[""] >= bronze_result.restored_batch[""] + 3
-    assert gold_result.restored_batch["gold_customer_metrics"] < (
-        gold_result.resumes_after["gold_customer_metrics"])  # fmt: skip
+    assert (
+        gold_result.restored_batch["gold_customer_metrics"]
+        < (gold_result.resumes_after["gold_customer_metrics"])
+    )
     _round(platform, 4, sent)  # restart after the restore, with new data
     _assert_bronze_exactly_once(platform, _messages(sent))
     _assert_metrics_match(platform, sent)  # the foreachBatch MERGE table
     audit = get_settings().storage.data_path.parent / "checkpoint_backups" / "audit.jsonl"
     assert [json.loads(line)["action"] for line in audit.read_text().splitlines()] == [
-        "restore", "restore"]  # fmt: skip
+        "restore",
+        "restore",
+    ]
 
 
 def test_damaged_offsets_commits_and_state_are_named_and_recovered(platform: Platform) -> None:
@@ -194,8 +210,12 @@ def test_retention_keeps_exactly_what_the_policy_says(platform: Platform, monkey
     platform.bronze()
     original = backup("bronze_ingest")
     now = datetime.now(UTC)
-    ages = {"20260101T000000000000Z": 10, "20260102T000000000000Z": 5,
-            "20260103T000000000000Z": 2, "20260104T000000000000Z": 1}  # fmt: skip
+    ages = {
+        "20260101T000000000000Z": 10,
+        "20260102T000000000000Z": 5,
+        "20260103T000000000000Z": 2,
+        "20260104T000000000000Z": 1,
+    }
     for backup_id, days in ages.items():
         copy = original.path.with_name(backup_id)
         shutil.copytree(original.path, copy)
@@ -206,14 +226,22 @@ def test_retention_keeps_exactly_what_the_policy_says(platform: Platform, monkey
     removed = prune("bronze_ingest")
     assert sorted(removed) == ["20260101T000000000000Z", "20260102T000000000000Z"]
     assert sorted(b.backup_id for b in list_backups("bronze_ingest")) == sorted(
-        [original.backup_id, "20260103T000000000000Z", "20260104T000000000000Z"])  # fmt: skip
+        [original.backup_id, "20260103T000000000000Z", "20260104T000000000000Z"]
+    )
 
 
 @pytest.mark.slow
 def test_kill_9_five_times_while_producing_keeps_bronze_exactly_once(platform: Platform) -> None:
     """20,000 events produced while the bronze_ingest driver is killed at random moments."""
-    command = [sys.executable, "-m", "spark_jobs.bronze_ingest", "--trigger",
-               "processing-time=1 second", "--max-offsets-per-trigger", "3000"]  # fmt: skip
+    command = [
+        sys.executable,
+        "-m",
+        "spark_jobs.bronze_ingest",
+        "--trigger",
+        "processing-time=1 second",
+        "--max-offsets-per-trigger",
+        "3000",
+    ]
     events = [payment(f"k{i}", f"2026-01-01T10:{i % 60:02d}:00Z") for i in range(20_000)]
     rng = random.Random(5)
 

@@ -33,8 +33,9 @@ FIRST, LATER = 10, 4
 
 
 def _bronze_in_batches_of_two(platform: Platform) -> None:
-    bronze_ingest.start(platform.spark, trigger=AVAILABLE_NOW, max_offsets_per_trigger=2
-                        ).awaitTermination()  # fmt: skip
+    bronze_ingest.start(
+        platform.spark, trigger=AVAILABLE_NOW, max_offsets_per_trigger=2
+    ).awaitTermination()
 
 
 def _base(platform: Platform) -> Path:
@@ -43,8 +44,13 @@ def _base(platform: Platform) -> Path:
     platform.send("payments", [payment(f"a{i}", "2026-01-01T10:00:00Z") for i in range(FIRST)])
     _bronze_in_batches_of_two(platform)
     checkpoint = get_catalog().job("bronze_ingest").checkpoint()
-    assert sorted(int(p.name) for p in (checkpoint / "commits").iterdir()
-                  if p.name.isdigit()) == [0, 1, 2, 3, 4]  # fmt: skip
+    assert sorted(int(p.name) for p in (checkpoint / "commits").iterdir() if p.name.isdigit()) == [
+        0,
+        1,
+        2,
+        3,
+        4,
+    ]
     platform.send("payments", [payment(f"b{i}", "2026-01-01T10:01:00Z") for i in range(LATER)])
     return checkpoint
 
@@ -107,8 +113,12 @@ def test_check_and_recover_matrix_keeps_every_offset_exactly_once(
     _base(platform)
     snapshot = tmp_path / "snapshot"
     shutil.copytree(platform.home, snapshot)
-    targets = {"offsets/N": "offsets/4", "offsets/N-1": "offsets/3", "commits/N": "commits/4",
-               "metadata": "metadata"}  # fmt: skip
+    targets = {
+        "offsets/N": "offsets/4",
+        "offsets/N-1": "offsets/3",
+        "commits/N": "commits/4",
+        "metadata": "metadata",
+    }
     failures = []
     for target, relative in targets.items():
         for how in ("missing", "empty", "truncated"):
@@ -166,8 +176,9 @@ def test_recover_takes_a_committed_batch_offsets_from_a_verified_backup_or_refus
     newest = max(int(p.name) for p in (checkpoint / "commits").iterdir() if p.name.isdigit())
     query_id = (checkpoint / "metadata").read_text()
     tables = [t.path(settings) for t in get_catalog().tables.values()]
-    committed = sink_committed_batch(tables, txn_app_ids("silver_refine",
-                                                         json.loads(query_id)["id"]))  # fmt: skip
+    committed = sink_committed_batch(
+        tables, txn_app_ids("silver_refine", json.loads(query_id)["id"])
+    )
     assert committed == newest
     info = backup("silver_refine")
     (checkpoint / "commits" / str(newest)).unlink()
@@ -186,8 +197,9 @@ def test_recover_takes_a_committed_batch_offsets_from_a_verified_backup_or_refus
     before = sorted((p.name, p.stat().st_size) for p in checkpoint.rglob("*") if p.is_file())
     with pytest.raises(RestoreRefusedError, match=rf"batch {newest} .*offsets of batch {newest}"):
         recover("silver_refine")
-    assert sorted((p.name, p.stat().st_size) for p in checkpoint.rglob("*")
-                  if p.is_file()) == before  # fmt: skip
+    assert (
+        sorted((p.name, p.stat().st_size) for p in checkpoint.rglob("*") if p.is_file()) == before
+    )
 
 
 def test_restore_past_a_committed_batch_rebuilds_its_offsets_instead_of_losing_rows(
@@ -222,8 +234,13 @@ def test_the_supervisors_own_repair_then_restart_loses_nothing(platform: Platfor
     checkpoint = _base(platform)
     (checkpoint / "commits" / "4").unlink()
     _damage(checkpoint / "offsets" / "4", "empty")
-    command = [sys.executable, "-m", "spark_jobs.bronze_ingest", "--trigger",
-               "processing-time=1 second"]  # fmt: skip
+    command = [
+        sys.executable,
+        "-m",
+        "spark_jobs.bronze_ingest",
+        "--trigger",
+        "processing-time=1 second",
+    ]
     said: list[str] = []
     try:
         outcome = supervisor.supervise("bronze_ingest", command, echo=said.append)

@@ -51,9 +51,14 @@ class SaslBroker(KafkaBroker):
         lines = []
         for line in self.config_path.read_text().splitlines():
             if line.startswith(("listeners=", "advertised.listeners=")):
-                line = f"{line},{sasl}" if line.startswith("advertised") else line.replace(
-                    f"PLAINTEXT://{host}:{self.settings.port}",
-                    f"PLAINTEXT://{host}:{self.settings.port},{sasl}")  # fmt: skip
+                line = (
+                    f"{line},{sasl}"
+                    if line.startswith("advertised")
+                    else line.replace(
+                        f"PLAINTEXT://{host}:{self.settings.port}",
+                        f"PLAINTEXT://{host}:{self.settings.port},{sasl}",
+                    )
+                )
             elif line.startswith("listener.security.protocol.map="):
                 line += ",SASL_PLAINTEXT:SASL_PLAINTEXT"
             lines.append(line)
@@ -77,8 +82,11 @@ class SecuredKafka:
 @pytest.fixture(scope="module")
 def secured_kafka(tmp_path_factory: pytest.TempPathFactory) -> Iterator[SecuredKafka]:
     password = secrets.token_urlsafe(16)
-    settings = KafkaSettings(port=free_port(), controller_port=free_port(),
-                             data_dir=tmp_path_factory.mktemp("kafka-sasl"))  # fmt: skip
+    settings = KafkaSettings(
+        port=free_port(),
+        controller_port=free_port(),
+        data_dir=tmp_path_factory.mktemp("kafka-sasl"),
+    )
     broker = SaslBroker(settings, sasl_port=free_port(), users={"ingest": password})
     broker.up()
     try:
@@ -89,9 +97,20 @@ def secured_kafka(tmp_path_factory: pytest.TempPathFactory) -> Iterator[SecuredK
 
 def _generate(env: dict[str, str], summary: Path) -> subprocess.CompletedProcess:
     # (--topic-prefix: the command's option does not default to INGEST_KAFKA__TOPIC_PREFIX)
-    args = [INGESTCTL, "generate", "--count", "80", "--as-fast-as-possible", "--seed", "5",
-            "--no-progress", "--topic-prefix", env["INGEST_KAFKA__TOPIC_PREFIX"],
-            "--summary-json", str(summary)]  # fmt: skip
+    args = [
+        INGESTCTL,
+        "generate",
+        "--count",
+        "80",
+        "--as-fast-as-possible",
+        "--seed",
+        "5",
+        "--no-progress",
+        "--topic-prefix",
+        env["INGEST_KAFKA__TOPIC_PREFIX"],
+        "--summary-json",
+        str(summary),
+    ]
     return subprocess.run(args, env=env, capture_output=True, text=True, timeout=180)
 
 
@@ -136,16 +155,27 @@ def test_sasl_settings_reach_replay_spark_source_and_sink(
     assert len(DeltaTable(str(bronze)).to_pandas()) == acknowledged
 
     # Spark's Kafka sink (payment_alerts) writes through SASL: one payment above the threshold.
-    produce(secured_kafka.bootstrap, [Message(prefix + "payments", "c1",
-            payment("big-1", "2026-03-01T10:00:00+00:00", amount=9000.0))])  # fmt: skip
+    produce(
+        secured_kafka.bootstrap,
+        [
+            Message(
+                prefix + "payments",
+                "c1",
+                payment("big-1", "2026-03-01T10:00:00+00:00", amount=9000.0),
+            )
+        ],
+    )
     for query in payment_alerts.start(spark, trigger=AVAILABLE_NOW):
         query.awaitTermination()
     from kafka import KafkaConsumer
 
     consumer = KafkaConsumer(
-        prefix + get_settings().alerts.topic, **get_settings().kafka.client_config(),
-        auto_offset_reset="earliest", enable_auto_commit=False, consumer_timeout_ms=5000,
-    )  # fmt: skip
+        prefix + get_settings().alerts.topic,
+        **get_settings().kafka.client_config(),
+        auto_offset_reset="earliest",
+        enable_auto_commit=False,
+        consumer_timeout_ms=5000,
+    )
     try:
         alerts = [json.loads(record.value) for record in consumer]
     finally:

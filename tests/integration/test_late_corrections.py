@@ -25,11 +25,17 @@ pytestmark = pytest.mark.integration
 def order(event_id: str, when: str, customer: str | None, total: float, **extra: Any) -> dict:
     """A valid ``order_placed`` event (one item) at ``when``."""
     return {
-        "event_id": event_id, "event_type": "order_placed", "event_time": when,
-        "schema_version": 1, "order_id": f"o-{event_id}", "customer_id": customer,
-        "status": "created", "items": [{"product_id": "sku", "quantity": 1, "price": total}],
-        "total": total, "currency": "BRL",
-    } | extra  # fmt: skip
+        "event_id": event_id,
+        "event_type": "order_placed",
+        "event_time": when,
+        "schema_version": 1,
+        "order_id": f"o-{event_id}",
+        "customer_id": customer,
+        "status": "created",
+        "items": [{"product_id": "sku", "quantity": 1, "price": total}],
+        "total": total,
+        "currency": "BRL",
+    } | extra
 
 
 ON_TIME_ORDERS = [
@@ -53,18 +59,20 @@ def expected_metrics(events: list[dict]) -> pd.DataFrame:
     frame = frame[(frame.event_type == "order_placed") & frame.customer_id.notna()]
     frame = frame.assign(event_time=naive_utc(frame.event_time))
     grouped = frame.groupby(["customer_id", "currency"], as_index=False).agg(
-        order_count=("event_id", "count"), spend=("total", "sum"),
+        order_count=("event_id", "count"),
+        spend=("total", "sum"),
         last_order_time=("event_time", "max"),
-    )  # fmt: skip
+    )
     return grouped.sort_values("customer_id").reset_index(drop=True)
 
 
 def actual_metrics(platform: Platform) -> pd.DataFrame:
     frame = platform.read("gold_customer_metrics")
     frame = frame.assign(
-        spend=frame.spend.astype(float), order_count=frame.order_count.astype("int64"),
+        spend=frame.spend.astype(float),
+        order_count=frame.order_count.astype("int64"),
         last_order_time=naive_utc(frame.last_order_time),
-    )  # fmt: skip
+    )
     columns = ["customer_id", "currency", "order_count", "spend", "last_order_time"]
     return frame[columns].sort_values("customer_id").reset_index(drop=True)
 
@@ -97,8 +105,9 @@ def test_late_orders_reach_customer_metrics_once(platform: Platform) -> None:
     platform.send("orders", [order("l5", "2026-01-01T10:06:00Z", "c2", 4.00)])
     platform.all_layers()
     assert platform.correct_late()["gold_customer_metrics"] == 1
-    want = expected_metrics(ON_TIME_ORDERS + LATE_ORDERS + [order("l5", "2026-01-01T10:06:00Z",
-                                                                  "c2", 4.00)])  # fmt: skip
+    want = expected_metrics(
+        ON_TIME_ORDERS + LATE_ORDERS + [order("l5", "2026-01-01T10:06:00Z", "c2", 4.00)]
+    )
     pd.testing.assert_frame_equal(actual_metrics(platform), want)
     assert platform.correct_late()["gold_customer_metrics"] == 0
     pd.testing.assert_frame_equal(actual_metrics(platform), want)

@@ -24,8 +24,11 @@ from spark_jobs.settings import get_settings
 from tests.integration.medallion import AVAILABLE_NOW, Platform, payment
 
 pytestmark = pytest.mark.integration
-GOLD = [name for name, t in get_catalog().tables.items() if t.layer == "gold"
-        and name != "gold_payment_alerts"]  # fmt: skip
+GOLD = [
+    name
+    for name, t in get_catalog().tables.items()
+    if t.layer == "gold" and name != "gold_payment_alerts"
+]
 
 
 def _gold(platform: Platform) -> dict[str, pd.DataFrame]:

@@ -28,8 +28,13 @@ def test_every_quarantine_reason_end_to_end_and_counts_balance(platform: Platfor
     assert list(platform.read("silver_payments").event_id) == ["ok-1"]
     recon = platform.read("silver_reconciliation")
     assert recon.records_read.sum() == len(CASES) + 1
-    assert (recon.records_written + recon.records_quarantined + recon.duplicates_dropped
-            + recon.late_events == recon.records_read).all()  # fmt: skip
+    assert (
+        recon.records_written
+        + recon.records_quarantined
+        + recon.duplicates_dropped
+        + recon.late_events
+        == recon.records_read
+    ).all()
 
 
 PAYMENTS = [
@@ -46,8 +51,11 @@ def test_windows_in_one_run(platform: Platform) -> None:
     platform.all_layers()
     assert windows(platform.read("gold_payment_totals_5m")) == EXPECTED_5M
     sliding = windows(platform.read("gold_payment_totals_10m_sliding"))
-    assert sliding == {("09:55", "BRL"): (2, 30.0), ("10:00", "BRL"): (3, 35.0),
-                       ("10:05", "BRL"): (1, 5.0)}  # fmt: skip
+    assert sliding == {
+        ("09:55", "BRL"): (2, 30.0),
+        ("10:00", "BRL"): (3, 35.0),
+        ("10:05", "BRL"): (1, 5.0),
+    }
     version = platform.version("gold_payment_totals_5m")
     platform.all_layers()  # nothing new: nothing changes
     assert platform.version("gold_payment_totals_5m") == version
@@ -61,25 +69,35 @@ def test_windows_spread_over_runs_carry_the_watermark(platform: Platform) -> Non
 
 
 def test_session_windows(platform: Platform) -> None:
-    platform.send("customer_activity", [
-        activity("a1", "2026-01-01T10:00:00Z", "c1"),
-        activity("a2", "2026-01-01T10:05:00Z", "c1", "checkout"),
-        activity("a3", "2026-01-01T10:30:00Z", "c1"),
-        activity("a4", "2026-01-01T11:30:00Z", "c2"),  # moves the watermark past c1's sessions
-    ])  # fmt: skip
+    platform.send(
+        "customer_activity",
+        [
+            activity("a1", "2026-01-01T10:00:00Z", "c1"),
+            activity("a2", "2026-01-01T10:05:00Z", "c1", "checkout"),
+            activity("a3", "2026-01-01T10:30:00Z", "c1"),
+            activity("a4", "2026-01-01T11:30:00Z", "c2"),  # moves the watermark past c1's sessions
+        ],
+    )
     platform.all_layers()
     sessions = platform.read("gold_customer_sessions")
     got = sorted(
-        (r.customer_id, r.session_start.strftime("%H:%M"), r.session_end.strftime("%H:%M"),
-         int(r.event_count), bool(r.reached_checkout))
+        (
+            r.customer_id,
+            r.session_start.strftime("%H:%M"),
+            r.session_end.strftime("%H:%M"),
+            int(r.event_count),
+            bool(r.reached_checkout),
+        )
         for r in sessions.itertuples()
-    )  # fmt: skip
+    )
     assert got == [("c1", "10:00", "10:15", 2, True), ("c1", "10:30", "10:40", 1, False)]
 
 
 def test_late_event_lands_in_late_events_and_corrections_update_gold(platform: Platform) -> None:
-    platform.send("payments", [payment("p1", "2026-01-01T10:01:00Z", 10.0),
-                               payment("p9", "2026-01-01T10:50:00Z", 1.0)])  # fmt: skip
+    platform.send(
+        "payments",
+        [payment("p1", "2026-01-01T10:01:00Z", 10.0), payment("p9", "2026-01-01T10:50:00Z", 1.0)],
+    )
     platform.all_layers()
     assert windows(platform.read("gold_payment_totals_5m"))[("10:00", "BRL")] == (1, 10.0)
     platform.send("payments", [payment("late", "2026-01-01T10:02:00Z", 7.0)])
@@ -102,10 +120,13 @@ def test_duplicate_resent_after_restart_is_dropped_once_and_counted(platform: Pl
     platform.send("payments", [payment("d1", "2026-01-01T10:01:00Z", 10.0)])
     platform.bronze()
     platform.silver()
-    platform.send("payments", [
-        payment("d1", "2026-01-01T10:01:00Z", 10.0),  # the same event, re-sent
-        payment("d1", "2026-01-01T10:01:00Z", 99.0),  # same id, different payload
-    ])  # fmt: skip
+    platform.send(
+        "payments",
+        [
+            payment("d1", "2026-01-01T10:01:00Z", 10.0),  # the same event, re-sent
+            payment("d1", "2026-01-01T10:01:00Z", 99.0),  # same id, different payload
+        ],
+    )
     platform.bronze()
     platform.silver()
     silver = platform.read("silver_payments")
@@ -122,14 +143,20 @@ def test_customer_added_between_runs_is_seen_by_the_next_run(platform: Platform)
     from ingest_platform.replay.runner import write_dimension
 
     landing = get_settings().storage.landing_path / "customers"
-    write_dimension([{"customer_id": "c1", "city": "sorocaba", "state": "SP", "country": "BR"}],
-                    landing, "test")  # fmt: skip
+    write_dimension(
+        [{"customer_id": "c1", "city": "sorocaba", "state": "SP", "country": "BR"}], landing, "test"
+    )
     platform.send("payments", [payment("e1", "2026-01-01T10:00:00Z", customer_id="c2")])
     platform.bronze()
     platform.silver()
-    write_dimension([{"customer_id": "c1", "city": "sorocaba", "state": "SP", "country": "BR"},
-                     {"customer_id": "c2", "city": "recife", "state": "PE", "country": "BR"}],
-                    landing, "test")  # fmt: skip
+    write_dimension(
+        [
+            {"customer_id": "c1", "city": "sorocaba", "state": "SP", "country": "BR"},
+            {"customer_id": "c2", "city": "recife", "state": "PE", "country": "BR"},
+        ],
+        landing,
+        "test",
+    )
     platform.send("payments", [payment("e2", "2026-01-01T10:01:00Z", customer_id="c2")])
     platform.bronze()
     platform.silver()
@@ -180,8 +207,10 @@ def test_lost_kafka_data_fails_clearly_unless_accepted_and_recorded(platform: Pl
 
 
 def test_resent_event_with_a_newer_time_still_meets_its_original(platform: Platform) -> None:
-    platform.send("payments", [payment("orig", "2026-01-01T10:00:00Z", 5.0),
-                               payment("p9", "2026-01-01T11:30:00Z")])  # fmt: skip
+    platform.send(
+        "payments",
+        [payment("orig", "2026-01-01T10:00:00Z", 5.0), payment("p9", "2026-01-01T11:30:00Z")],
+    )
     platform.bronze()
     platform.silver()  # watermark now 11:00: the original's time is behind it
     platform.send("payments", [payment("orig", "2026-01-01T12:01:00Z", 1.0)])
@@ -207,8 +236,13 @@ def test_reset_silver_checkpoint_does_not_write_silver_twice(platform: Platform)
     assert sorted(platform.read("silver_payments").event_id) == [f"r{i}" for i in range(8)]
     recon = platform.read("silver_reconciliation")
     assert recon.query_id.nunique() == 2
-    assert (recon.records_written + recon.records_quarantined + recon.duplicates_dropped
-            + recon.late_events == recon.records_read).all()  # fmt: skip
+    assert (
+        recon.records_written
+        + recon.records_quarantined
+        + recon.duplicates_dropped
+        + recon.late_events
+        == recon.records_read
+    ).all()
     assert sorted(recon.groupby("query_id").duplicates_dropped.sum()) == [0, 8]
     quarantine = platform.read("silver_quarantine")
     assert len(quarantine) == 1  # re-read, counted, not written twice

@@ -43,19 +43,24 @@ def test_gold_equals_pandas_on_generated_events_with_duplicates_and_late(
     start = datetime(2026, 3, 1, 8, 0, tzinfo=UTC)
     events = list(generate_events(2400, seed=21, start=start, rate=0.4))  # ~100 minutes
     config = FaultConfig(
-        duplicate_rate=0.03, late_rate=0.04,
+        duplicate_rate=0.03,
+        late_rate=0.04,
         # 45-60 minutes: past Silver's 30-minute watermark.
         late_delay=DelayDistribution.parse("uniform:2700:3600"),
-        out_of_order_rate=0.02, seed=8,
-    )  # fmt: skip
+        out_of_order_rate=0.02,
+        seed=8,
+    )
     scheduled = list(inject(events, config, FaultCounts()))
     sent: list[dict] = []
     for round_ in range(3):  # three cycles' worth of arrivals: the watermark moves between
         chunk = scheduled[round_ * len(scheduled) // 3 : (round_ + 1) * len(scheduled) // 3]
-        produce(platform.bootstrap, [
-            Message(platform.prefix + s.message.topic, s.message.key, s.message.value)
-            for s in chunk
-        ])  # fmt: skip
+        produce(
+            platform.bootstrap,
+            [
+                Message(platform.prefix + s.message.topic, s.message.key, s.message.value)
+                for s in chunk
+            ],
+        )
         sent += [s.message.value for s in chunk]
         platform.bronze()
         platform.silver()
@@ -79,10 +84,13 @@ def test_gold_equals_pandas_on_generated_events_with_duplicates_and_late(
     # Silver holds each event exactly once, across on-time and late tables.
     silver_ids = list(platform.read("silver_payments").event_id) + [
         json.loads(p)["event_id"]
-        for p, t in zip(platform.read("silver_late_events").payload_json,
-                        platform.read("silver_late_events").event_type, strict=True)
+        for p, t in zip(
+            platform.read("silver_late_events").payload_json,
+            platform.read("silver_late_events").event_type,
+            strict=True,
+        )
         if t == "payment"
-    ]  # fmt: skip
+    ]
     assert sorted(silver_ids) == sorted(
         {v["event_id"] for v in sent if v["event_type"] == "payment"}
     )
@@ -99,10 +107,10 @@ def test_gold_equals_pandas_on_generated_events_with_duplicates_and_late(
         order_count=("event_id", "size"), spend=("total", "sum")
     )
     metrics = platform.read("gold_customer_metrics")
-    assert {(r.customer_id, r.currency): (int(r.order_count), round(float(r.spend), 2))
-            for r in metrics.itertuples()} == {
-        key: (int(r.order_count), round(r.spend, 2)) for key, r in want.iterrows()
-    }  # fmt: skip
+    assert {
+        (r.customer_id, r.currency): (int(r.order_count), round(float(r.spend), 2))
+        for r in metrics.itertuples()
+    } == {key: (int(r.order_count), round(r.spend, 2)) for key, r in want.iterrows()}
     session_watermark = gold_watermark("gold_customer_sessions")
     assert session_watermark is not None
     activity = [v for v in sent if v["event_type"] == "customer_activity"]
@@ -128,11 +136,23 @@ def test_crash_between_delta_write_and_commit_replays_without_duplicates(
 ) -> None:
     catalog, settings = get_catalog(), get_settings()
     platform.send("payments", [payment(f"x{i}", f"2026-01-01T10:{i:02d}:00Z") for i in range(20)])
-    platform.send("orders", [{
-        "event_id": "o1", "event_type": "order_placed", "event_time": "2026-01-01T10:00:00Z",
-        "schema_version": 1, "order_id": "o1", "customer_id": "c1", "status": "created",
-        "total": 12.5, "currency": "BRL",
-    }], key="o1")  # fmt: skip
+    platform.send(
+        "orders",
+        [
+            {
+                "event_id": "o1",
+                "event_type": "order_placed",
+                "event_time": "2026-01-01T10:00:00Z",
+                "schema_version": 1,
+                "order_id": "o1",
+                "customer_id": "c1",
+                "status": "created",
+                "total": 12.5,
+                "currency": "BRL",
+            }
+        ],
+        key="o1",
+    )
     platform.all_layers()
     before = {
         t: platform.read(t)
@@ -144,8 +164,11 @@ def test_crash_between_delta_write_and_commit_replays_without_duplicates(
         )
     }
 
-    for job, query in (("bronze_ingest", None), ("silver_refine", None),
-                       ("gold_aggregate", "gold_customer_metrics")):  # fmt: skip
+    for job, query in (
+        ("bronze_ingest", None),
+        ("silver_refine", None),
+        ("gold_aggregate", "gold_customer_metrics"),
+    ):
         _drop_last_commit(catalog.job(job).checkpoint(settings, query))
     platform.all_layers()  # each query replays its last batch
 

@@ -25,10 +25,16 @@ DAY2 = DAY1 + timedelta(days=1)
 
 def order(n: int, when: datetime, customer: str, total: float) -> dict[str, Any]:
     return {
-        "event_id": f"o{n}", "event_type": "order_placed", "event_time": when.isoformat(),
-        "schema_version": 1, "order_id": f"order-{n}", "customer_id": customer,
-        "status": "created", "total": total, "currency": "GBP",
-    }  # fmt: skip
+        "event_id": f"o{n}",
+        "event_type": "order_placed",
+        "event_time": when.isoformat(),
+        "schema_version": 1,
+        "order_id": f"order-{n}",
+        "customer_id": customer,
+        "status": "created",
+        "total": total,
+        "currency": "GBP",
+    }
 
 
 def _send_keyed(platform: Platform, topic: str, values: list[dict[str, Any]], field: str) -> None:
@@ -49,8 +55,9 @@ def _expected_metrics(orders: list[dict[str, Any]]) -> pd.DataFrame:
 
 
 def _metrics(platform: Platform) -> pd.DataFrame:
-    gold = platform.read("gold_customer_metrics")[["customer_id", "currency", "order_count",
-                                                    "spend"]]  # fmt: skip
+    gold = platform.read("gold_customer_metrics")[
+        ["customer_id", "currency", "order_count", "spend"]
+    ]
     gold = gold.assign(order_count=gold.order_count.astype("int64"))
     return gold.sort_values(["customer_id", "currency"]).reset_index(drop=True)
 
@@ -60,15 +67,18 @@ def test_an_order_days_ahead_makes_no_other_event_late(platform: Platform) -> No
     limit: a real order) and the fault injector's order 3 days ahead. Run 2: the afternoon
     of day 1 and day 2, clean. With one watermark for everything, run 2 went entirely to
     silver_late_events and the 3-day order was counted as a real one."""
-    morning = [order(i, DAY1 + timedelta(minutes=20 * i), f"c{i % 5}", 10.0 + i)
-               for i in range(12)]  # fmt: skip
+    morning = [order(i, DAY1 + timedelta(minutes=20 * i), f"c{i % 5}", 10.0 + i) for i in range(12)]
     ahead_20h = order(90, DAY1 + timedelta(hours=21), "c1", 46.85)
     outlier = malformed_record("event_time_skew", morning[4], 1)
     assert isinstance(outlier, dict)
-    afternoon = [order(i, DAY1 + timedelta(hours=6, minutes=15 * (i - 20)), f"c{i % 5}", 5.0 + i)
-                 for i in range(20, 30)]  # fmt: skip
-    day2 = [order(i, DAY2 + timedelta(minutes=10 * (i - 40)), f"c{i % 7}", 1.5 * i)
-            for i in range(40, 52)]  # fmt: skip
+    afternoon = [
+        order(i, DAY1 + timedelta(hours=6, minutes=15 * (i - 20)), f"c{i % 5}", 5.0 + i)
+        for i in range(20, 30)
+    ]
+    day2 = [
+        order(i, DAY2 + timedelta(minutes=10 * (i - 40)), f"c{i % 7}", 1.5 * i)
+        for i in range(40, 52)
+    ]
 
     def at(start: datetime, minutes: int) -> str:
         return (start + timedelta(minutes=minutes)).isoformat()
@@ -111,8 +121,12 @@ def test_an_order_days_ahead_makes_no_other_event_late(platform: Platform) -> No
     assert run1.partition.nunique() > 1  # the 20-hour order's partition did not decide it
     marks = [pd.Timestamp(t) for t in dict(first.topic_watermarks).values()]
     assert pd.Timestamp(first.watermark) == min(marks)
-    balance = (recon.records_written + recon.records_quarantined + recon.duplicates_dropped
-               + recon.late_events)  # fmt: skip
+    balance = (
+        recon.records_written
+        + recon.records_quarantined
+        + recon.duplicates_dropped
+        + recon.late_events
+    )
     assert (balance == recon.records_read).all()
 
 
@@ -126,9 +140,10 @@ def _uci_expected(csv: Path) -> tuple[pd.DataFrame, set[str]]:
     lines = lines.assign(
         price=price,
         amount=price * lines.Quantity.map(lambda q: Decimal(int(q))),
-        bad_line=(lines.Quantity <= 0) | (price < 0) | (price != price.map(
-            lambda p: p.quantize(Decimal("0.01")))),
-    )  # fmt: skip
+        bad_line=(lines.Quantity <= 0)
+        | (price < 0)
+        | (price != price.map(lambda p: p.quantize(Decimal("0.01")))),
+    )
     invoices = lines.groupby("InvoiceNo").agg(
         total=("amount", "sum"), bad=("bad_line", "any"), customer=("CustomerID", "first")
     )
@@ -160,15 +175,27 @@ def test_uci_days_replayed_with_faults_give_pandas_gold_and_the_claimed_reasons(
 
     day1, day2 = uci_path / "2010-12-01.csv", uci_path / "2010-12-02.csv"
     faults = FaultConfig(malformed_rate=0.2, seed=15)  # 2 of each reason, 3 of two
-    sent = runner.run("uci-retail", read_events(day1), bootstrap_servers=platform.bootstrap,
-                      faults=faults, pace=runner.Pace(None), topic_prefix=platform.prefix,
-                      progress=False)  # fmt: skip
+    sent = runner.run(
+        "uci-retail",
+        read_events(day1),
+        bootstrap_servers=platform.bootstrap,
+        faults=faults,
+        pace=runner.Pace(None),
+        topic_prefix=platform.prefix,
+        progress=False,
+    )
     assert sent.produce.failed == 0
     platform.bronze()
     platform.silver()
-    clean = runner.run("uci-retail", read_events(day2), bootstrap_servers=platform.bootstrap,
-                       faults=FaultConfig(), pace=runner.Pace(None),
-                       topic_prefix=platform.prefix, progress=False)  # fmt: skip
+    clean = runner.run(
+        "uci-retail",
+        read_events(day2),
+        bootstrap_servers=platform.bootstrap,
+        faults=FaultConfig(),
+        pace=runner.Pace(None),
+        topic_prefix=platform.prefix,
+        progress=False,
+    )
     assert clean.produce.failed == 0
     platform.all_layers()
 

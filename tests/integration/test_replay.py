@@ -94,11 +94,31 @@ def test_fault_injection_counts_match_what_a_consumer_reads(
     prefix = _prefix()
     summary_path = tmp_path / "summary.json"
     args = [
-        "generate", "--count", "3000", "--seed", "5", "--start", "2026-01-01T10:00:00",
-        "--as-fast-as-possible", "--duplicate-rate", "0.04", "--late-rate", "0.03",
-        "--out-of-order-rate", "0.03", "--malformed-rate", "0.09", "--drift-rate", "0.05",
-        "--fault-seed", "9", "--topic-prefix", prefix, "--summary-json", str(summary_path),
-    ]  # fmt: skip
+        "generate",
+        "--count",
+        "3000",
+        "--seed",
+        "5",
+        "--start",
+        "2026-01-01T10:00:00",
+        "--as-fast-as-possible",
+        "--duplicate-rate",
+        "0.04",
+        "--late-rate",
+        "0.03",
+        "--out-of-order-rate",
+        "0.03",
+        "--malformed-rate",
+        "0.09",
+        "--drift-rate",
+        "0.05",
+        "--fault-seed",
+        "9",
+        "--topic-prefix",
+        prefix,
+        "--summary-json",
+        str(summary_path),
+    ]
     result = _run(args, kafka_bootstrap, tmp_path)
     assert result.returncode == 0, result.stderr
     summary = json.loads(summary_path.read_text())
@@ -109,9 +129,10 @@ def test_fault_injection_counts_match_what_a_consumer_reads(
     for reason in ("empty_value", "invalid_utf8", "malformed_json", "not_an_object"):
         assert kinds[reason] == malformed[reason], reason
     assert kinds["other_malformed"] == sum(
-        n for r, n in malformed.items()
+        n
+        for r, n in malformed.items()
         if r not in ("empty_value", "invalid_utf8", "malformed_json", "not_an_object")
-    )  # fmt: skip
+    )
     events = [json.loads(r.value) for r in records if _classify(r.value) == "event"]
     ids = Counter(e["event_id"] for e in events)
     assert len(ids) == summary["source_events_total"]
@@ -123,9 +144,17 @@ def test_a_2mb_message_is_reported_rejected_not_lost(kafka_bootstrap: str, tmp_p
     prefix = _prefix()
     summary_path = tmp_path / "summary.json"
     args = [
-        "generate", "--count", "200", "--as-fast-as-possible", "--oversize-count", "1",
-        "--topic-prefix", prefix, "--summary-json", str(summary_path),
-    ]  # fmt: skip
+        "generate",
+        "--count",
+        "200",
+        "--as-fast-as-possible",
+        "--oversize-count",
+        "1",
+        "--topic-prefix",
+        prefix,
+        "--summary-json",
+        str(summary_path),
+    ]
     result = _run(args, kafka_bootstrap, tmp_path)
     assert result.returncode == 1
     assert "1 messages were not acknowledged" in result.stderr
@@ -226,14 +255,18 @@ def test_topic_prefix_defaults_to_the_platform_setting(
     """Without --topic-prefix, events go to the topics the platform's jobs read
     (INGEST_KAFKA__TOPIC_PREFIX); an explicit --topic-prefix still wins."""
     env_prefix, flag_prefix = _prefix(), _prefix()
-    env = cli_env(kafka_bootstrap, INGEST_KAFKA__TOPIC_PREFIX=env_prefix,
-                  INGEST_STORAGE__LANDING_DIR=str(tmp_path / "landing"))  # fmt: skip
+    env = cli_env(
+        kafka_bootstrap,
+        INGEST_KAFKA__TOPIC_PREFIX=env_prefix,
+        INGEST_STORAGE__LANDING_DIR=str(tmp_path / "landing"),
+    )
     args = [CLI, "generate", "--count", "7", "--as-fast-as-possible", "--no-progress"]
     done = subprocess.run(args, env=env, capture_output=True, text=True)
     assert done.returncode == 0, done.stderr
     assert len(_values(kafka_bootstrap, env_prefix)) == 7
-    done = subprocess.run([*args, "--topic-prefix", flag_prefix], env=env, capture_output=True,
-                          text=True)  # fmt: skip
+    done = subprocess.run(
+        [*args, "--topic-prefix", flag_prefix], env=env, capture_output=True, text=True
+    )
     assert done.returncode == 0, done.stderr
     assert len(_values(kafka_bootstrap, flag_prefix)) == 7
     assert len(_values(kafka_bootstrap, env_prefix)) == 7
@@ -243,8 +276,16 @@ def test_unwritable_summary_path_is_refused_before_sending(
     kafka_bootstrap: str, tmp_path: Path
 ) -> None:
     prefix = _prefix()
-    args = ["generate", "--count", "5", "--as-fast-as-possible", "--topic-prefix", prefix,
-            "--summary-json", str(tmp_path)]  # fmt: skip
+    args = [
+        "generate",
+        "--count",
+        "5",
+        "--as-fast-as-possible",
+        "--topic-prefix",
+        prefix,
+        "--summary-json",
+        str(tmp_path),
+    ]
     result = _run(args, kafka_bootstrap, tmp_path)
     assert result.returncode == 1
     assert "is a directory" in result.stderr
@@ -258,8 +299,18 @@ def test_failed_replay_leaves_the_customers_dimension_alone(
     assert _run(args, kafka_bootstrap, tmp_path).returncode == 0
     dimension = tmp_path / "landing" / "customers" / "uci_retail.parquet"
     before = dimension.read_bytes()
-    refused = _run([*args[:2], str(uci_path / "2010-12-01.csv"), "--oversize-count", "1",
-                    "--topic-prefix", _prefix()], kafka_bootstrap, tmp_path)  # fmt: skip
+    refused = _run(
+        [
+            *args[:2],
+            str(uci_path / "2010-12-01.csv"),
+            "--oversize-count",
+            "1",
+            "--topic-prefix",
+            _prefix(),
+        ],
+        kafka_bootstrap,
+        tmp_path,
+    )
     assert refused.returncode == 1
     assert dimension.read_bytes() == before
 

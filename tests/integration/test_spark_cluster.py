@@ -41,8 +41,10 @@ RUN_COLUMNS = {"query_id"}
 def cluster(tmp_path_factory: pytest.TempPathFactory):
     spark_cluster = StandaloneCluster(
         folder=tmp_path_factory.mktemp("spark-standalone"),
-        port=free_port(), master_ui_port=free_port(), worker_ui_port=free_port(),
-    )  # fmt: skip
+        port=free_port(),
+        master_ui_port=free_port(),
+        worker_ui_port=free_port(),
+    )
     try:
         spark_cluster.start()
         yield spark_cluster
@@ -56,8 +58,9 @@ def _use_home(monkeypatch: pytest.MonkeyPatch, home: Path) -> None:
 
 
 def _layer_tables() -> list[str]:
-    return [name for name, table in get_catalog().tables.items()
-            if table.layer in ("silver", "gold")]  # fmt: skip
+    return [
+        name for name, table in get_catalog().tables.items() if table.layer in ("silver", "gold")
+    ]
 
 
 def _snapshot(home: Path) -> dict[str, pd.DataFrame]:
@@ -92,16 +95,22 @@ def _task(task_id: str, env: dict[str, str]) -> str:
 def _on_cluster(cluster: StandaloneCluster, home: Path) -> list[str]:
     """Run the DAG's Silver and Gold tasks on ``cluster`` with ``home`` as INGEST_HOME; the
     only Spark-side change from local mode is the spark_default connection."""
-    env = {"INGEST_HOME": str(home), "AIRFLOW_HOME": str(home / "airflow-cli"),
-           "AIRFLOW_CONN_SPARK_DEFAULT": cluster.connection}  # fmt: skip
+    env = {
+        "INGEST_HOME": str(home),
+        "AIRFLOW_HOME": str(home / "airflow-cli"),
+        "AIRFLOW_CONN_SPARK_DEFAULT": cluster.connection,
+    }
     run_cli(["db", "migrate"], env=env)
     return [_task("refine_silver", env), _task("aggregate_gold", env)]
 
 
 def test_medallion_tasks_on_a_standalone_cluster_equal_local_mode(
-    cluster: StandaloneCluster, spark, kafka_bootstrap: str, tmp_path: Path,
+    cluster: StandaloneCluster,
+    spark,
+    kafka_bootstrap: str,
+    tmp_path: Path,
     monkeypatch: pytest.MonkeyPatch,
-) -> None:  # fmt: skip
+) -> None:
     host, port = kafka_bootstrap.rsplit(":", 1)
     prefix = f"c{tmp_path.name[-6:]}."
     monkeypatch.setenv("INGEST_KAFKA__HOST", host)
@@ -113,11 +122,17 @@ def test_medallion_tasks_on_a_standalone_cluster_equal_local_mode(
     # One Bronze input: ~40 minutes of event time (Gold windows finalise), a few duplicates
     # and malformed records (Silver's quarantine and dedup paths run on the cluster too).
     _use_home(monkeypatch, local_home)
-    events = list(generate_events(300, seed=11, start=datetime(2026, 3, 1, tzinfo=UTC),
-                                  rate=0.12))  # fmt: skip
+    events = list(generate_events(300, seed=11, start=datetime(2026, 3, 1, tzinfo=UTC), rate=0.12))
     faults = FaultConfig(duplicate_rate=0.03, malformed_rate=0.03, seed=3)
-    sent = runner.run("generator", events, bootstrap_servers=kafka_bootstrap, faults=faults,
-                      pace=runner.Pace(None), topic_prefix=prefix, progress=False)  # fmt: skip
+    sent = runner.run(
+        "generator",
+        events,
+        bootstrap_servers=kafka_bootstrap,
+        faults=faults,
+        pace=runner.Pace(None),
+        topic_prefix=prefix,
+        progress=False,
+    )
     assert sent.produce.failed == 0
     bronze_ingest.start(spark, trigger=AVAILABLE_NOW).awaitTermination()
     bronze = get_catalog().table("bronze_events").path(get_settings())
@@ -145,5 +160,4 @@ def test_medallion_tasks_on_a_standalone_cluster_equal_local_mode(
     assert local["gold_payment_totals_5m"].shape[0] > 0
     assert local["silver_quarantine"].shape[0] > 0
     for name, expected in local.items():
-        pd.testing.assert_frame_equal(on_cluster[name], expected, check_dtype=False,
-                                      obj=name)  # fmt: skip
+        pd.testing.assert_frame_equal(on_cluster[name], expected, check_dtype=False, obj=name)

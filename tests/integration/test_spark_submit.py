@@ -34,8 +34,11 @@ def test_spark_submit_runs_a_delta_job_with_local_jars(tmp_path: Path) -> None:
     env = os.environ | {"PYSPARK_PYTHON": sys.executable}
     result = subprocess.run(
         [*command, str(script), str(tmp_path / "table")],
-        capture_output=True, text=True, env=env, timeout=300,
-    )  # fmt: skip
+        capture_output=True,
+        text=True,
+        env=env,
+        timeout=300,
+    )
     assert result.returncode == 0, result.stderr[-3000:]
     assert "ROWS 7" in result.stdout
     assert "KAFKA ['key', 'value', 'topic', 'partition', 'offset'" in result.stdout

@@ -26,8 +26,12 @@ def test_ratio_spread_and_targets():
     assert report.ratio(8.0, 10.0) == 0.8
     assert report.ratio(8.0, 0) is None
     assert report.spread([1.0]) is None
-    assert report.spread([9.0, 10.0, 11.0]) == {"median": 10.0, "min": 9.0, "max": 11.0,
-                                                 "rel_range": 0.2}
+    assert report.spread([9.0, 10.0, 11.0]) == {
+        "median": 10.0,
+        "min": 9.0,
+        "max": 11.0,
+        "rel_range": 0.2,
+    }
     at_least = Target("ratio", ">=", 0.8, ">= 0.8 x passthrough")
     assert at_least.met(None, 0.79) is False
     assert at_least.margin(None, 0.4) == pytest.approx(-0.5)
@@ -39,11 +43,18 @@ def test_ratio_spread_and_targets():
 
 
 def test_a_json_line_has_every_key_and_the_table_shows_the_miss(tmp_path):
-    m = Measurement("bronze_ingest_rate", 16000.0, "events/s", baseline=20000.0,
-                    baseline_name="passthrough", target=Target("ratio", ">=", 0.9, ">= 0.9"),
-                    n=2, spread={"median": 16000.0, "min": 15000.0, "max": 17000.0,
-                                 "rel_range": 0.125},
-                    load_avg={"start": [1.5, 1.0, 0.5]}, git_commit="abc")
+    m = Measurement(
+        "bronze_ingest_rate",
+        16000.0,
+        "events/s",
+        baseline=20000.0,
+        baseline_name="passthrough",
+        target=Target("ratio", ">=", 0.9, ">= 0.9"),
+        n=2,
+        spread={"median": 16000.0, "min": 15000.0, "max": 17000.0, "rel_range": 0.125},
+        load_avg={"start": [1.5, 1.0, 0.5]},
+        git_commit="abc",
+    )
     path = tmp_path / "r.jsonl"
     report.write_jsonl(path, [m])
     (record,) = report.read_jsonl(path)
@@ -63,15 +74,17 @@ def test_union_of_concurrent_triggers_counts_overlaps_once():
 
 
 def test_dags_test_output_gives_task_timings():
-    text = "\n".join([
-        "2026-11-29T14:46:41.300000Z [info     ] [DAG TEST] starting task_id=refine_silver x",
-        "2026-11-29T14:46:45.300000Z [info     ] Spark-Submit cmd: spark-submit --name x",
-        "2026-11-29T14:47:18.300000Z [info     ] [DAG TEST] end task task_id=refine_silver x",
-        "2026-11-29T14:47:18.400000Z [info     ] [DAG TEST] starting task_id=gate_silver x",
-        "2026-11-29T14:47:18.500000Z [info     ] gate silver: nothing to validate (no new)",
-        "2026-11-29T14:47:19.400000Z [info     ] [DAG TEST] end task task_id=gate_silver x",
-        "2026-11-29T14:47:19.500000Z [info     ] DagRun Finished: state=success",
-    ])
+    text = "\n".join(
+        [
+            "2026-11-29T14:46:41.300000Z [info     ] [DAG TEST] starting task_id=refine_silver x",
+            "2026-11-29T14:46:45.300000Z [info     ] Spark-Submit cmd: spark-submit --name x",
+            "2026-11-29T14:47:18.300000Z [info     ] [DAG TEST] end task task_id=refine_silver x",
+            "2026-11-29T14:47:18.400000Z [info     ] [DAG TEST] starting task_id=gate_silver x",
+            "2026-11-29T14:47:18.500000Z [info     ] gate silver: nothing to validate (no new)",
+            "2026-11-29T14:47:19.400000Z [info     ] [DAG TEST] end task task_id=gate_silver x",
+            "2026-11-29T14:47:19.500000Z [info     ] DagRun Finished: state=success",
+        ]
+    )
     state, tasks = cycle.parse_output(text)
     assert state == "success"
     silver, gate = tasks
@@ -92,8 +105,9 @@ def test_a_failed_cycle_is_recorded_without_value_with_its_reason_and_log(tmp_pa
     results.parent.mkdir()
     bench = bench_run.Bench(env=None, profile=bench_run.SMALL, results=results, commit="abc")
     failed = cycle.CycleRun(Finished(["airflow"], 1, 0.0, 90_000.0, log), state="failed")
-    bench_run.cycle_measurement(bench, "cycle_with_new_events", failed, {"start": [1.0]}, None,
-                                {"new_events": 100})  # fmt: skip
+    bench_run.cycle_measurement(
+        bench, "cycle_with_new_events", failed, {"start": [1.0]}, None, {"new_events": 100}
+    )
     (line,) = [json.loads(text) for text in results.read_text().splitlines()]
     kept = results.with_name("20261129T000000Z-cycle_with_new_events.log")
     assert line["value"] is None
@@ -103,15 +117,18 @@ def test_a_failed_cycle_is_recorded_without_value_with_its_reason_and_log(tmp_pa
     assert "FAILED: medallion_incremental run failed" in capsys.readouterr().out
 
 
-@pytest.mark.parametrize(("args", "message"), [
-    (["--only", "nonsense"], "unknown part(s) nonsense"),
-    (["--events", "0"], "must be greater than 0"),
-    (["--events", "-5"], "must be greater than 0"),
-    (["--fresh-window", "x"], "'x' is not a number"),
-    (["--kafka-port", "70000"], "a port is 1-65535"),
-    (["--kafka-port", "-1"], "a port is 1-65535"),
-    (["--kafka-port", "29192", "--kafka-controller-port", "29192"], "must differ"),
-])  # fmt: skip
+@pytest.mark.parametrize(
+    ("args", "message"),
+    [
+        (["--only", "nonsense"], "unknown part(s) nonsense"),
+        (["--events", "0"], "must be greater than 0"),
+        (["--events", "-5"], "must be greater than 0"),
+        (["--fresh-window", "x"], "'x' is not a number"),
+        (["--kafka-port", "70000"], "a port is 1-65535"),
+        (["--kafka-port", "-1"], "a port is 1-65535"),
+        (["--kafka-port", "29192", "--kafka-controller-port", "29192"], "must differ"),
+    ],
+)
 def test_bad_bench_arguments_are_refused_before_anything_starts(args, message, capsys):
     from bench import run as bench_run
 
@@ -131,8 +148,9 @@ def test_a_busy_bench_port_is_refused_in_one_line_before_anything_starts(tmp_pat
         holder.bind(("127.0.0.1", 0))
         holder.listen()
         busy = holder.getsockname()[1]
-        code = bench_run.main(["--only", "cycles", "--kafka-port", str(busy),
-                               "--workdir", str(tmp_path / "work")])  # fmt: skip
+        code = bench_run.main(
+            ["--only", "cycles", "--kafka-port", str(busy), "--workdir", str(tmp_path / "work")]
+        )
     assert code == 2
     err = capsys.readouterr().err
     assert f"port {busy} on 127.0.0.1 is already in use" in err

@@ -41,8 +41,9 @@ def test_committed_and_pending_batches_move_past_the_gaps(tmp_path: Path) -> Non
     _offsets(tmp_path, 7, old)
     _commit(tmp_path, 7)
     _offsets(tmp_path, 8, {"t": {"0": 45, "1": 33, "2": 40}, "u": {"0": 9}})  # not committed
-    found = KafkaInspection(restart_at={("t", 0): 0}, vanished={("t", 1), ("t", 2)},
-                            floor={("u", 0): 7})  # fmt: skip
+    found = KafkaInspection(
+        restart_at={("t", 0): 0}, vanished={("t", 1), ("t", 2)}, floor={("u", 0): 7}
+    )
 
     assert resume(tmp_path, found) == [7, 8]
 

@@ -24,9 +24,17 @@ def test_bytes_and_coordinates_pass_through_untouched(spark) -> None:
     ]
     bronze = to_bronze(spark.createDataFrame(rows, KAFKA_SCHEMA))
     assert bronze.columns == [
-        "key", "value", "topic", "topic_id", "partition", "offset", "kafka_timestamp",
-        "kafka_timestamp_type", "ingestion_time", "ingestion_date",
-    ]  # fmt: skip
+        "key",
+        "value",
+        "topic",
+        "topic_id",
+        "partition",
+        "offset",
+        "kafka_timestamp",
+        "kafka_timestamp_type",
+        "ingestion_time",
+        "ingestion_date",
+    ]
     out = sorted(bronze.collect(), key=lambda r: r.offset)
     assert [(r.key, r.value, r.topic, r.partition, r.offset) for r in out] == [
         (b"o1", b'{"event_id":"a"}', "orders", 0, 10),
@@ -46,8 +54,10 @@ def test_topic_id_is_the_incarnation_of_each_record_topic(spark) -> None:
     ids = {"orders": "id-o", "payments": "id-p", "refunds": None}
     bronze = to_bronze(spark.createDataFrame(rows, KAFKA_SCHEMA), ids)
     assert {r.topic: r.topic_id for r in bronze.collect()} == {
-        "orders": "id-o", "payments": "id-p", "refunds": None,
-    }  # fmt: skip
+        "orders": "id-o",
+        "payments": "id-p",
+        "refunds": None,
+    }
 
 
 def test_command_line_refuses_real_time_and_bad_limits(capsys) -> None:

@@ -28,11 +28,19 @@ pytestmark = pytest.mark.unit
 
 ROOT = Path(__file__).resolve().parents[2]
 COMPOSE = ROOT / "docker-compose.yaml"
-AIRFLOW_SERVICES = {"airflow-apiserver", "airflow-scheduler", "airflow-dag-processor",
-                    "airflow-triggerer"}  # fmt: skip
+AIRFLOW_SERVICES = {
+    "airflow-apiserver",
+    "airflow-scheduler",
+    "airflow-dag-processor",
+    "airflow-triggerer",
+}
 #: Where the platform's shared state lives in every container (INGEST_HOME=/opt/ingest).
-SHARED_MOUNTS = {"/opt/ingest/data", "/opt/ingest/checkpoints",
-                 "/opt/ingest/checkpoint_backups", "/opt/ingest/state"}  # fmt: skip
+SHARED_MOUNTS = {
+    "/opt/ingest/data",
+    "/opt/ingest/checkpoints",
+    "/opt/ingest/checkpoint_backups",
+    "/opt/ingest/state",
+}
 SECRET_NAME = re.compile(r"PASSWORD|SECRET|FERNET|TOKEN|_KEY$", re.IGNORECASE)
 REQUIRED_VAR = re.compile(r"^\$\{[A-Z][A-Z0-9_]*:\?[^}]+\}$")
 
@@ -168,7 +176,10 @@ def test_connections_and_profile_come_from_the_environment(compose) -> None:
         assert env["INGEST_PROFILE"] == "compose"
         spark = json.loads(env["AIRFLOW_CONN_SPARK_DEFAULT"])
         assert (spark["conn_type"], spark["host"], spark["port"]) == (
-            "spark", "spark://spark-master", 7077)  # fmt: skip
+            "spark",
+            "spark://spark-master",
+            7077,
+        )
     # The executors reach the drivers (LocalExecutor: in the scheduler) by its name.
     scheduler = services["airflow-scheduler"]
     assert scheduler["environment"]["INGEST_SPARK__DRIVER_HOST"] == scheduler["hostname"]

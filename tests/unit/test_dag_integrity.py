@@ -56,8 +56,9 @@ def test_parsing_the_dag_files_loads_no_pyspark() -> None:
         "print(len(bag.dags))\n"
         "print(sorted(m for m in sys.modules if m.split('.')[0] == 'pyspark')[:5])\n"
     )
-    result = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
-                            timeout=300, check=True)  # fmt: skip
+    result = subprocess.run(
+        [sys.executable, "-c", code], capture_output=True, text=True, timeout=300, check=True
+    )
     errors, count, pyspark_modules = result.stdout.strip().splitlines()[-3:]
     assert errors == "[]"
     assert int(count) == len(list(DAGS.glob("*.py")))

@@ -15,8 +15,9 @@ from dockerfile_parse import DockerfileParser
 pytestmark = pytest.mark.unit
 
 ROOT = Path(__file__).resolve().parents[2]
-SECRET_NAME = re.compile(r"PASSWORD|SECRET|FERNET|TOKEN|_KEY$|SQL_ALCHEMY_CONN|AIRFLOW_CONN_",
-                         re.IGNORECASE)  # fmt: skip
+SECRET_NAME = re.compile(
+    r"PASSWORD|SECRET|FERNET|TOKEN|_KEY$|SQL_ALCHEMY_CONN|AIRFLOW_CONN_", re.IGNORECASE
+)
 
 
 @pytest.fixture(scope="module")
@@ -70,25 +71,36 @@ def test_the_maven_jars_are_baked_in_where_the_settings_look(dockerfile) -> None
     copies = [value for kind, value in all_stages[-1]["instructions"] if kind == "COPY"]
     jars_dir = dockerfile.envs["INGEST_JARS_DIR"]
     # spark_jobs.session looks in <INGEST_JARS_DIR>/spark
-    assert any(c.startswith("--from=jars ") and c.split()[-1] == f"{jars_dir}/spark"
-               for c in copies), copies  # fmt: skip
+    assert any(
+        c.startswith("--from=jars ") and c.split()[-1] == f"{jars_dir}/spark" for c in copies
+    ), copies
 
 
 def test_the_project_is_installed_from_the_lock_file(dockerfile) -> None:
     all_stages = stages(dockerfile)
-    export = " ".join(value for s in all_stages for kind, value in s["instructions"]
-                      if kind == "RUN" and "uv export" in value)  # fmt: skip
+    export = " ".join(
+        value
+        for s in all_stages
+        for kind, value in s["instructions"]
+        if kind == "RUN" and "uv export" in value
+    )
     assert "--locked" in export
     assert "--no-dev" in export
-    install = " ".join(value for kind, value in all_stages[-1]["instructions"] if kind == "RUN"
-                       and "pip install" in value)  # fmt: skip
+    install = " ".join(
+        value
+        for kind, value in all_stages[-1]["instructions"]
+        if kind == "RUN" and "pip install" in value
+    )
     assert "--require-hashes" in install
     assert "--no-deps" in install  # exactly the lock's versions, no resolver
     makefile = (ROOT / "Makefile").read_text()
     uv_version = re.search(r"^UV_VERSION\s*:=\s*(\S+)", makefile, re.MULTILINE)
     assert uv_version is not None
-    build_args = dict(item["value"].split("=", 1) for item in dockerfile.structure
-                      if item["instruction"] == "ARG" and "=" in item["value"])  # fmt: skip
+    build_args = dict(
+        item["value"].split("=", 1)
+        for item in dockerfile.structure
+        if item["instruction"] == "ARG" and "=" in item["value"]
+    )
     assert build_args["UV_VERSION"] == uv_version.group(1)
     copied = " ".join(value for kind, value in all_stages[-1]["instructions"] if kind == "COPY")
     for source in ("spark_jobs/", "plugins/", "dags/", "include/", "uv.lock"):
@@ -99,8 +111,9 @@ def test_runs_as_airflow_and_holds_no_secret(dockerfile) -> None:
     final = stages(dockerfile)[-1]["instructions"]
     users = [value for kind, value in final if kind == "USER"]
     assert users[-1] == "airflow"
-    names = [*dockerfile.envs] + [item["value"].split("=")[0] for item in dockerfile.structure
-                                  if item["instruction"] == "ARG"]  # fmt: skip
+    names = [*dockerfile.envs] + [
+        item["value"].split("=")[0] for item in dockerfile.structure if item["instruction"] == "ARG"
+    ]
     assert not [n for n in names if SECRET_NAME.search(n)], names
     assert not any(re.search(r"://[^/\s:]+:[^@\s]+@", v) for v in dockerfile.envs.values())
     # nothing installs at container start (the official image's escape hatch stays unused)
@@ -126,13 +139,25 @@ def test_every_module_the_runtime_code_imports_is_a_runtime_dependency() -> None
 
     uv = ROOT / ".ingest" / "tools" / "bin" / "uv"
     export = subprocess.run(
-        [str(uv), "export", "--locked", "--no-dev", "--no-emit-project", "--no-hashes",
-         "--format", "requirements-txt"],
-        cwd=ROOT, capture_output=True, text=True, check=True,
-    ).stdout  # fmt: skip
+        [
+            str(uv),
+            "export",
+            "--locked",
+            "--no-dev",
+            "--no-emit-project",
+            "--no-hashes",
+            "--format",
+            "requirements-txt",
+        ],
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        check=True,
+    ).stdout
     lines = [line for line in export.splitlines() if line and not line.startswith((" ", "#"))]
-    runtime = {re.split(r"[=<>\[ ;]", line, maxsplit=1)[0].lower().replace("_", "-")
-               for line in lines}  # fmt: skip
+    runtime = {
+        re.split(r"[=<>\[ ;]", line, maxsplit=1)[0].lower().replace("_", "-") for line in lines
+    }
     ours = {"spark_jobs", "ingest_platform", "bench", "tests"}
     owners = packages_distributions()
     missing = {}

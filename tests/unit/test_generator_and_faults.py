@@ -40,8 +40,11 @@ def test_stream_is_in_event_time_order_and_has_every_event_type() -> None:
     assert times == sorted(times)
     assert times[0] >= START
     assert set(Counter(e.event_type for e in events)) == {
-        "customer_activity", "order_placed", "payment", "refund",
-    }  # fmt: skip
+        "customer_activity",
+        "order_placed",
+        "payment",
+        "refund",
+    }
     sessions = Counter(
         e.payload.get("session_id") for e in events if e.topic == "customer_activity"
     )
@@ -56,9 +59,14 @@ def _inject(config: FaultConfig, count: int = 3000):
 
 def test_fault_counts_match_the_messages_produced() -> None:
     config = FaultConfig(
-        duplicate_rate=0.05, late_rate=0.05, out_of_order_rate=0.05,
-        malformed_rate=0.09, drift_rate=0.04, oversize_count=2, seed=11,
-    )  # fmt: skip
+        duplicate_rate=0.05,
+        late_rate=0.05,
+        out_of_order_rate=0.05,
+        malformed_rate=0.09,
+        drift_rate=0.04,
+        oversize_count=2,
+        seed=11,
+    )
     events, scheduled, counts = _inject(config)
     tags = Counter(s.message.tag for s in scheduled)
     assert tags["event"] == len(events)  # nothing removed

@@ -121,10 +121,14 @@ def test_password_in_platform_yaml_is_refused(
     [
         ("local", "127.0.0.1:9092", "PLAINTEXT", "local[*]"),
         ("compose", "kafka:9092", "PLAINTEXT", "spark://spark-master:7077"),
-        ("cluster", "kafka.cluster.invalid:9093", "SASL_SSL",
-         "spark://spark-master.cluster.invalid:7077"),
+        (
+            "cluster",
+            "kafka.cluster.invalid:9093",
+            "SASL_SSL",
+            "spark://spark-master.cluster.invalid:7077",
+        ),
     ],
-)  # fmt: skip
+)
 def test_one_variable_selects_the_profile(
     clean_env: pytest.MonkeyPatch, profile: str, bootstrap: str, protocol: str, master: str
 ) -> None:

@@ -17,12 +17,16 @@ pytestmark = pytest.mark.unit
 def test_second_holder_is_refused_naming_the_first(tmp_path) -> None:
     checkpoint = tmp_path / "checkpoints" / "silver_refine"
     holder = subprocess.Popen(
-        [sys.executable, "-c",
-         "import sys, time; from spark_jobs.locks import checkpoint_lock\n"
-         f"with checkpoint_lock({str(checkpoint)!r}):\n"
-         "    print('held', flush=True); time.sleep(60)"],
-        stdout=subprocess.PIPE, text=True,
-    )  # fmt: skip
+        [
+            sys.executable,
+            "-c",
+            "import sys, time; from spark_jobs.locks import checkpoint_lock\n"
+            f"with checkpoint_lock({str(checkpoint)!r}):\n"
+            "    print('held', flush=True); time.sleep(60)",
+        ],
+        stdout=subprocess.PIPE,
+        text=True,
+    )
     try:
         assert holder.stdout.readline().strip() == "held"
         with (

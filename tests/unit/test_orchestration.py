@@ -30,8 +30,14 @@ def test_medallion_incremental_runs_the_layers_in_order_behind_gates(dagbag) -> 
     assert dag.timetable.delta == timedelta(minutes=15)
     assert dag.max_active_runs == 1
     assert dag.catchup is False
-    order = ["choose_path", "refine_silver", "gate_silver", "aggregate_gold", "gate_gold",
-             "correct_late"]  # fmt: skip
+    order = [
+        "choose_path",
+        "refine_silver",
+        "gate_silver",
+        "aggregate_gold",
+        "gate_gold",
+        "correct_late",
+    ]
     for upstream, downstream in itertools.pairwise(order):
         assert dag.get_task(downstream).upstream_task_ids == {upstream}
     backfill = ["choose_path", "recompute_gold", "gate_backfill"]
@@ -42,14 +48,21 @@ def test_medallion_incremental_runs_the_layers_in_order_behind_gates(dagbag) -> 
     assert publish.trigger_rule == "none_failed_min_one_success"
     # Gold's writers and gates share one pool slot, whatever run (backfill or not) they are in.
     gold_writers = {t.task_id for t in dag.tasks if t.pool == "gold_layer"}
-    assert gold_writers == {"aggregate_gold", "gate_gold", "correct_late", "recompute_gold",
-                            "gate_backfill"}  # fmt: skip
+    assert gold_writers == {
+        "aggregate_gold",
+        "gate_gold",
+        "correct_late",
+        "recompute_gold",
+        "gate_backfill",
+    }
     assert dag.get_task("refine_silver").pool == "silver_layer"
     assert dag.get_task("recompute_gold").job_args == [
-        "--start", "{{ data_interval_start | ts }}", "--end", "{{ data_interval_end | ts }}"
-    ]  # fmt: skip
-    for task_id in ("refine_silver", "gate_silver", "aggregate_gold", "gate_gold",
-                    "correct_late"):  # fmt: skip
+        "--start",
+        "{{ data_interval_start | ts }}",
+        "--end",
+        "{{ data_interval_end | ts }}",
+    ]
+    for task_id in ("refine_silver", "gate_silver", "aggregate_gold", "gate_gold", "correct_late"):
         assert dag.get_task(task_id)._conn_id == "spark_default"
     assert dag.get_task("gate_silver").retries == 0
     silver_assets = {a.name for a in dag.get_task("gate_silver").outlets}
@@ -74,8 +87,11 @@ def test_spark_submit_command_follows_the_connection(monkeypatch) -> None:
     monkeypatch.setenv("AIRFLOW_CONN_SPARK_DEFAULT", '{"conn_type": "spark", "host": "local[*]"}')
     local = spark_submit_command("bronze_ingest", ["--trigger", "processing-time=10 seconds"])
     assert local[local.index("--master") + 1] == "local[*]"
-    assert local[-3:] == [str(Path("spark_jobs/bronze_ingest.py").resolve()), "--trigger",
-                          "processing-time=10 seconds"]  # fmt: skip
+    assert local[-3:] == [
+        str(Path("spark_jobs/bronze_ingest.py").resolve()),
+        "--trigger",
+        "processing-time=10 seconds",
+    ]
     assert not any(part.startswith("spark.master=") for part in local)
     monkeypatch.setenv(
         "AIRFLOW_CONN_SPARK_DEFAULT",
@@ -99,7 +115,9 @@ def test_supervisor_parameters_are_validated() -> None:
 
     assert validate_params({}) == ("supervise", ["bronze_ingest", "payment_alerts"])
     assert validate_params({"action": "stop", "jobs": ["payment_alerts"]}) == (
-        "stop", ["payment_alerts"])  # fmt: skip
+        "stop",
+        ["payment_alerts"],
+    )
     with pytest.raises(ValueError, match="jobs is empty"):
         validate_params({"action": "stop", "jobs": []})
     with pytest.raises(ValueError, match="unknown action 'restart'"):
@@ -129,8 +147,9 @@ def test_suites_cover_every_gated_table_and_build(tmp_path) -> None:
     for layer, rules in LAYER_RULES.items():
         for table in rules:
             assert catalog.table(table.table).layer == layer
-            suite = build_suite(table, QualitySettings(freshness_limit_s=60), band=(1, 9),
-                                now=datetime.now(UTC))  # fmt: skip
+            suite = build_suite(
+                table, QualitySettings(freshness_limit_s=60), band=(1, 9), now=datetime.now(UTC)
+            )
             kinds = {e.expectation_type for e in suite.expectations}
             assert "expect_column_values_to_not_be_null" in kinds
             assert "expect_table_row_count_to_be_between" in kinds
@@ -213,14 +232,20 @@ def test_bronze_replay_checks_the_range_before_spark(dagbag) -> None:
 @pytest.mark.parametrize(
     ("params", "message"),
     [
-        ({"topics": ["paymentz"], "from_ts": "2026-01-01T00:00Z", "to_ts": "2026-01-01T01:00Z"},
-         "unknown topic"),
-        ({"topics": ["payments"], "from_ts": "2026-01-01T02:00Z", "to_ts": "2026-01-01T01:00Z"},
-         "not after start"),
-        ({"topics": [], "from_ts": "2026-01-01T00:00Z", "to_ts": "2026-01-01T01:00Z"},
-         "no topic given"),
+        (
+            {"topics": ["paymentz"], "from_ts": "2026-01-01T00:00Z", "to_ts": "2026-01-01T01:00Z"},
+            "unknown topic",
+        ),
+        (
+            {"topics": ["payments"], "from_ts": "2026-01-01T02:00Z", "to_ts": "2026-01-01T01:00Z"},
+            "not after start",
+        ),
+        (
+            {"topics": [], "from_ts": "2026-01-01T00:00Z", "to_ts": "2026-01-01T01:00Z"},
+            "no topic given",
+        ),
     ],
-)  # fmt: skip
+)
 def test_replay_parameters_are_refused_with_the_reason(params: dict, message: str) -> None:
     from airflow.exceptions import AirflowFailException
 
@@ -235,8 +260,15 @@ def test_layer_full_refresh_builds_in_staging_and_swaps_last(dagbag) -> None:
     from spark_jobs.settings import get_settings
 
     dag = dagbag.dags["layer_full_refresh"]
-    order = ["prepare", "rebuild_silver", "gate_silver", "rebuild_gold", "correct_late",
-             "gate_gold", "swap"]  # fmt: skip
+    order = [
+        "prepare",
+        "rebuild_silver",
+        "gate_silver",
+        "rebuild_gold",
+        "correct_late",
+        "gate_gold",
+        "swap",
+    ]
     for upstream, downstream in itertools.pairwise(order):
         assert dag.get_task(downstream).upstream_task_ids == {upstream}
     assert dag.get_task("swap").pool == "gold_layer"

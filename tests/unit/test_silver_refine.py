@@ -30,10 +30,13 @@ def test_an_outlier_on_one_partition_moves_no_topic_watermark() -> None:
 def test_topic_watermark_is_the_slowest_partition_and_the_run_takes_the_slowest_topic() -> None:
     state = advance_watermarks(
         Watermarks(),
-        {("orders", 0): T + timedelta(hours=2), ("orders", 1): T + timedelta(hours=1),
-         ("refunds", 0): T},
+        {
+            ("orders", 0): T + timedelta(hours=2),
+            ("orders", 1): T + timedelta(hours=1),
+            ("refunds", 0): T,
+        },
         DELAY,
-    )  # fmt: skip
+    )
     assert state.for_topic("orders") == T + timedelta(hours=1) - DELAY
     assert state.for_topic("refunds") == T - DELAY
     assert state.for_topic("payments") is None  # nothing seen: nothing is late

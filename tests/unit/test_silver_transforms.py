@@ -30,11 +30,19 @@ BRONZE = (
 
 def payment(**overrides) -> dict:
     base = {
-        "event_id": "e1", "event_type": "payment", "event_time": "2026-01-01T09:01:00-03:00",
-        "schema_version": 1, "payment_id": "p1", "order_id": "o1", "customer_id": "c1",
-        "method": "credit_card", "installments": 1, "amount": 10.5, "currency": "brl",
+        "event_id": "e1",
+        "event_type": "payment",
+        "event_time": "2026-01-01T09:01:00-03:00",
+        "schema_version": 1,
+        "payment_id": "p1",
+        "order_id": "o1",
+        "customer_id": "c1",
+        "method": "credit_card",
+        "installments": 1,
+        "amount": 10.5,
+        "currency": "brl",
         "status": "authorized",
-    }  # fmt: skip
+    }
     return {k: v for k, v in (base | overrides).items() if v is not ...}
 
 
@@ -127,11 +135,17 @@ def test_missing_optional_field_is_fine(spark) -> None:
 
 def test_orders_with_items_parse(spark) -> None:
     order = {
-        "event_id": "o-e1", "event_type": "order_placed", "event_time": "2026-01-01T10:00:00Z",
-        "schema_version": 1, "order_id": "o1", "customer_id": None, "status": "created",
+        "event_id": "o-e1",
+        "event_type": "order_placed",
+        "event_time": "2026-01-01T10:00:00Z",
+        "schema_version": 1,
+        "order_id": "o1",
+        "customer_id": None,
+        "status": "created",
         "items": [{"product_id": "p", "seller_id": "s", "quantity": 2, "price": 3.5, "freight": 1}],
-        "total": 8.0, "currency": "GBP",
-    }  # fmt: skip
+        "total": 8.0,
+        "currency": "GBP",
+    }
     row = usable_rows(_parse(spark, [order], "orders")).collect()[0]
     assert row.items[0].price == Decimal("3.50")
     assert row.customer_id is None
@@ -154,8 +168,10 @@ def test_late_split_and_deduplication(spark) -> None:
     first, duplicates, conflicts = deduplicate(on_time, seen)
     assert sorted((r.event_id, r.offset) for r in first.collect()) == [("a", 0), ("b", 2)]
     assert sorted((r.event_id, r.offset) for r in duplicates.collect()) == [
-        ("a", 1), ("b", 3), ("d", 5),
-    ]  # fmt: skip
+        ("a", 1),
+        ("b", 3),
+        ("d", 5),
+    ]
     assert [(r.event_id, r.offset) for r in conflicts.collect()] == [("b", 3)]
 
 
@@ -166,8 +182,9 @@ def test_deduplication_reads_only_the_batch_ids_from_an_unbounded_history(spark)
     values = [payment(event_id="x"), payment(event_id="y")]
     on_time, _ = split_late(usable_rows(_parse(spark, values)), None)
     x_hash = on_time.where("event_id = 'x'").first().payload_hash
-    history = spark.range(50_000).selectExpr("concat('old-', id) AS event_id",
-                                             "sha2(cast(id AS string), 256) AS payload_hash")
+    history = spark.range(50_000).selectExpr(
+        "concat('old-', id) AS event_id", "sha2(cast(id AS string), 256) AS payload_hash"
+    )
     seen = history.unionByName(
         spark.createDataFrame([("x", x_hash)], "event_id string, payload_hash string")
     )
@@ -199,10 +216,16 @@ def test_enrichment_keeps_unknown_customers(spark) -> None:
 
 def _order(items) -> dict:
     return {
-        "event_id": "o", "event_type": "order_placed", "event_time": "2026-01-01T10:00:00Z",
-        "schema_version": 1, "order_id": "o1", "status": "created", "items": items,
-        "total": 1.0, "currency": "BRL",
-    }  # fmt: skip
+        "event_id": "o",
+        "event_type": "order_placed",
+        "event_time": "2026-01-01T10:00:00Z",
+        "schema_version": 1,
+        "order_id": "o1",
+        "status": "created",
+        "items": items,
+        "total": 1.0,
+        "currency": "BRL",
+    }
 
 
 ITEM_CASES = [
@@ -235,8 +258,19 @@ def _timed(spark, records: list[tuple[int, dict, datetime]]):
     for partition, value, kafka_ts in records:
         offset = next_offset.get(partition, 0)
         next_offset[partition] = offset + 1
-        rows.append((b"k", json.dumps(value).encode(), "payments", partition, offset, kafka_ts,
-                     0, REPLAYED_AT, REPLAYED_AT.date()))  # fmt: skip
+        rows.append(
+            (
+                b"k",
+                json.dumps(value).encode(),
+                "payments",
+                partition,
+                offset,
+                kafka_ts,
+                0,
+                REPLAYED_AT,
+                REPLAYED_AT.date(),
+            )
+        )
     return spark.createDataFrame(rows, BRONZE)
 
 
@@ -266,10 +300,16 @@ def test_event_days_ahead_of_its_replayed_partition_is_skewed_not_its_neighbours
     p1 = [payment(event_id=f"b{i}", event_time=_at(day, 7 * i)) for i in range(15)]
     bronze = _timed(spark, [(0, v, REPLAYED_AT) for v in p0] + [(1, v, REPLAYED_AT) for v in p1])
     expected = spark.createDataFrame(
-        [(0, 12, "event_time_skew", "event_time more than 1 day, 0:00:00 ahead of the rest of "
-          "its partition")],
+        [
+            (
+                0,
+                12,
+                "event_time_skew",
+                "event_time more than 1 day, 0:00:00 ahead of the rest of its partition",
+            )
+        ],
         "partition int, offset bigint, reason string, detail string",
-    )  # fmt: skip
+    )
     assertDataFrameEqual(_reasons(spark, bronze), expected)
 
 
@@ -280,19 +320,29 @@ def test_event_ahead_of_its_kafka_timestamp_is_skewed_and_a_quiet_partition_is_n
 
     start = datetime(2026, 11, 20, 8, 0)
     sent = [start + timedelta(minutes=i) for i in range(6)]
-    live = [(0, payment(event_id=f"l{i}", event_time=t.isoformat() + "Z"), t)
-            for i, t in enumerate(sent)]  # fmt: skip
+    live = [
+        (0, payment(event_id=f"l{i}", event_time=t.isoformat() + "Z"), t)
+        for i, t in enumerate(sent)
+    ]
     fast = (sent[3] + timedelta(days=2)).isoformat() + "Z"
     live[3] = (0, payment(event_id="fast-clock", event_time=fast), sent[3])
     quiet = [start, start + timedelta(days=3), start + timedelta(days=3, minutes=1)]
-    live += [(1, payment(event_id=f"q{i}", event_time=t.isoformat() + "Z"), t)
-             for i, t in enumerate(quiet)]  # fmt: skip
+    live += [
+        (1, payment(event_id=f"q{i}", event_time=t.isoformat() + "Z"), t)
+        for i, t in enumerate(quiet)
+    ]
     now = (start + timedelta(days=3, minutes=5)).replace(tzinfo=UTC)
     expected = spark.createDataFrame(
-        [(0, 3, "event_time_skew", "event_time more than 1 day, 0:00:00 ahead of its Kafka "
-          "timestamp")],
+        [
+            (
+                0,
+                3,
+                "event_time_skew",
+                "event_time more than 1 day, 0:00:00 ahead of its Kafka timestamp",
+            )
+        ],
         "partition int, offset bigint, reason string, detail string",
-    )  # fmt: skip
+    )
     assertDataFrameEqual(_reasons(spark, _timed(spark, live), now), expected)
 
 
@@ -303,8 +353,9 @@ def test_a_run_of_skewed_events_is_caught_whole(spark) -> None:
     for i in range(15, 19):
         values[i] = payment(event_id=f"x{i}", event_time=_at(day + timedelta(days=3), i))
     got = _reasons(spark, _timed(spark, [(0, v, REPLAYED_AT) for v in values])).collect()
-    assert sorted((r.offset, r.reason) for r in got) == [(i, "event_time_skew") for i in
-                                                         range(15, 19)]  # fmt: skip
+    assert sorted((r.offset, r.reason) for r in got) == [
+        (i, "event_time_skew") for i in range(15, 19)
+    ]
 
 
 def test_a_sparse_replays_jump_at_the_end_of_a_batch_is_not_skewed(spark) -> None:
@@ -323,8 +374,12 @@ def test_without_event_time_skew_only_the_clock_rule_applies(spark) -> None:
     day = datetime(2010, 12, 1, 8, 0, tzinfo=UTC)
     values = [payment(event_id=f"a{i}", event_time=_at(day, i)) for i in range(5)]
     values[2] = payment(event_id="x", event_time=_at(day + timedelta(days=3), 0))
-    parsed = parse_topic(_timed(spark, [(0, v, REPLAYED_AT) for v in values]), "payments",
-                         now=NOW, max_future_skew=SKEW)  # fmt: skip
+    parsed = parse_topic(
+        _timed(spark, [(0, v, REPLAYED_AT) for v in values]),
+        "payments",
+        now=NOW,
+        max_future_skew=SKEW,
+    )
     assert quarantine_rows(parsed).count() == 0
 
 
@@ -358,15 +413,21 @@ def test_every_injected_fault_gets_the_reason_it_claims(spark) -> None:
             topic = s.message.topic
             offset = offsets[topic] = offsets.get(topic, -1) + 1
             sent = s.send_time.replace(tzinfo=None) if live else REPLAYED_AT
-            rows.append((b"k", encode_value(s.message.value), topic, 0, offset, sent, 0, sent,
-                         sent.date()))  # fmt: skip
+            rows.append(
+                (b"k", encode_value(s.message.value), topic, 0, offset, sent, 0, sent, sent.date())
+            )
             tags[(topic, offset)] = s.message.tag
         bronze = spark.createDataFrame(rows, BRONZE)
         now = max(r[5] for r in rows).replace(tzinfo=UTC)
         got: dict[tuple[str, int], str] = {}
         for topic in {r[2] for r in rows}:
-            parsed = parse_topic(bronze.where(f"topic = '{topic}'"), topic, now=now,
-                                 max_future_skew=SKEW, event_time_skew=SKEW)  # fmt: skip
+            parsed = parse_topic(
+                bronze.where(f"topic = '{topic}'"),
+                topic,
+                now=now,
+                max_future_skew=SKEW,
+                event_time_skew=SKEW,
+            )
             got |= {(r.topic, r.offset): r.reason for r in quarantine_rows(parsed).collect()}
         claimed = {k: t.split(":", 1)[1] for k, t in tags.items() if t.startswith("malformed:")}
         assert got == claimed, f"live={live}"

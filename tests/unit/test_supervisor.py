@@ -160,8 +160,9 @@ def test_a_repair_that_held_the_lock_is_not_taken_for_a_running_driver(home: Pat
     from spark_jobs.locks import checkpoint_lock, lock_path
 
     checkpoint = get_catalog().job("bronze_ingest").checkpoint()
-    bystander = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(60)",
-                                  "bronze_ingest"])  # fmt: skip
+    bystander = subprocess.Popen(
+        [sys.executable, "-c", "import time; time.sleep(60)", "bronze_ingest"]
+    )
     try:
         with checkpoint_lock(checkpoint):
             pass  # a repair: held, then released
@@ -184,13 +185,19 @@ def test_an_operators_restore_holding_the_lock_is_neither_killed_nor_doubled(hom
 
     checkpoint = get_catalog().job("bronze_ingest").checkpoint()
     holder = subprocess.Popen(
-        [sys.executable, "-c",
-         "import sys, time; from spark_jobs.locks import checkpoint_lock\n"
-         f"with checkpoint_lock({str(checkpoint)!r}):\n"
-         "    print('held', flush=True); time.sleep(60)",
-         "checkpoints", "restore", "bronze_ingest"],
-        stdout=subprocess.PIPE, text=True,
-    )  # fmt: skip
+        [
+            sys.executable,
+            "-c",
+            "import sys, time; from spark_jobs.locks import checkpoint_lock\n"
+            f"with checkpoint_lock({str(checkpoint)!r}):\n"
+            "    print('held', flush=True); time.sleep(60)",
+            "checkpoints",
+            "restore",
+            "bronze_ingest",
+        ],
+        stdout=subprocess.PIPE,
+        text=True,
+    )
     try:
         assert holder.stdout is not None
         assert holder.stdout.readline().strip() == "held"

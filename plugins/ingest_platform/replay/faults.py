@@ -204,8 +204,9 @@ def malformed_record(reason: str, value: dict[str, Any], n: int) -> bytes | dict
         # The same key twice at the top level: valid JSON syntax, ambiguous meaning. The
         # event_type key is repeated (with its own value), so a lenient reader sees an event.
         text = json.dumps(bad, separators=(",", ":"), ensure_ascii=False)
-        return (text[:-1] + "," + json.dumps("event_type") + ":"
-                + json.dumps(bad["event_type"]) + "}").encode("utf-8")  # fmt: skip
+        return (
+            text[:-1] + "," + json.dumps("event_type") + ":" + json.dumps(bad["event_type"]) + "}"
+        ).encode("utf-8")
     if reason == "control_character":
         # An escaped NUL: valid JSON, which puts a real NUL character into the id.
         field = "customer_id" if "customer_id" in bad else "event_id"

@@ -55,15 +55,31 @@ def _folder(path: Path) -> Path:
 
 
 _COLUMNS = {
-    ORDERS: ("order_id", "customer_id", "order_status", "order_purchase_timestamp",
-             "order_approved_at", "order_delivered_carrier_date",
-             "order_delivered_customer_date"),
-    PAYMENTS: ("order_id", "payment_sequential", "payment_type", "payment_installments",
-               "payment_value"),
+    ORDERS: (
+        "order_id",
+        "customer_id",
+        "order_status",
+        "order_purchase_timestamp",
+        "order_approved_at",
+        "order_delivered_carrier_date",
+        "order_delivered_customer_date",
+    ),
+    PAYMENTS: (
+        "order_id",
+        "payment_sequential",
+        "payment_type",
+        "payment_installments",
+        "payment_value",
+    ),
     ITEMS: ("order_id", "product_id", "seller_id", "price", "freight_value"),
-    CUSTOMERS: ("customer_id", "customer_unique_id", "customer_zip_code_prefix",
-                "customer_city", "customer_state"),
-}  # fmt: skip
+    CUSTOMERS: (
+        "customer_id",
+        "customer_unique_id",
+        "customer_zip_code_prefix",
+        "customer_city",
+        "customer_state",
+    ),
+}
 
 
 def _rows(folder: Path, name: str) -> Iterator[tuple[Path, int, dict[str, str]]]:

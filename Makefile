@@ -31,7 +31,7 @@ export UV_PROJECT_ENVIRONMENT := $(VENV)
 export UV_COMPILE_BYTECODE := 1
 
 .PHONY: help setup prereqs test-prereqs jars demo demo-down test lint typecheck unit integration \
-        kafka-up kafka-down kafka-status clean-data bench
+        kafka-up kafka-down kafka-status clean-data bench docs
 
 help: ## List the targets
 	@grep -E '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | awk -F':.*## ' '{printf "  make %-14s %s\n", $$1, $$2}'
@@ -98,6 +98,9 @@ kafka-status: $(VENV_STAMP) ## Is the platform's broker running?
 ARGS ?=
 bench: setup ## Benchmarks: small (<10 min); ARGS=--full for 1M events and the demo's memory
 	-$(BIN)/python -m bench $(ARGS)
+
+docs: $(VENV_STAMP) ## Build the documentation (docs/, mkdocs.yml) into build/site, strict
+	$(BIN)/mkdocs build --strict --site-dir build/site
 
 clean-data: ## Delete Delta tables and checkpoints (keeps jars, venv and Kafka data)
 	rm -rf $(STATE)/data $(STATE)/checkpoints

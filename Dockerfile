@@ -44,13 +44,15 @@ RUN apt-get update \
     && rm -rf /var/lib/apt/lists/*
 ENV JAVA_HOME=/usr/lib/jvm/java-17-openjdk-${TARGETARCH}
 
-# The project runs from its source tree (settings find include/ beside spark_jobs/).
+# The project runs from its source tree (settings find include/ beside ingest_core/).
 ENV INGEST_JARS_DIR=/opt/ingest-platform/jars \
     INGEST_HOME=/opt/ingest \
     AIRFLOW__CORE__DAGS_FOLDER=/opt/ingest-platform/dags \
     AIRFLOW__CORE__LOAD_EXAMPLES=False
 COPY --from=jars /build/jars/spark /opt/ingest-platform/jars/spark
 COPY pyproject.toml uv.lock README.md /opt/ingest-platform/
+COPY ingest_core/ /opt/ingest-platform/ingest_core/
+COPY ingestctl/ /opt/ingest-platform/ingestctl/
 COPY spark_jobs/ /opt/ingest-platform/spark_jobs/
 COPY plugins/ /opt/ingest-platform/plugins/
 COPY dags/ /opt/ingest-platform/dags/
@@ -67,6 +69,6 @@ COPY --from=requirements /tmp/requirements.txt /tmp/requirements.txt
 # it runs from /opt/ingest-platform.
 RUN pip install --no-cache-dir --no-deps --require-hashes -r /tmp/requirements.txt \
     && pip install --no-cache-dir --no-deps -e /opt/ingest-platform \
-    && python -c "import spark_jobs.settings, ingest_platform.operators" \
+    && python -c "import ingest_core.settings, ingest_platform.operators" \
     && rm /tmp/requirements.txt
 WORKDIR /opt/ingest-platform

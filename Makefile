@@ -74,7 +74,7 @@ lint: $(VENV_STAMP) ## ruff check and ruff format --check
 	$(BIN)/ruff format --check .
 
 typecheck: $(VENV_STAMP) ## mypy
-	$(BIN)/mypy spark_jobs plugins/ingest_platform $(wildcard dags/*.py)
+	$(BIN)/mypy ingest_core ingestctl spark_jobs plugins/ingest_platform $(wildcard dags/*.py)
 
 test: setup test-prereqs lint typecheck ## Lint, type-check and run every test (starts its own Kafka broker)
 	$(BIN)/pytest -n $(TEST_WORKERS) --dist loadfile $(PYTEST_ARGS)

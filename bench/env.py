@@ -23,7 +23,7 @@ from pathlib import Path
 from typing import Any
 
 from bench.eventlog import write_spark_defaults
-from ingest_platform.processes import stop_process_group
+from ingest_core.processes import stop_process_group
 
 REPO = Path(__file__).resolve().parents[1]
 BIN = Path(sys.executable).parent
@@ -118,8 +118,8 @@ class BenchEnv:
     @contextlib.contextmanager
     def use(self, home: Path, prefix: str = "") -> Iterator[None]:
         """Make ``home`` (and topic prefix) the platform's, in this process and for children."""
-        from ingest_platform.airflow_runtime import airflow_environment
-        from spark_jobs.settings import get_settings
+        from ingest_core.settings import get_settings
+        from ingestctl.airflow_runtime import airflow_environment
 
         saved = dict(os.environ)
         previous = (self._home, self._prefix)
@@ -197,7 +197,7 @@ class BenchEnv:
 
     # -- the broker --------------------------------------------------------------------
     def _kafka_settings(self) -> Any:
-        from spark_jobs.settings import KafkaSettings
+        from ingest_core.settings import KafkaSettings
 
         return KafkaSettings(
             port=self.kafka_port,
@@ -208,18 +208,18 @@ class BenchEnv:
 
     def broker_up(self) -> str:
         """Start the bench's broker with the project's :class:`KafkaBroker`."""
-        from ingest_platform.kafka_broker import KafkaBroker
+        from ingestctl.kafka_broker import KafkaBroker
 
         return KafkaBroker(self._kafka_settings()).up().describe()
 
     def broker_down(self) -> None:
-        from ingest_platform.kafka_broker import KafkaBroker
+        from ingestctl.kafka_broker import KafkaBroker
 
         with contextlib.suppress(Exception):
             KafkaBroker(self._kafka_settings()).down()
 
     def broker_pid(self) -> int | None:
-        from ingest_platform.kafka_broker import KafkaBroker
+        from ingestctl.kafka_broker import KafkaBroker
 
         return KafkaBroker(self._kafka_settings()).status().pid
 

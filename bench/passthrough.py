@@ -20,9 +20,9 @@ from collections.abc import Sequence
 
 def main(argv: Sequence[str] | None = None) -> int:
     """Drain the contract topics into a Delta table at ``--table`` and exit."""
-    from spark_jobs.catalog import KafkaSourceSpec, get_catalog
+    from ingest_core.catalog import KafkaSourceSpec, get_catalog
+    from ingest_core.settings import get_settings
     from spark_jobs.session import build_spark_session
-    from spark_jobs.settings import get_settings
 
     parser = argparse.ArgumentParser(prog="passthrough", description=__doc__.splitlines()[0])
     parser.add_argument("--table", required=True)

@@ -238,7 +238,7 @@ def kafka_ceiling(bench: Bench, topics: dict[str, int]) -> float | None:
 # -- 3. passthrough and bronze --------------------------------------------------------------
 def fresh_sink(bench: Bench, job: str) -> None:
     """Remove a job's output and checkpoint so that a repetition starts from scratch."""
-    from spark_jobs.catalog import get_catalog
+    from ingest_core.catalog import get_catalog
 
     catalog = get_catalog()
     if job == "bronze_ingest":
@@ -506,10 +506,10 @@ def wait_for(predicate: Callable[[], bool], timeout_s: float, what: str) -> None
 
 
 def freshness_run(bench: Bench, trigger_s: int) -> None:
-    from ingest_platform.topics import ensure_topics
-    from spark_jobs.catalog import get_catalog
-    from spark_jobs.contracts import TOPICS
-    from spark_jobs.runtime_files import read_json, runtime_files
+    from ingest_core.catalog import get_catalog
+    from ingest_core.contracts import TOPICS
+    from ingest_core.runtime_files import read_json, runtime_files
+    from ingest_core.topics import ensure_topics
 
     name = f"freshness_{trigger_s}s"
     prefix = f"f{trigger_s}s."
@@ -787,7 +787,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         "freshness",
         "memory",
     }
-    from ingest_platform.kafka_broker import PortInUseError, ensure_port_free
+    from ingestctl.kafka_broker import PortInUseError, ensure_port_free
 
     try:  # before anything starts: a busy port is one line, not a traceback mid-run
         for port in (args.kafka_port, args.kafka_controller_port, args.airflow_port):
@@ -823,7 +823,7 @@ def main(argv: Sequence[str] | None = None) -> int:
                 if "cycles" in only
                 else None
             )
-            from spark_jobs.contracts import TOPICS
+            from ingest_core.contracts import TOPICS
 
             produced = workload.produce_backlog(env.bootstrap, profile.events)
             bench.add(
@@ -836,7 +836,7 @@ def main(argv: Sequence[str] | None = None) -> int:
                         "events": produced.acknowledged,
                         "wall_s": produced.wall_s,
                         "mean_value_bytes": round(produced.mean_bytes, 1),
-                        "producer": "ingest_platform.replay.runner (kafka-python, acks=all)",
+                        "producer": "ingestctl.replay.runner (kafka-python, acks=all)",
                         "note": "measured while the Airflow CLI database migrated",
                     },
                 )

@@ -1,6 +1,6 @@
 """Events for the benchmarks, made by the project's own generator and producer.
 
-* :func:`produce_backlog`: ``count`` synthetic events (``ingest_platform.replay.generator``,
+* :func:`produce_backlog`: ``count`` synthetic events (``ingestctl.replay.generator``,
   all four event types; about 280 bytes of JSON each) sent as fast as the project's
   kafka-python producer goes (``replay.runner.run``: ``acks=all``, every send checked).
   The generator's steady-state mix needs an event-time rate well below the session length:
@@ -40,7 +40,7 @@ class Produced:
 
 
 def _events(count: int, seed: int, rate: float, start: datetime) -> list[Any]:
-    from ingest_platform.replay.generator import generate_events
+    from ingestctl.replay.generator import generate_events
 
     return list(generate_events(count, seed=seed, start=start, rate=rate))
 
@@ -57,15 +57,15 @@ def produce_backlog(
 
     :raises RuntimeError: a message was not acknowledged.
     """
-    from ingest_platform.producer import encode_value
-    from ingest_platform.replay import runner
-    from ingest_platform.replay.faults import FaultConfig
+    from ingestctl.producer import encode_value
+    from ingestctl.replay import runner
+    from ingestctl.replay.faults import FaultConfig
 
     events = _events(count, seed, BACKLOG_EVENT_RATE, start or datetime(2026, 1, 1, tzinfo=UTC))
     sample = events[:: max(1, len(events) // 2000)]
     # The size the producer sends: the event with its contract envelope (as the runner maps
     # it); the envelope adds event_id, event_type, event_time, schema_version.
-    from ingest_platform.replay.faults import FaultCounts, inject
+    from ingestctl.replay.faults import FaultCounts, inject
 
     scheduled = inject(sample, FaultConfig(), FaultCounts(), timedelta(0))
     mean = statistics.fmean(len(encode_value(s.message.value) or b"") for s in scheduled)
@@ -100,8 +100,8 @@ class SteadyProducer(threading.Thread):
         seed: int = 11,
     ) -> None:
         super().__init__(name="steady-producer", daemon=True)
-        from ingest_platform.producer import Message, encode_value
-        from ingest_platform.replay.faults import FaultConfig, FaultCounts, inject
+        from ingestctl.producer import Message, encode_value
+        from ingestctl.replay.faults import FaultConfig, FaultCounts, inject
 
         self.bootstrap, self.rate, self.duration_s = bootstrap, rate, duration_s
         total = int(rate * duration_s) + 1
@@ -132,7 +132,7 @@ class SteadyProducer(threading.Thread):
             yield message
 
     def run(self) -> None:
-        from ingest_platform.producer import produce
+        from ingestctl.producer import produce
 
         self.started_at = time.time()
         try:

@@ -24,8 +24,8 @@ from datetime import UTC, datetime
 
 from airflow.sdk import DAG, Param, task
 
+from ingest_core.contracts import TOPICS
 from ingest_platform.operators import SparkJobOperator
-from spark_jobs.contracts import TOPICS
 
 ISO_8601 = r"^\d{4}-\d{2}-\d{2}T\d{2}:\d{2}(:\d{2}(\.\d+)?)?(Z|[+-]\d{2}:\d{2})$"
 

@@ -15,8 +15,8 @@ from datetime import UTC, datetime, timedelta
 
 from airflow.sdk import DAG, task
 
+from ingest_core.catalog import get_catalog
 from ingest_platform.supervisor import always_on_jobs
-from spark_jobs.catalog import get_catalog
 
 with DAG(
     dag_id="checkpoint_maintenance",
@@ -33,8 +33,8 @@ with DAG(
         @task(task_id=f"maintain_{job}")
         def maintain(job: str = job, always_on: bool = job in always_on_jobs()) -> str:
             """Back up (always-on jobs) and apply retention to one job's backups."""
-            from ingest_platform.checkpoints import BackupError, backup
-            from ingest_platform.recovery import prune
+            from ingest_core.checkpoints import BackupError, backup
+            from ingest_core.recovery import prune
 
             lines = []
             if always_on:

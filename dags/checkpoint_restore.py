@@ -21,7 +21,7 @@ from datetime import UTC, datetime
 
 from airflow.sdk import DAG, Param, task
 
-from spark_jobs.catalog import get_catalog
+from ingest_core.catalog import get_catalog
 
 JOBS = sorted(get_catalog().jobs)
 
@@ -51,7 +51,7 @@ with DAG(
     @task
     def restore_checkpoint(params: dict | None = None) -> str:
         """Restore the chosen backup (see the DAG's doc)."""
-        from ingest_platform.recovery import restore
+        from ingest_core.recovery import restore
 
         params = params or {}
         result = restore(

@@ -40,9 +40,9 @@ from typing import Any
 from airflow.providers.standard.operators.empty import EmptyOperator
 from airflow.sdk import DAG, Asset, DeltaDataIntervalTimetable, task
 
+from ingest_core.catalog import get_catalog
 from ingest_platform.operators import LayerGateOperator, SparkJobOperator
 from ingest_platform.orchestration import GOLD_POOL, SILVER_POOL
-from spark_jobs.catalog import get_catalog
 
 AVAILABLE_NOW = ["--trigger", "available-now"]
 INTERVAL = timedelta(minutes=15)

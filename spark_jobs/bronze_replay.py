@@ -37,9 +37,9 @@ from dataclasses import asdict, dataclass
 from datetime import UTC, datetime, timedelta
 from typing import TYPE_CHECKING, Any
 
-from spark_jobs.catalog import get_catalog
-from spark_jobs.settings import PlatformSettings, get_settings
-from spark_jobs.time_range import TimeRange, TimeRangeError
+from ingest_core.catalog import get_catalog
+from ingest_core.settings import PlatformSettings, get_settings
+from ingest_core.time_range import TimeRange, TimeRangeError
 
 if TYPE_CHECKING:
     from pyspark.sql import SparkSession
@@ -87,7 +87,7 @@ def parse_topics(text: str | Sequence[str], settings: PlatformSettings | None = 
 
     :raises ValueError: empty, or a name that is not a contract topic; lists the known ones.
     """
-    from spark_jobs.contracts import TOPICS
+    from ingest_core.contracts import TOPICS
 
     settings = settings or get_settings()
     names = [t.strip() for t in (text.split(",") if isinstance(text, str) else text)]
@@ -102,7 +102,7 @@ def parse_topics(text: str | Sequence[str], settings: PlatformSettings | None = 
 
 def _stream_position(settings: PlatformSettings) -> dict[tuple[str, int], int]:
     """``bronze_ingest``'s committed next offset per (topic, partition); empty if none."""
-    from spark_jobs.delta_io import committed_offsets
+    from ingest_core.delta_tables import committed_offsets
 
     committed = committed_offsets(get_catalog().job("bronze_ingest").checkpoint(settings))
     if committed is None or not committed["sources"] or committed["sources"][0] is None:
@@ -124,7 +124,7 @@ def plan(
     """
     from kafka import KafkaConsumer, TopicPartition
 
-    from spark_jobs.bronze_ingest import kafka_topic_ids
+    from ingest_core.kafka_offsets import kafka_topic_ids
 
     settings = settings or get_settings()
     from_ms, to_ms = time_range.millis()
@@ -186,8 +186,8 @@ def replay(
     """
     from delta.tables import DeltaTable
 
+    from ingest_core.delta_tables import table_exists
     from spark_jobs.bronze_ingest import to_bronze
-    from spark_jobs.delta_io import table_exists
 
     settings = settings or get_settings()
     todo = [p for p in plans if p.records]

@@ -1,4 +1,5 @@
-"""Delta and checkpoint I/O shared by the jobs: idempotent writes and checkpoint reading.
+"""Delta I/O of the Spark jobs: idempotent appends and reads (table and checkpoint facts
+that need no Spark are in :mod:`ingest_core.delta_tables`).
 
 Exactly-once in ``foreachBatch`` rests on Delta's idempotent writes: every write carries
 ``txnAppId`` (the streaming query's id) and ``txnVersion`` (the batch id), and Delta skips a
@@ -8,13 +9,13 @@ write whose version it has already committed for that application id. A replayed
 
 from __future__ import annotations
 
-import json
 from collections.abc import Sequence
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
+
+from ingest_core.delta_tables import table_exists
 
 if TYPE_CHECKING:
-    import pandas as pd
     from pyspark.sql import DataFrame, SparkSession
 
 
@@ -43,156 +44,6 @@ def append_idempotent(
     writer.save(str(path))
 
 
-def table_exists(path: Path | str) -> bool:
-    """Whether a Delta table exists at ``path`` (its ``_delta_log`` has a commit)."""
-    log = Path(path) / "_delta_log"
-    return log.is_dir() and any(log.glob("*.json"))
-
-
-def delta_version(path: Path | str) -> int | None:
-    """Newest version of the Delta table at ``path``, from its log's file names (no Delta
-    reader needed); None when there is no table."""
-    log = Path(path) / "_delta_log"
-    versions = [int(p.stem) for p in log.glob("*.json") if p.stem.isdigit()] if log.is_dir() else []
-    return max(versions) if versions else None
-
-
 def read_table(spark: SparkSession, path: Path | str) -> DataFrame | None:
     """The Delta table at ``path``, or None when it does not exist yet."""
     return spark.read.format("delta").load(str(path)) if table_exists(path) else None
-
-
-def read_pandas(path: Path | str) -> pd.DataFrame:
-    """The current snapshot of the Delta table at ``path`` as a pandas DataFrame, without
-    Spark: delta-rs lists the snapshot's data files, pyarrow reads them (an empty frame
-    without columns when the table has no rows).
-
-    Reading through delta-rs' own scanner sometimes aborts the process at interpreter exit
-    ("terminate called without an active exception", exit 134; delta-io/delta-rs#2184), after
-    the work is done, which an operator's script would see as a crash. Listing files does
-    not. Valid for unpartitioned tables without deletion vectors or column mapping (the
-    platform's tables are created with Delta's defaults, which have neither).
-
-    :raises deltalake.exceptions.TableNotFoundError: no table at ``path``.
-    :raises ValueError: the table is partitioned (partition values are not in the files).
-    """
-    import pandas as pd
-    import pyarrow.parquet as pq
-    from deltalake import DeltaTable
-
-    table = DeltaTable(str(path))
-    if table.metadata().partition_columns:
-        raise ValueError(f"read_pandas reads unpartitioned tables; {path} is partitioned")
-    files = [uri.removeprefix("file://") for uri in table.file_uris()]
-    del table
-    return pq.read_table(files).to_pandas() if files else pd.DataFrame()
-
-
-def checkpoint_query_id(checkpoint: Path | str) -> str:
-    """The streaming query id recorded in ``<checkpoint>/metadata``.
-
-    :raises FileNotFoundError: the checkpoint has no ``metadata`` file (no query ran yet).
-    """
-    return str(json.loads((Path(checkpoint) / "metadata").read_text())["id"])
-
-
-def _latest(folder: Path) -> tuple[int, Path] | None:
-    if not folder.is_dir():
-        return None
-    batches = [(int(p.name), p) for p in folder.iterdir() if p.name.isdigit()]
-    return max(batches) if batches else None
-
-
-def last_committed_batch(checkpoint: Path) -> int | None:
-    """The id of the newest batch with a ``commits/`` entry, or None."""
-    latest = _latest(Path(checkpoint) / "commits")
-    return latest[0] if latest else None
-
-
-def committed_offsets(checkpoint: Path) -> dict[str, Any] | None:
-    """Offsets and metadata of the newest *committed* batch.
-
-    An offsets file has a version line, a metadata JSON line (``batchWatermarkMs``,
-    ``batchTimestampMs``, confs) and one JSON line per source (for Kafka:
-    ``{"topic": {"partition": next offset}}``).
-
-    :returns: ``{"batch_id", "metadata", "sources"}`` or None if nothing was committed.
-    """
-    batch = last_committed_batch(checkpoint)
-    if batch is None:
-        return None
-    lines = (Path(checkpoint) / "offsets" / str(batch)).read_text().splitlines()
-    sources = [json.loads(line) if line.strip() not in ("", "-") else None for line in lines[2:]]
-    return {"batch_id": batch, "metadata": json.loads(lines[1]), "sources": sources}
-
-
-def txn_app_ids(job_name: str, query_id: str) -> tuple[str, ...]:
-    """Every Delta application id under which ``job_name``'s query ``query_id`` writes
-    idempotently (Delta skips a write whose ``txnVersion`` it already committed for the id).
-
-    * the query id itself: Spark's Delta streaming sink (``SetTransaction(queryId, batchId)``,
-      bronze_ingest, gold_aggregate's append queries) and payment_alerts' ``foreachBatch``;
-    * ``<job>-<query id>``: silver_refine's ``foreachBatch`` writes;
-    * ``<job>-customer-metrics-<query id>``: gold_aggregate's metrics MERGE.
-    """
-    return (query_id, f"{job_name}-{query_id}", f"{job_name}-customer-metrics-{query_id}")
-
-
-def sink_committed_batch(tables: Sequence[Path], app_ids: Sequence[str]) -> int | None:
-    """The newest batch id (``txnVersion``) any of ``tables`` committed for any of
-    ``app_ids``, read with delta-rs (Delta log checkpoints included); None when none did.
-
-    A batch id at or below this number must never be re-planned over a different offset
-    range: the sink would skip it as already written and its new rows would be lost.
-    """
-    from deltalake import DeltaTable
-
-    newest: int | None = None
-    for path in tables:
-        if not table_exists(path):
-            continue
-        table = DeltaTable(str(path))
-        for app_id in app_ids:
-            version = table.transaction_version(app_id)
-            if version is not None and (newest is None or version > newest):
-                newest = int(version)
-    return newest
-
-
-def streaming_commits(path: Path | str) -> list[dict[str, Any]]:
-    """Commits of Spark's Delta streaming sink in the table at ``path``, oldest first:
-    ``{"version": int, "query_id": str, "batch_id": int, "timestamp_ms": int}``, from the
-    commit infos (``operationParameters.queryId`` and ``epochId``) that delta-rs returns."""
-    from deltalake import DeltaTable
-
-    if not table_exists(path):
-        return []
-    found = []
-    for info in DeltaTable(str(path)).history():
-        parameters = info.get("operationParameters") or {}
-        query_id, epoch = parameters.get("queryId"), parameters.get("epochId")
-        if query_id is None or epoch is None or "version" not in info:
-            continue
-        found.append(
-            {
-                "version": int(info["version"]),
-                "query_id": str(query_id),
-                "batch_id": int(epoch),
-                "timestamp_ms": int(info.get("timestamp") or 0),
-            }
-        )
-    return sorted(found, key=lambda c: c["version"])
-
-
-def files_added_by(path: Path | str, version: int) -> list[str]:
-    """Absolute paths of the data files that Delta version ``version`` of the table at
-    ``path`` added (its snapshot's files minus the previous version's), via delta-rs."""
-    from deltalake import DeltaTable
-
-    def uris(at: int) -> set[str]:
-        if at < 0:
-            return set()
-        snapshot = DeltaTable(str(path), version=at)
-        return {uri.removeprefix("file://") for uri in snapshot.file_uris()}
-
-    return sorted(uris(version) - uris(version - 1))

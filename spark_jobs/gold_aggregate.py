@@ -31,11 +31,11 @@ import sys
 from collections.abc import Callable, Sequence
 from typing import TYPE_CHECKING
 
-from spark_jobs.catalog import get_catalog
-from spark_jobs.delta_io import checkpoint_query_id, table_exists
+from ingest_core.catalog import get_catalog
+from ingest_core.delta_tables import checkpoint_query_id, table_exists
+from ingest_core.settings import PlatformSettings, get_settings
 from spark_jobs.job_cli import job_parser, operator_errors, owned_checkpoint, parse_job_args
 from spark_jobs.quality.holds import without_held
-from spark_jobs.settings import PlatformSettings, get_settings
 from spark_jobs.triggers import TriggerError, TriggerSpec
 
 if TYPE_CHECKING:

@@ -42,9 +42,9 @@ from dataclasses import asdict, dataclass
 from datetime import timedelta
 from typing import TYPE_CHECKING
 
-from spark_jobs.catalog import get_catalog
-from spark_jobs.settings import PlatformSettings, get_settings
-from spark_jobs.time_range import TimeRange, TimeRangeError
+from ingest_core.catalog import get_catalog
+from ingest_core.settings import PlatformSettings, get_settings
+from ingest_core.time_range import TimeRange, TimeRangeError
 
 if TYPE_CHECKING:
     from pyspark.sql import DataFrame, SparkSession
@@ -210,7 +210,8 @@ def backfill_table(
     from delta.tables import DeltaTable
     from pyspark.sql import functions as F
 
-    from spark_jobs.delta_io import delta_version, read_table
+    from ingest_core.delta_tables import delta_version
+    from spark_jobs.delta_io import read_table
     from spark_jobs.late_corrections import gold_watermark
 
     settings = settings or get_settings()
@@ -319,8 +320,8 @@ def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
 
 def main(argv: Sequence[str] | None = None) -> int:
     """spark-submit entry point: prints one JSON line per table (see :class:`TableReport`)."""
+    from ingest_core.locks import checkpoint_lock
     from spark_jobs.job_cli import operator_errors
-    from spark_jobs.locks import checkpoint_lock
     from spark_jobs.session import build_spark_session
 
     args = parse_args(argv)

@@ -10,7 +10,7 @@ from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
 from typing import Any
 
-from spark_jobs.catalog import get_catalog
+from ingest_core.catalog import get_catalog
 from spark_jobs.triggers import TriggerError, parse_trigger
 
 
@@ -46,14 +46,14 @@ def parse_job_args(
 def owned_checkpoint(job_name: str) -> Iterator[None]:
     """Hold ``job_name``'s checkpoint lock for the driver's lifetime (one driver per
     checkpoint) and refuse a damaged checkpoint or a changed configuration before Spark
-    starts (:func:`spark_jobs.checkpoint_health.check_before_start`).
+    starts (:func:`ingest_core.checkpoint_health.check_before_start`).
 
-    :raises spark_jobs.locks.CheckpointBusyError: another driver holds the checkpoint.
-    :raises spark_jobs.checkpoint_health.DamagedCheckpointError: damaged files, named.
-    :raises spark_jobs.checkpoint_health.ConfigurationChangedError: what changed, options.
+    :raises ingest_core.locks.CheckpointBusyError: another driver holds the checkpoint.
+    :raises ingest_core.checkpoint_health.DamagedCheckpointError: damaged files, named.
+    :raises ingest_core.checkpoint_health.ConfigurationChangedError: what changed, options.
     """
-    from spark_jobs.checkpoint_health import check_before_start
-    from spark_jobs.locks import checkpoint_lock
+    from ingest_core.checkpoint_health import check_before_start
+    from ingest_core.locks import checkpoint_lock
 
     with checkpoint_lock(get_catalog().job(job_name).checkpoint()):
         check_before_start(job_name)
@@ -65,8 +65,8 @@ def operator_errors(main: Callable[..., int]) -> Callable[..., int]:
     or from another configuration, input table missing, lost Kafka data) print one clear line
     and exit 1 instead of a traceback. Anything else (a failed query, unbalanced counts)
     propagates with its full trace."""
-    from spark_jobs.checkpoint_health import ConfigurationChangedError, DamagedCheckpointError
-    from spark_jobs.locks import CheckpointBusyError
+    from ingest_core.checkpoint_health import ConfigurationChangedError, DamagedCheckpointError
+    from ingest_core.locks import CheckpointBusyError
 
     @functools.wraps(main)
     def wrapper(*args: Any, **kwargs: Any) -> int:

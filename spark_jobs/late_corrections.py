@@ -49,11 +49,12 @@ from collections.abc import Sequence
 from datetime import UTC, datetime
 from typing import TYPE_CHECKING
 
-from spark_jobs.catalog import get_catalog
-from spark_jobs.delta_io import append_idempotent, committed_offsets, read_table, table_exists
+from ingest_core.catalog import get_catalog
+from ingest_core.delta_tables import committed_offsets, table_exists
+from ingest_core.settings import PlatformSettings, get_settings
+from spark_jobs.delta_io import append_idempotent, read_table
 from spark_jobs.job_cli import operator_errors
 from spark_jobs.quality.holds import without_held
-from spark_jobs.settings import PlatformSettings, get_settings
 
 if TYPE_CHECKING:
     from pyspark.sql import DataFrame, SparkSession
@@ -107,7 +108,7 @@ def silver_with_late(
     events of the same event types from ``silver_late_events``, one row per ``event_id``
     (on-time wins).
 
-    :param table: a Silver table of :data:`spark_jobs.contracts.CONTRACTS` (e.g.
+    :param table: a Silver table of :data:`ingest_core.contracts.CONTRACTS` (e.g.
         ``silver_payments``, ``silver_customer_activity``).
     :param columns: columns to keep (envelope or payload fields; ``event_time`` is a
         timestamp).
@@ -117,7 +118,7 @@ def silver_with_late(
     from pyspark.sql import Window
     from pyspark.sql import functions as F
 
-    from spark_jobs.contracts import CONTRACTS, ENVELOPE_DDL, PAYLOAD_DDL
+    from ingest_core.contracts import CONTRACTS, ENVELOPE_DDL, PAYLOAD_DDL
 
     catalog, settings = get_catalog(), settings or get_settings()
     contracts = [c for c in CONTRACTS.values() if c.silver_table == table]
@@ -415,7 +416,7 @@ def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
 @operator_errors
 def main(argv: Sequence[str] | None = None) -> int:
     """Entry point: correct, then reconcile including late payments."""
-    from spark_jobs.locks import checkpoint_lock
+    from ingest_core.locks import checkpoint_lock
     from spark_jobs.session import build_spark_session
 
     parse_args(argv)

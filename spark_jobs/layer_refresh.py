@@ -40,8 +40,8 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from spark_jobs.catalog import get_catalog
-from spark_jobs.settings import PlatformSettings, get_settings
+from ingest_core.catalog import get_catalog
+from ingest_core.settings import PlatformSettings, get_settings
 
 if TYPE_CHECKING:
     from pyspark.sql import SparkSession
@@ -121,7 +121,7 @@ class RefreshLayout:
 def busy_jobs(layer: str, settings: PlatformSettings | None = None) -> list[str]:
     """The jobs of the layers a refresh of ``layer`` rebuilds that hold their checkpoint lock
     right now (a running driver, a backfill or late corrections for Gold)."""
-    from spark_jobs.locks import CheckpointBusyError, checkpoint_lock
+    from ingest_core.locks import CheckpointBusyError, checkpoint_lock
 
     busy = []
     for name in layers_of(layer):
@@ -174,7 +174,7 @@ def rebuilt_tables(layer: str) -> list[str]:
 
 
 def _unvalidated(layer: str, layout: RefreshLayout) -> list[str]:
-    from spark_jobs.delta_io import delta_version
+    from ingest_core.delta_tables import delta_version
     from spark_jobs.quality.state import gate_results, validated_through
     from spark_jobs.quality.suites import layer_rules
 
@@ -191,7 +191,7 @@ def _unvalidated(layer: str, layout: RefreshLayout) -> list[str]:
 
 @contextmanager
 def _locked(layer: str, settings: PlatformSettings) -> Iterator[None]:
-    from spark_jobs.locks import CheckpointBusyError, checkpoint_lock
+    from ingest_core.locks import CheckpointBusyError, checkpoint_lock
 
     with ExitStack() as stack:
         for name in layers_of(layer):
@@ -206,7 +206,7 @@ def _locked(layer: str, settings: PlatformSettings) -> Iterator[None]:
 def _moves(layer: str, layout: RefreshLayout) -> list[tuple[Path, Path]]:
     """Every rename of a swap, in order: per table and per checkpoint, live -> previous then
     staged -> live."""
-    from spark_jobs.checkpoint_health import fingerprint_file
+    from ingest_core.checkpoint_health import fingerprint_file
 
     settings, staged = layout.settings, layout.staged_settings(layer)
     catalog = get_catalog()
@@ -237,7 +237,7 @@ def swap(
     :raises RefreshError: a rebuilt table is missing from staging or has not passed its
         gate, or a job of the layer is running; nothing was moved.
     """
-    from spark_jobs.delta_io import delta_version
+    from ingest_core.delta_tables import delta_version
     from spark_jobs.quality.gate import RESULTS_SCHEMA, docs_index
     from spark_jobs.quality.state import RESULTS_TABLE
 

@@ -31,10 +31,11 @@ from collections.abc import Sequence
 from datetime import UTC, datetime, timedelta
 from typing import TYPE_CHECKING
 
-from spark_jobs.catalog import KafkaSourceSpec, get_catalog
-from spark_jobs.delta_io import append_idempotent, checkpoint_query_id, read_table, table_exists
+from ingest_core.catalog import KafkaSourceSpec, get_catalog
+from ingest_core.delta_tables import checkpoint_query_id, table_exists
+from ingest_core.settings import PlatformSettings, get_settings
+from spark_jobs.delta_io import append_idempotent, read_table
 from spark_jobs.job_cli import job_parser, operator_errors, owned_checkpoint, parse_job_args
-from spark_jobs.settings import PlatformSettings, get_settings
 from spark_jobs.transforms.alerts import AMOUNT_RULE, VELOCITY_RULE
 from spark_jobs.triggers import TriggerError, TriggerSpec
 
@@ -122,7 +123,7 @@ def start(
 
     :raises TriggerError: a real-time trigger.
     """
-    from ingest_platform.topics import ensure_topics
+    from ingest_core.topics import ensure_topics
     from spark_jobs.transforms.alerts import ALERTS_DDL, amount_alerts, velocity_alerts
 
     if trigger.kind == "real-time":
@@ -183,7 +184,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     """
     from kafka.errors import KafkaError
 
-    from ingest_platform.topics import TopicCollisionError
+    from ingest_core.topics import TopicCollisionError
     from spark_jobs.session import build_spark_session
     from spark_jobs.streaming_runtime import run_supervised
 

@@ -14,7 +14,7 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from spark_jobs.settings import (
+from ingest_core.settings import (
     INCLUDE_DIR,
     PlatformSettings,
     get_settings,

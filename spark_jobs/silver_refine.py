@@ -50,11 +50,12 @@ from dataclasses import dataclass, field
 from datetime import UTC, datetime, timedelta
 from typing import TYPE_CHECKING, Any
 
-from spark_jobs.catalog import Catalog, get_catalog
-from spark_jobs.contracts import TOPICS
-from spark_jobs.delta_io import append_idempotent, checkpoint_query_id, read_table, table_exists
+from ingest_core.catalog import Catalog, get_catalog
+from ingest_core.contracts import TOPICS
+from ingest_core.delta_tables import checkpoint_query_id, table_exists
+from ingest_core.settings import PlatformSettings, get_settings
+from spark_jobs.delta_io import append_idempotent, read_table
 from spark_jobs.job_cli import job_parser, operator_errors, owned_checkpoint, parse_job_args
-from spark_jobs.settings import PlatformSettings, get_settings
 from spark_jobs.triggers import TriggerError, TriggerSpec
 
 if TYPE_CHECKING:
@@ -269,7 +270,7 @@ class SilverBatchWriter:
         """Process one micro-batch of Bronze rows (schema of ``bronze_events``)."""
         from pyspark.sql import functions as F
 
-        from spark_jobs.contracts import CONTRACTS
+        from ingest_core.contracts import CONTRACTS
         from spark_jobs.transforms.silver import (
             COORDINATES,
             deduplicate,

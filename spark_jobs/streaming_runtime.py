@@ -16,7 +16,7 @@ Each always-on job (``bronze_ingest``, ``payment_alerts``) runs its queries thro
 * leaves the heartbeat at ``stopped`` after a stop, SIGTERM or Ctrl-C, ``failed`` after a
   query's failure: never ``running`` for a driver that has gone.
 
-The driver's checkpoint lock (:mod:`spark_jobs.locks`) carries its pid, so the supervisor
+The driver's checkpoint lock (:mod:`ingest_core.locks`) carries its pid, so the supervisor
 knows which process to watch or stop.
 """
 
@@ -32,8 +32,8 @@ from collections.abc import Callable
 from datetime import UTC, datetime
 from typing import TYPE_CHECKING, Any
 
-from spark_jobs.runtime_files import RuntimeFiles, runtime_files, write_json
-from spark_jobs.settings import PlatformSettings, get_settings
+from ingest_core.runtime_files import RuntimeFiles, runtime_files, write_json
+from ingest_core.settings import PlatformSettings, get_settings
 
 if TYPE_CHECKING:
     from pyspark.sql import SparkSession

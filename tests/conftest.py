@@ -1,6 +1,6 @@
 """Shared fixtures: one SparkSession, one real Kafka broker, fresh topics, temporary Delta folders.
 
-The broker is the real one (:mod:`ingest_platform.kafka_broker`): the project's own if it is
+The broker is the real one (:mod:`ingestctl.kafka_broker`): the project's own if it is
 already running (``make kafka-up``), else a private one on free ports in a temporary folder,
 stopped when the session ends.
 """
@@ -79,8 +79,8 @@ def spark() -> Iterator[object]:
 @pytest.fixture(scope="session")
 def kafka_bootstrap(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
     """``host:port`` of a real Kafka broker: the project's running one, else a private one."""
-    from ingest_platform.kafka_broker import KafkaBroker
-    from spark_jobs.settings import get_settings
+    from ingest_core.settings import get_settings
+    from ingestctl.kafka_broker import KafkaBroker
 
     project = KafkaBroker(get_settings().kafka)
     status = project.status()
@@ -109,7 +109,7 @@ def kafka_topic(
     """Factory for fresh topics: ``kafka_topic(partitions=3) -> name``; deleted afterwards."""
     from kafka import KafkaAdminClient
 
-    from ingest_platform.topics import ensure_topics
+    from ingest_core.topics import ensure_topics
 
     created: list[str] = []
 

@@ -107,10 +107,10 @@ def inputs_snapshot(
         corrections follow ``gold_aggregate``'s watermark).
     :returns: a JSON-serialisable dict; equal snapshots mean nothing new to process.
     """
-    from spark_jobs.catalog import get_catalog
-    from spark_jobs.checkpoint_health import query_dirs
-    from spark_jobs.delta_io import delta_version, last_committed_batch
-    from spark_jobs.settings import get_settings
+    from ingest_core.catalog import get_catalog
+    from ingest_core.checkpoint_health import query_dirs
+    from ingest_core.delta_tables import delta_version, last_committed_batch
+    from ingest_core.settings import get_settings
 
     settings, catalog = get_settings(), get_catalog()
     snapshot: dict[str, Any] = {
@@ -163,7 +163,7 @@ class SparkJobOperator(SparkSubmitOperator):
     ) -> None:
         if job not in JOB_MODULES:
             raise ValueError(f"unknown job {job!r}; known: {sorted(JOB_MODULES)}")
-        from spark_jobs.catalog import get_catalog
+        from ingest_core.catalog import get_catalog
 
         unknown = [t for t in inputs if t not in get_catalog().tables]
         if unknown:
@@ -176,7 +176,7 @@ class SparkJobOperator(SparkSubmitOperator):
         self.input_jobs = list(input_jobs)
 
     def _inputs_file(self) -> Path:
-        from spark_jobs.runtime_files import runtime_files
+        from ingest_core.runtime_files import runtime_files
 
         return runtime_files(self.job).folder / "inputs.json"
 
@@ -184,12 +184,12 @@ class SparkJobOperator(SparkSubmitOperator):
         """Repair a damaged checkpoint, spark-submit the job, then back up its checkpoint.
 
         For a job with a checkpoint (declared in ``include/pipeline.yaml``): before the run,
-        :func:`ingest_platform.recovery.recover` repairs crash leftovers (logged, audited);
+        :func:`ingest_core.recovery.recover` repairs crash leftovers (logged, audited);
         after a successful run, a verified backup is taken and retention applied.
         """
         import json
 
-        from spark_jobs.catalog import get_catalog
+        from ingest_core.catalog import get_catalog
         from spark_jobs.session import spark_submit_conf
 
         snapshot = inputs_snapshot(self.job, self.inputs, self.input_jobs) if self.inputs else None
@@ -208,7 +208,7 @@ class SparkJobOperator(SparkSubmitOperator):
             return None
         checkpointed = self.job in get_catalog().jobs and self.manage_checkpoint
         if checkpointed:
-            from ingest_platform.recovery import recover
+            from ingest_core.recovery import recover
 
             for action in recover(self.job):
                 self.log.warning("checkpoint recovery: %s", action)
@@ -231,8 +231,8 @@ class SparkJobOperator(SparkSubmitOperator):
         return result
 
     def _backup(self) -> None:
-        from ingest_platform.checkpoints import BackupError, backup
-        from ingest_platform.recovery import prune
+        from ingest_core.checkpoints import BackupError, backup
+        from ingest_core.recovery import prune
 
         try:
             info = backup(self.job)
@@ -304,8 +304,8 @@ class StagedJobOperator(SparkJobOperator):
         """Skip or run the job with the staging environment (see the class doc)."""
         from airflow.sdk.exceptions import AirflowSkipException
 
+        from ingest_core.settings import get_settings
         from spark_jobs.layer_refresh import RefreshLayout, layers_of
-        from spark_jobs.settings import get_settings
 
         layer = str(context["params"]["layer"])
         if self.builds not in layers_of(layer):

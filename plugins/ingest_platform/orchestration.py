@@ -15,7 +15,7 @@ from datetime import datetime, timedelta
 from pathlib import Path
 from typing import Literal
 
-from spark_jobs.settings import INCLUDE_DIR
+from ingest_core.settings import INCLUDE_DIR
 
 #: The pools, in the format of ``airflow pools import``; every Airflow the platform starts
 #: imports it (``make demo``, ``ingestctl airflow``, the compose stack's init service).
@@ -64,8 +64,8 @@ def replay_plan(params: dict[str, object]) -> int:
     """
     from airflow.exceptions import AirflowFailException
 
+    from ingest_core.time_range import TimeRange, TimeRangeError
     from spark_jobs.bronze_replay import RangeNotInKafkaError, parse_topics, plan
-    from spark_jobs.time_range import TimeRange, TimeRangeError
 
     try:
         topics = parse_topics(params.get("topics") or [])  # type: ignore[arg-type]

@@ -7,8 +7,8 @@ import logging
 from collections.abc import Mapping
 from typing import Any
 
+from ingest_core.catalog import get_catalog
 from ingest_platform import supervisor
-from spark_jobs.catalog import get_catalog
 
 log = logging.getLogger(__name__)
 

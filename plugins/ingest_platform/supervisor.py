@@ -2,7 +2,7 @@
 ``streaming_supervisor`` DAG calls these functions).
 
 A job is *running* when the pid recorded in its checkpoint lock (written by the driver after
-it took the lock, :mod:`spark_jobs.locks`) is a live process whose command line names the
+it took the lock, :mod:`ingest_core.locks`) is a live process whose command line names the
 job. Its *heartbeat* is the file its ``StreamingQueryListener`` rewrites on every query
 event (:mod:`spark_jobs.streaming_runtime`).
 
@@ -38,10 +38,10 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from spark_jobs.catalog import get_catalog
-from spark_jobs.locks import lock_holder
-from spark_jobs.runtime_files import RuntimeFiles, read_json, runtime_files, write_json
-from spark_jobs.settings import PROJECT_ROOT, PlatformSettings, get_settings
+from ingest_core.catalog import get_catalog
+from ingest_core.locks import lock_holder
+from ingest_core.runtime_files import RuntimeFiles, read_json, runtime_files, write_json
+from ingest_core.settings import PROJECT_ROOT, PlatformSettings, get_settings
 
 #: Supervisor actions a DAG run can ask for.
 ACTIONS = ("supervise", "start", "stop")
@@ -121,7 +121,7 @@ def _alive(pid: int, job: str) -> bool:
 def driver_pid(job: str, settings: PlatformSettings | None = None) -> int | None:
     """Pid of the live driver holding ``job``'s checkpoint lock, or None.
 
-    Whether the lock is held is asked of the kernel (:func:`spark_jobs.locks.lock_holder`),
+    Whether the lock is held is asked of the kernel (:func:`ingest_core.locks.lock_holder`),
     never read from the file alone: a repair or a finished run that held the lock before
     leaves no driver behind, and a live process whose command line merely names the job
     (an Airflow task, an editor) is not the driver. The holder must also be a process whose
@@ -321,7 +321,7 @@ def _supervise(
         backoff = limits.backoff_base_s * 2 ** (len(recent) - 1)
         if since_start < backoff:
             return f"{job}: down ({reason}); back-off: next start in {backoff - since_start:.0f} s"
-    from ingest_platform.recovery import recover
+    from ingest_core.recovery import recover
 
     for action in recover(job, settings):  # crash leftovers: repaired, audited
         echo(f"{job}: checkpoint recovery: {action}")

@@ -34,7 +34,8 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from spark_jobs.catalog import get_catalog
+from ingest_core.catalog import get_catalog
+from ingest_core.settings import PlatformSettings, get_settings
 from spark_jobs.delta_io import append_idempotent, read_table
 from spark_jobs.quality.holds import held_event_ids
 from spark_jobs.quality.state import (
@@ -47,7 +48,6 @@ from spark_jobs.quality.state import (
 )
 from spark_jobs.quality.suites import ALREADY_IN_TABLE, TableRules, build_suite, layer_rules
 from spark_jobs.quality.suites import volume_band as learn_band
-from spark_jobs.settings import PlatformSettings, get_settings
 
 if TYPE_CHECKING:
     from pyspark.sql import DataFrame, SparkSession

@@ -13,10 +13,10 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
-from spark_jobs.catalog import get_catalog
-from spark_jobs.delta_io import delta_version, read_pandas, table_exists
+from ingest_core.catalog import get_catalog
+from ingest_core.delta_tables import delta_version, read_pandas, table_exists
+from ingest_core.settings import PlatformSettings, get_settings
 from spark_jobs.quality.suites import layer_rules
-from spark_jobs.settings import PlatformSettings, get_settings
 
 if TYPE_CHECKING:
     import pandas as pd

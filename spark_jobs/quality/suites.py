@@ -15,8 +15,8 @@ from dataclasses import dataclass, field
 from datetime import datetime, timedelta
 from typing import TYPE_CHECKING, Any
 
-from spark_jobs.contracts import ACTIVITIES, CURRENCIES, PAYMENT_METHODS, PAYMENT_STATUSES
-from spark_jobs.settings import QualitySettings
+from ingest_core.contracts import ACTIVITIES, CURRENCIES, PAYMENT_METHODS, PAYMENT_STATUSES
+from ingest_core.settings import QualitySettings
 
 if TYPE_CHECKING:
     import great_expectations as gx

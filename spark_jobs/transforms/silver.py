@@ -22,7 +22,7 @@ Quarantine reasons, checked in this order (the first that applies is recorded):
                                 or ``event_time`` is not an ISO-8601 timestamp
 ``unknown_event_type``          ``event_type`` is not a contract event type of this topic
 ``unsupported_schema_version``  ``schema_version`` is not 1
-``control_character``           an id (:data:`spark_jobs.contracts.ID_FIELDS`, item
+``control_character``           an id (:data:`ingest_core.contracts.ID_FIELDS`, item
                                 ``product_id``/``seller_id``) holds a control character,
                                 e.g. an escaped ``\\u0000`` (valid JSON, useless as an id)
 ``invalid_value``               negative money, more than 2 decimals, unknown currency code,
@@ -42,15 +42,18 @@ from datetime import UTC, datetime, timedelta
 from functools import reduce
 from typing import TYPE_CHECKING
 
-from spark_jobs.contracts import (
+from pyspark.sql.types import StructType
+
+from ingest_core.contracts import (
     CONTRACTS,
     CURRENCIES,
+    ENVELOPE_DDL,
     ENVELOPE_FIELDS,
     ID_FIELDS,
     ITEM_ID_FIELDS,
+    PAYLOAD_DDL,
     PAYMENT_STATUSES,
     SCHEMA_VERSION,
-    payload_schema,
 )
 
 if TYPE_CHECKING:
@@ -86,6 +89,16 @@ _CONTROL = r"\p{Cc}"
 #: Records on each side (in offset order, same partition) that a record's event time is
 #: compared with by the ``event_time_skew`` rule.
 SKEW_NEIGHBOURS = 10
+
+
+def payload_schema(topic: str) -> StructType:
+    """Spark schema of a whole event on ``topic``: envelope then payload fields.
+
+    :raises KeyError: ``topic`` carries no declared events.
+    """
+    schema = StructType.fromDDL(f"{ENVELOPE_DDL}, {PAYLOAD_DDL[topic]}")
+    assert isinstance(schema, StructType)
+    return schema
 
 
 def _first_reason(checks: list[tuple[str, Column, Column]]) -> tuple[Column, Column]:
@@ -135,7 +148,7 @@ def parse_topic(
     :param bronze: Bronze rows (see :func:`spark_jobs.bronze_ingest.to_bronze`) of ``topic``.
         With ``event_time_skew`` it must be a batch (static) DataFrame: the rule uses
         row-based windows, which streaming DataFrames do not support.
-    :param topic: one of :data:`spark_jobs.contracts.TOPICS`.
+    :param topic: one of :data:`ingest_core.contracts.TOPICS`.
     :param now: the batch's processing time (UTC); events more than ``max_future_skew`` after
         it are ``event_time_skew``.
     :param max_future_skew: tolerated clock skew of producers against ``now``.
@@ -146,7 +159,7 @@ def parse_topic(
         string (null when usable), ``_quarantine_detail`` string, the envelope (``event_id``,
         ``event_type``, ``schema_version`` int, ``event_time`` timestamp in UTC,
         ``event_date`` date), the payload fields typed as in
-        :data:`spark_jobs.contracts.PAYLOAD_DDL` (money ``decimal(18,2)``, currency
+        :data:`ingest_core.contracts.PAYLOAD_DDL` (money ``decimal(18,2)``, currency
         upper-case), ``_rescued_data`` string (JSON object of the
         fields the contract does not know, or null) and ``payload_hash`` string (SHA-256 of
         the typed event, for duplicate conflicts).

@@ -13,10 +13,10 @@ import pandas as pd
 import pytest
 from deltalake import DeltaTable
 
-from ingest_platform.airflow_runtime import ensure_pools, run_cli
-from spark_jobs.catalog import get_catalog
-from spark_jobs.delta_io import table_exists
-from spark_jobs.settings import get_settings
+from ingest_core.catalog import get_catalog
+from ingest_core.delta_tables import table_exists
+from ingest_core.settings import get_settings
+from ingestctl.airflow_runtime import ensure_pools, run_cli
 
 
 @dataclass
@@ -64,9 +64,9 @@ def airflow_platform(
     kafka_bootstrap: str, tmp_path_factory: pytest.TempPathFactory
 ) -> Iterator[AirflowPlatform]:
     """An isolated platform with a migrated Airflow database; stops its always-on jobs after."""
+    from ingest_core.contracts import TOPICS
+    from ingest_core.topics import ensure_topics
     from ingest_platform import supervisor
-    from ingest_platform.topics import ensure_topics
-    from spark_jobs.contracts import TOPICS
 
     home = tmp_path_factory.mktemp("e2e") / "home"
     prefix = f"e{uuid.uuid4().hex[:8]}."

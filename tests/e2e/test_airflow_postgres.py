@@ -11,8 +11,8 @@ from pathlib import Path
 
 import pytest
 
-from ingest_platform.airflow_runtime import AirflowClient, Standalone, airflow_home, run_cli
-from spark_jobs.settings import get_settings
+from ingest_core.settings import get_settings
+from ingestctl.airflow_runtime import AirflowClient, Standalone, airflow_home, run_cli
 from tests.conftest import free_port, free_ports
 from tests.e2e.postgres import PostgresServer
 

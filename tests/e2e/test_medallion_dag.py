@@ -24,11 +24,11 @@ from zoneinfo import ZoneInfo
 import pandas as pd
 import pytest
 
+from ingest_core.settings import get_settings
 from ingest_platform import supervisor
-from ingest_platform.airflow_runtime import Standalone
-from ingest_platform.demo import _produce, kafka_backlog, wait_for_bronze
-from ingest_platform.producer import Message, produce
-from spark_jobs.settings import get_settings
+from ingestctl.airflow_runtime import Standalone
+from ingestctl.demo import _produce, kafka_backlog, wait_for_bronze
+from ingestctl.producer import Message, produce
 from tests.conftest import free_ports
 from tests.e2e.conftest import AirflowPlatform, run_state
 

@@ -7,7 +7,7 @@ from pathlib import Path
 
 import pytest
 
-from spark_jobs.settings import get_settings
+from ingest_core.settings import get_settings
 from tests.integration.medallion import Platform, make_platform
 
 

@@ -13,13 +13,13 @@ from typing import Any
 import pandas as pd
 from deltalake import DeltaTable
 
-from ingest_platform.producer import Message, produce
-from ingest_platform.topics import ensure_topics
+from ingest_core.catalog import get_catalog
+from ingest_core.contracts import TOPICS
+from ingest_core.delta_tables import table_exists
+from ingest_core.settings import get_settings
+from ingest_core.topics import ensure_topics
+from ingestctl.producer import Message, produce
 from spark_jobs import bronze_ingest, gold_aggregate, late_corrections, silver_refine
-from spark_jobs.catalog import get_catalog
-from spark_jobs.contracts import TOPICS
-from spark_jobs.delta_io import table_exists
-from spark_jobs.settings import get_settings
 from spark_jobs.triggers import TriggerSpec
 
 AVAILABLE_NOW = TriggerSpec("available-now")

@@ -14,7 +14,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from ingest_platform.processes import stop_process_group
+from ingest_core.processes import stop_process_group
 
 
 class ClusterStartError(RuntimeError):

@@ -13,10 +13,10 @@ import time
 
 import pytest
 
+from ingest_core.runtime_files import read_json, runtime_files
+from ingest_core.settings import get_settings
 from ingest_platform import supervisor
 from spark_jobs import bronze_ingest, payment_alerts
-from spark_jobs.runtime_files import read_json, runtime_files
-from spark_jobs.settings import get_settings
 from spark_jobs.streaming_runtime import run_supervised
 from spark_jobs.triggers import TriggerSpec
 from tests.conftest import consume_all

@@ -9,10 +9,10 @@ from datetime import UTC, datetime, timedelta
 import pandas as pd
 import pytest
 
-from ingest_platform.replay.generator import generate_events
+from ingest_core.time_range import TimeRange, TimeRangeError
+from ingestctl.replay.generator import generate_events
 from spark_jobs import gold_backfill
 from spark_jobs.gold_backfill import windowed_tables
-from spark_jobs.time_range import TimeRange, TimeRangeError
 from tests.integration.medallion import Platform, activity, payment
 
 pytestmark = pytest.mark.integration
@@ -167,7 +167,7 @@ def test_backfill_equals_incremental_corrects_late_events_and_is_idempotent(
 
 
 def _topic(event: dict) -> str:
-    from spark_jobs.contracts import contract_for
+    from ingest_core.contracts import contract_for
 
     return contract_for(event["event_type"]).topic
 

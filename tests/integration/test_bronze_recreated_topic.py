@@ -15,10 +15,10 @@ import pandas as pd
 import pytest
 from kafka import KafkaAdminClient
 
-from ingest_platform.producer import Message, produce
-from ingest_platform.topics import ensure_topics
+from ingest_core.time_range import TimeRange
+from ingest_core.topics import ensure_topics
+from ingestctl.producer import Message, produce
 from spark_jobs import bronze_ingest, bronze_replay
-from spark_jobs.time_range import TimeRange
 from tests.integration.medallion import AVAILABLE_NOW, Platform
 
 pytestmark = pytest.mark.integration
@@ -209,7 +209,7 @@ def test_missing_topic_is_one_line_naming_it_and_the_command_that_creates_it(
 ) -> None:
     from typer.testing import CliRunner
 
-    from ingest_platform.cli import app
+    from ingestctl.cli import app
 
     topic = platform.prefix + "refunds"
     admin = KafkaAdminClient(bootstrap_servers=platform.bootstrap)

@@ -11,9 +11,9 @@ import pytest
 from kafka import TopicPartition
 from kafka.admin import KafkaAdminClient
 
+from ingest_core.time_range import TimeRange
 from spark_jobs import bronze_replay
 from spark_jobs.bronze_replay import RangeNotInKafkaError
-from spark_jobs.time_range import TimeRange
 from tests.integration.medallion import Platform, payment
 
 pytestmark = pytest.mark.integration

@@ -6,8 +6,8 @@ import json
 
 import pytest
 
-from ingest_platform.checkpoints import BackupError, backup, list_backups, verify
-from spark_jobs.catalog import get_catalog
+from ingest_core.catalog import get_catalog
+from ingest_core.checkpoints import BackupError, backup, list_backups, verify
 from tests.integration.medallion import Platform, payment
 
 pytestmark = pytest.mark.integration

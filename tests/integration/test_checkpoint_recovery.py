@@ -15,18 +15,18 @@ import pandas as pd
 import pytest
 from kafka import KafkaAdminClient
 
-from ingest_platform import supervisor
-from ingest_platform.checkpoints import backup, list_backups
-from ingest_platform.recovery import RestoreRefusedError, prune, recover, restore
-from spark_jobs.catalog import get_catalog
-from spark_jobs.checkpoint_health import (
+from ingest_core.catalog import get_catalog
+from ingest_core.checkpoint_health import (
     ConfigurationChangedError,
     DamagedCheckpointError,
     check_before_start,
     fingerprint_file,
 )
-from spark_jobs.locks import checkpoint_lock
-from spark_jobs.settings import get_settings
+from ingest_core.checkpoints import backup, list_backups
+from ingest_core.locks import checkpoint_lock
+from ingest_core.recovery import RestoreRefusedError, prune, recover, restore
+from ingest_core.settings import get_settings
+from ingest_platform import supervisor
 from tests.integration.medallion import Platform, payment
 
 pytestmark = pytest.mark.integration
@@ -178,7 +178,7 @@ def test_restore_refusals_touch_nothing(platform: Platform) -> None:
     topic = platform.prefix + "payments"
     admin.delete_topics([topic])
     time.sleep(2)
-    from ingest_platform.topics import ensure_topics
+    from ingest_core.topics import ensure_topics
 
     ensure_topics(platform.bootstrap, [topic], partitions=3)
     admin.close()

@@ -18,13 +18,13 @@ from pathlib import Path
 
 import pytest
 
-from ingest_platform.checkpoints import backup, backups_root
-from ingest_platform.recovery import RestoreRefusedError, recover, restore
+from ingest_core.catalog import get_catalog
+from ingest_core.checkpoint_health import DamagedCheckpointError, check_before_start, find_damage
+from ingest_core.checkpoints import backup, backups_root
+from ingest_core.delta_tables import sink_committed_batch, txn_app_ids
+from ingest_core.recovery import RestoreRefusedError, recover, restore
+from ingest_core.settings import get_settings
 from spark_jobs import bronze_ingest
-from spark_jobs.catalog import get_catalog
-from spark_jobs.checkpoint_health import DamagedCheckpointError, check_before_start, find_damage
-from spark_jobs.delta_io import sink_committed_batch, txn_app_ids
-from spark_jobs.settings import get_settings
 from tests.integration.medallion import AVAILABLE_NOW, Platform, payment
 
 pytestmark = pytest.mark.integration

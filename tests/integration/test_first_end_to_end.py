@@ -9,7 +9,7 @@ from pathlib import Path
 import pytest
 from deltalake import DeltaTable
 
-from ingest_platform.producer import produce
+from ingestctl.producer import produce
 from spark_jobs import bronze_ingest
 from spark_jobs.triggers import TriggerSpec
 

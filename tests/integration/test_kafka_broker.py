@@ -11,8 +11,8 @@ from pathlib import Path
 import psutil
 import pytest
 
-from ingest_platform.kafka_broker import BrokerStartError, KafkaBroker, PortInUseError
-from spark_jobs.settings import get_settings
+from ingest_core.settings import get_settings
+from ingestctl.kafka_broker import BrokerStartError, KafkaBroker, PortInUseError
 from tests.conftest import free_port
 
 pytestmark = pytest.mark.integration
@@ -112,7 +112,7 @@ def test_cluster_id_starting_with_a_dash_still_formats(
     import base64
     import uuid
 
-    import ingest_platform.kafka_broker as module
+    import ingestctl.kafka_broker as module
 
     dash_id = uuid.UUID(bytes=base64.urlsafe_b64decode("-AAAAAAAAAAAAAAAAAAAAA=="))
     monkeypatch.setattr(module.uuid, "uuid4", lambda: dash_id)
@@ -128,7 +128,7 @@ def test_cluster_id_starting_with_a_dash_still_formats(
 
 
 def test_status_reports_the_running_port_and_up_refuses_another(tmp_path: Path) -> None:
-    from ingest_platform.kafka_broker import PortMismatchError
+    from ingestctl.kafka_broker import PortMismatchError
 
     broker = _broker(tmp_path)
     broker.up()

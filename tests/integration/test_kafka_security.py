@@ -19,11 +19,11 @@ import pytest
 from deltalake import DeltaTable
 from pydantic import SecretStr
 
-from ingest_platform.kafka_broker import KafkaBroker
-from ingest_platform.producer import Message, produce
+from ingest_core.catalog import get_catalog
+from ingest_core.settings import KafkaSettings, get_settings
+from ingestctl.kafka_broker import KafkaBroker
+from ingestctl.producer import Message, produce
 from spark_jobs import bronze_ingest, payment_alerts
-from spark_jobs.catalog import get_catalog
-from spark_jobs.settings import KafkaSettings, get_settings
 from spark_jobs.triggers import TriggerSpec
 from tests.conftest import free_port
 from tests.integration.medallion import payment

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import pytest
 
-from spark_jobs.settings import get_settings
+from ingest_core.settings import get_settings
 from tests.integration.medallion import (
     Platform,
     activity,
@@ -140,7 +140,7 @@ def test_duplicate_resent_after_restart_is_dropped_once_and_counted(platform: Pl
 
 
 def test_customer_added_between_runs_is_seen_by_the_next_run(platform: Platform) -> None:
-    from ingest_platform.replay.runner import write_dimension
+    from ingestctl.replay.runner import write_dimension
 
     landing = get_settings().storage.landing_path / "customers"
     write_dimension(
@@ -171,7 +171,7 @@ def test_lost_kafka_data_fails_clearly_unless_accepted_and_recorded(platform: Pl
 
     from kafka import KafkaAdminClient
 
-    from ingest_platform.topics import ensure_topics
+    from ingest_core.topics import ensure_topics
     from spark_jobs import bronze_ingest
     from tests.integration.medallion import AVAILABLE_NOW
 
@@ -225,7 +225,7 @@ def test_resent_event_with_a_newer_time_still_meets_its_original(platform: Platf
 def test_reset_silver_checkpoint_does_not_write_silver_twice(platform: Platform) -> None:
     import shutil
 
-    from spark_jobs.catalog import get_catalog
+    from ingest_core.catalog import get_catalog
 
     platform.send("payments", [payment(f"r{i}", f"2026-01-01T10:{i:02d}:00Z") for i in range(8)])
     platform.send("payments", [b"not json"])

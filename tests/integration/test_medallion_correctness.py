@@ -11,12 +11,12 @@ from pathlib import Path
 import pandas as pd
 import pytest
 
-from ingest_platform.producer import Message, produce
-from ingest_platform.replay.faults import DelayDistribution, FaultConfig, FaultCounts, inject
-from ingest_platform.replay.generator import generate_events
-from spark_jobs.catalog import get_catalog
+from ingest_core.catalog import get_catalog
+from ingest_core.settings import get_settings
+from ingestctl.producer import Message, produce
+from ingestctl.replay.faults import DelayDistribution, FaultConfig, FaultCounts, inject
+from ingestctl.replay.generator import generate_events
 from spark_jobs.late_corrections import gold_watermark
-from spark_jobs.settings import get_settings
 from tests.integration.medallion import Platform, actual_sessions, expected_sessions, payment
 
 pytestmark = pytest.mark.integration

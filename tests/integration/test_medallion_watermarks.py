@@ -15,7 +15,7 @@ from typing import Any
 import pandas as pd
 import pytest
 
-from ingest_platform.replay.faults import FaultConfig, malformed_record
+from ingestctl.replay.faults import FaultConfig, malformed_record
 from tests.integration.medallion import Platform, activity, payment
 
 pytestmark = pytest.mark.integration
@@ -170,8 +170,8 @@ def test_uci_days_replayed_with_faults_give_pandas_gold_and_the_claimed_reasons(
     reason it knows, two or three of each), then 2010-12-02 clean: each injected reason is
     quarantined exactly as often as injected (invalid_value also for the day's own stock
     adjustments), nothing is late, and Gold's customer metrics equal pandas on the CSVs."""
-    from ingest_platform.replay import runner
-    from ingest_platform.replay.uci_retail import read_events
+    from ingestctl.replay import runner
+    from ingestctl.replay.uci_retail import read_events
 
     day1, day2 = uci_path / "2010-12-01.csv", uci_path / "2010-12-02.csv"
     faults = FaultConfig(malformed_rate=0.2, seed=15)  # 2 of each reason, 3 of two

@@ -114,7 +114,7 @@ def test_accept_records_the_override_and_lets_the_increment_through(platform: Pl
 
 def test_quarantine_refuses_a_whole_increment_failure(platform: Platform, monkeypatch) -> None:
     # Five passed increments of ~2 rows teach a band; then a flood of 200 rows.
-    from spark_jobs.settings import get_settings
+    from ingest_core.settings import get_settings
 
     monkeypatch.setenv("INGEST_QUALITY__VOLUME_HISTORY", "2")
     monkeypatch.setenv("INGEST_QUALITY__VOLUME_BAND_FACTOR", "3")
@@ -135,7 +135,7 @@ def test_quarantine_refuses_a_whole_increment_failure(platform: Platform, monkey
 
 
 def test_freshness_expectation_fails_a_stale_increment(platform: Platform, monkeypatch) -> None:
-    from spark_jobs.settings import get_settings
+    from ingest_core.settings import get_settings
 
     monkeypatch.setenv("INGEST_QUALITY__FRESHNESS_LIMIT_S", "3600")
     get_settings.cache_clear()

@@ -14,8 +14,8 @@ from pathlib import Path
 import pandas as pd
 import pytest
 
-from ingest_platform.topics import ensure_topics
-from spark_jobs.contracts import TOPICS
+from ingest_core.contracts import TOPICS
+from ingest_core.topics import ensure_topics
 from tests.conftest import cli_env, consume_all
 from tests.integration.medallion import Platform
 
@@ -320,7 +320,7 @@ def _expected_customers(files: list[Path]) -> dict[str, str]:
     time: per file, each customer's first country (the replay's rule), the id mapped with
     the replay's own ``customer_id`` ("17850.0" -> "17850", empty -> none); across files,
     the file replayed last wins."""
-    from ingest_platform.replay.uci_retail import customer_id
+    from ingestctl.replay.uci_retail import customer_id
 
     frames = []
     for file in files:

@@ -18,14 +18,14 @@ import pandas as pd
 import pytest
 from deltalake import DeltaTable
 
-from ingest_platform.airflow_runtime import run_cli
-from ingest_platform.replay import runner
-from ingest_platform.replay.faults import FaultConfig
-from ingest_platform.replay.generator import generate_events
+from ingest_core.catalog import get_catalog
+from ingest_core.delta_tables import table_exists
+from ingest_core.settings import get_settings
+from ingestctl.airflow_runtime import run_cli
+from ingestctl.replay import runner
+from ingestctl.replay.faults import FaultConfig
+from ingestctl.replay.generator import generate_events
 from spark_jobs import bronze_ingest, gold_aggregate, silver_refine
-from spark_jobs.catalog import get_catalog
-from spark_jobs.delta_io import table_exists
-from spark_jobs.settings import get_settings
 from spark_jobs.triggers import TriggerSpec
 from tests.conftest import free_port
 from tests.integration.spark_standalone import StandaloneCluster

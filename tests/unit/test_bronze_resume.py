@@ -8,8 +8,8 @@ from pathlib import Path
 
 import pytest
 
-from spark_jobs.bronze_ingest import KafkaInspection, record_topic_ids, recorded_topic_ids
-from spark_jobs.bronze_ingest import resume_after_gaps as resume
+from ingest_core.kafka_offsets import KafkaInspection, record_topic_ids, recorded_topic_ids
+from ingest_core.kafka_offsets import resume_after_gaps as resume
 
 pytestmark = pytest.mark.unit
 

@@ -5,8 +5,8 @@ from __future__ import annotations
 import pytest
 from pydantic import ValidationError
 
-from spark_jobs.catalog import Catalog, get_catalog
-from spark_jobs.settings import PlatformSettings
+from ingest_core.catalog import Catalog, get_catalog
+from ingest_core.settings import PlatformSettings
 
 pytestmark = pytest.mark.unit
 
@@ -59,8 +59,8 @@ def test_table_name_must_carry_its_layer() -> None:
 
 
 def test_bronze_subscribes_to_exactly_the_contract_topics() -> None:
-    from spark_jobs.catalog import KafkaSourceSpec
-    from spark_jobs.contracts import TOPICS
+    from ingest_core.catalog import KafkaSourceSpec
+    from ingest_core.contracts import TOPICS
 
     source = get_catalog().job("bronze_ingest").source
     assert isinstance(source, KafkaSourceSpec)
@@ -68,7 +68,7 @@ def test_bronze_subscribes_to_exactly_the_contract_topics() -> None:
 
 
 def test_every_contract_lands_in_a_declared_silver_table() -> None:
-    from spark_jobs.contracts import CONTRACTS
+    from ingest_core.contracts import CONTRACTS
 
     for contract in CONTRACTS.values():
         assert get_catalog().table(contract.silver_table).layer == "silver"

@@ -7,7 +7,7 @@ from pathlib import Path
 
 import pytest
 
-from spark_jobs.checkpoint_health import find_damage, query_dirs
+from ingest_core.checkpoint_health import find_damage, query_dirs
 
 pytestmark = pytest.mark.unit
 

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from typer.testing import CliRunner
 
-from ingest_platform.cli import app
+from ingestctl.cli import app
 
 
 def test_replay_help_says_path_is_a_folder_or_one_file() -> None:

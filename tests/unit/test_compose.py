@@ -22,7 +22,7 @@ import jsonschema
 import pytest
 import yaml
 
-from spark_jobs.settings import PlatformSettings
+from ingest_core.settings import PlatformSettings
 
 pytestmark = pytest.mark.unit
 

@@ -103,7 +103,15 @@ def test_the_project_is_installed_from_the_lock_file(dockerfile) -> None:
     )
     assert build_args["UV_VERSION"] == uv_version.group(1)
     copied = " ".join(value for kind, value in all_stages[-1]["instructions"] if kind == "COPY")
-    for source in ("spark_jobs/", "plugins/", "dags/", "include/", "uv.lock"):
+    for source in (
+        "ingest_core/",
+        "ingestctl/",
+        "spark_jobs/",
+        "plugins/",
+        "dags/",
+        "include/",
+        "uv.lock",
+    ):
         assert source in copied
 
 
@@ -131,7 +139,7 @@ def test_every_module_the_runtime_code_imports_is_a_runtime_dependency() -> None
     """The image installs the lock's runtime set only (``uv export --no-dev``): a module the
     platform imports at run time from a dev-only package fails there on import (deltalake,
     used by the gates' bookkeeping and by recovery, was dev-only). Every third-party import in
-    spark_jobs/, plugins/ and dags/ must belong to a distribution of that set."""
+    ingest_core/, ingestctl/, spark_jobs/, plugins/ and dags/ must belong to a distribution of that set."""
     import ast
     import subprocess
     import sys
@@ -158,10 +166,10 @@ def test_every_module_the_runtime_code_imports_is_a_runtime_dependency() -> None
     runtime = {
         re.split(r"[=<>\[ ;]", line, maxsplit=1)[0].lower().replace("_", "-") for line in lines
     }
-    ours = {"spark_jobs", "ingest_platform", "bench", "tests"}
+    ours = {"ingest_core", "ingestctl", "spark_jobs", "ingest_platform", "bench", "tests"}
     owners = packages_distributions()
     missing = {}
-    for folder in ("spark_jobs", "plugins", "dags"):
+    for folder in ("ingest_core", "ingestctl", "spark_jobs", "plugins", "dags"):
         for source in (ROOT / folder).rglob("*.py"):
             for node in ast.walk(ast.parse(source.read_text())):
                 if isinstance(node, ast.Import):

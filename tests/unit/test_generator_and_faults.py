@@ -8,15 +8,15 @@ from datetime import UTC, datetime, timedelta
 
 import pytest
 
-from ingest_platform.producer import encode_value
-from ingest_platform.replay.faults import (
+from ingestctl.producer import encode_value
+from ingestctl.replay.faults import (
     MALFORMED_REASONS,
     DelayDistribution,
     FaultConfig,
     FaultCounts,
     inject,
 )
-from ingest_platform.replay.generator import generate_events
+from ingestctl.replay.generator import generate_events
 
 pytestmark = pytest.mark.unit
 START = datetime(2026, 1, 1, 12, 0, tzinfo=UTC)

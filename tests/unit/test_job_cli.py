@@ -12,7 +12,7 @@ from typing import Any
 import pytest
 
 import spark_jobs
-from spark_jobs.settings import get_settings
+from ingest_core.settings import get_settings
 
 _PACKAGE = Path(spark_jobs.__file__).parent
 _MAIN_GUARD = re.compile(r'^if __name__ == "__main__":', re.MULTILINE)

@@ -8,8 +8,8 @@ from pathlib import Path
 
 import pytest
 
-from spark_jobs import settings as settings_module
-from spark_jobs.settings import KafkaSecurityError, PlatformSettings
+from ingest_core import settings as settings_module
+from ingest_core.settings import KafkaSecurityError, PlatformSettings
 
 pytestmark = pytest.mark.unit
 

@@ -9,7 +9,7 @@ import time
 
 import pytest
 
-from spark_jobs.locks import CheckpointBusyError, checkpoint_lock
+from ingest_core.locks import CheckpointBusyError, checkpoint_lock
 
 pytestmark = pytest.mark.unit
 
@@ -20,7 +20,7 @@ def test_second_holder_is_refused_naming_the_first(tmp_path) -> None:
         [
             sys.executable,
             "-c",
-            "import sys, time; from spark_jobs.locks import checkpoint_lock\n"
+            "import sys, time; from ingest_core.locks import checkpoint_lock\n"
             f"with checkpoint_lock({str(checkpoint)!r}):\n"
             "    print('held', flush=True); time.sleep(60)",
         ],
@@ -57,7 +57,7 @@ def test_lock_lives_beside_the_checkpoint_not_inside(tmp_path) -> None:
 def test_a_released_lock_names_no_holder_and_keeps_no_pid(tmp_path) -> None:
     """Issue #15: a repair's own pid was left in the lock file after it released the lock,
     and the next supervisor run said the job 'already runs' while no driver ran."""
-    from spark_jobs.locks import lock_holder, lock_path
+    from ingest_core.locks import lock_holder, lock_path
 
     checkpoint = tmp_path / "checkpoints" / "bronze_ingest"
     assert lock_holder(checkpoint) is None  # no lock file at all

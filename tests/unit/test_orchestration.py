@@ -127,8 +127,8 @@ def test_supervisor_parameters_are_validated() -> None:
 
 
 def test_volume_band_needs_history_and_uses_the_median() -> None:
+    from ingest_core.settings import QualitySettings
     from spark_jobs.quality.suites import volume_band
-    from spark_jobs.settings import QualitySettings
 
     quality = QualitySettings(volume_history=3, volume_band_factor=10)
     assert volume_band([100, 200], quality) is None
@@ -138,9 +138,9 @@ def test_volume_band_needs_history_and_uses_the_median() -> None:
 def test_suites_cover_every_gated_table_and_build(tmp_path) -> None:
     import great_expectations as gx
 
-    from spark_jobs.catalog import get_catalog
+    from ingest_core.catalog import get_catalog
+    from ingest_core.settings import QualitySettings
     from spark_jobs.quality.suites import LAYER_RULES, build_suite
-    from spark_jobs.settings import QualitySettings
 
     gx.get_context(mode="ephemeral")
     catalog = get_catalog()
@@ -195,9 +195,9 @@ def test_medallion_path_follows_run_type_and_interval(
 def test_a_swap_without_a_rebuild_is_refused_and_alerts_are_never_swapped(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
+    from ingest_core.catalog import get_catalog
+    from ingest_core.settings import get_settings
     from spark_jobs import layer_refresh
-    from spark_jobs.catalog import get_catalog
-    from spark_jobs.settings import get_settings
 
     monkeypatch.setenv("INGEST_HOME", str(tmp_path))
     get_settings.cache_clear()
@@ -256,8 +256,8 @@ def test_replay_parameters_are_refused_with_the_reason(params: dict, message: st
 
 
 def test_layer_full_refresh_builds_in_staging_and_swaps_last(dagbag) -> None:
+    from ingest_core.settings import get_settings
     from spark_jobs.layer_refresh import RefreshLayout, layers_of
-    from spark_jobs.settings import get_settings
 
     dag = dagbag.dags["layer_full_refresh"]
     order = [
@@ -282,7 +282,7 @@ def test_layer_full_refresh_builds_in_staging_and_swaps_last(dagbag) -> None:
     assert str(layout.staging) in env["INGEST_STORAGE__CHECKPOINT_DIR"]
     assert ":" not in layout.root.name
     staged = layout.staged_settings("gold")
-    from spark_jobs.catalog import get_catalog
+    from ingest_core.catalog import get_catalog
 
     catalog = get_catalog()
     assert catalog.table("gold_payment_totals_5m").path(staged).is_relative_to(layout.staging)
@@ -296,9 +296,9 @@ def test_layer_full_refresh_builds_in_staging_and_swaps_last(dagbag) -> None:
 def test_inputs_snapshot_changes_with_a_new_delta_version_or_checkpoint_batch(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
+    from ingest_core.catalog import get_catalog
+    from ingest_core.settings import get_settings
     from ingest_platform.operators import inputs_snapshot
-    from spark_jobs.catalog import get_catalog
-    from spark_jobs.settings import get_settings
 
     monkeypatch.setenv("INGEST_HOME", str(tmp_path))
     get_settings.cache_clear()

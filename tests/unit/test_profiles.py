@@ -6,8 +6,8 @@ import os
 
 import pytest
 
+from ingest_core.settings import PlatformSettings
 from spark_jobs.session import spark_conf, spark_submit_conf
-from spark_jobs.settings import PlatformSettings
 
 pytestmark = pytest.mark.unit
 

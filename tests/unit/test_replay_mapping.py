@@ -10,9 +10,9 @@ from decimal import Decimal
 import pandas as pd
 import pytest
 
-from ingest_platform.replay import olist, uci_retail
-from ingest_platform.replay.model import SourceError
-from spark_jobs.contracts import CONTRACTS
+from ingest_core.contracts import CONTRACTS
+from ingestctl.replay import olist, uci_retail
+from ingestctl.replay.model import SourceError
 
 pytestmark = pytest.mark.unit
 

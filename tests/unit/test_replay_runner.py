@@ -6,7 +6,7 @@ from pathlib import Path
 
 import pandas as pd
 
-from ingest_platform.replay.runner import write_dimension
+from ingestctl.replay.runner import write_dimension
 
 
 def _landed(path: Path) -> dict[str, str | None]:

@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 from pydantic import ValidationError
 
-from spark_jobs.settings import PlatformSettings
+from ingest_core.settings import PlatformSettings
 
 pytestmark = pytest.mark.unit
 
@@ -48,13 +48,13 @@ def test_unknown_profile_is_refused(monkeypatch: pytest.MonkeyPatch) -> None:
 
 
 def test_embedded_airflow_sets_the_sqlite_timeout_only_for_its_own_sqlite(monkeypatch) -> None:
-    from ingest_platform.airflow_runtime import airflow_environment
+    from ingestctl.airflow_runtime import airflow_environment
 
     key = "AIRFLOW__DATABASE__SQL_ALCHEMY_CONNECT_ARGS"
     for name in ("", "_CMD", "_SECRET"):
         monkeypatch.delenv(f"AIRFLOW__DATABASE__SQL_ALCHEMY_CONN{name}", raising=False)
     monkeypatch.delenv(key, raising=False)
-    assert airflow_environment()[key] == "ingest_platform.airflow_runtime.SQLITE_CONNECT_ARGS"
+    assert airflow_environment()[key] == "ingestctl.airflow_runtime.SQLITE_CONNECT_ARGS"
     monkeypatch.setenv("AIRFLOW__DATABASE__SQL_ALCHEMY_CONN", "postgresql://u@h/db")
     assert key not in airflow_environment()
     monkeypatch.delenv("AIRFLOW__DATABASE__SQL_ALCHEMY_CONN")
@@ -63,7 +63,7 @@ def test_embedded_airflow_sets_the_sqlite_timeout_only_for_its_own_sqlite(monkey
 
 
 def test_log_server_ports_exported_by_the_user_win(monkeypatch) -> None:
-    from ingest_platform.airflow_runtime import airflow_environment
+    from ingestctl.airflow_runtime import airflow_environment
 
     port = "AIRFLOW__LOGGING__WORKER_LOG_SERVER_PORT"
     monkeypatch.delenv(port, raising=False)
@@ -91,7 +91,7 @@ def test_topic_prefix_is_checked_against_the_longest_topic_it_prefixes(
 def test_the_embedded_airflow_home_is_private_even_when_it_existed_open(
     monkeypatch: pytest.MonkeyPatch, tmp_path
 ) -> None:
-    from ingest_platform.airflow_runtime import private_airflow_home
+    from ingestctl.airflow_runtime import private_airflow_home
 
     monkeypatch.setenv("INGEST_HOME", str(tmp_path))
     (tmp_path / "airflow").mkdir(mode=0o755)

@@ -398,9 +398,9 @@ def test_every_injected_fault_gets_the_reason_it_claims(spark) -> None:
     """The fault injector's records, parsed as Silver parses them: each malformed record is
     quarantined with the reason of its tag, every source event is usable. Both timings: a
     replay of old events sent now, and live events sent when they happen."""
-    from ingest_platform.producer import encode_value
-    from ingest_platform.replay.faults import MALFORMED_REASONS, FaultConfig, FaultCounts, inject
-    from ingest_platform.replay.generator import generate_events
+    from ingestctl.producer import encode_value
+    from ingestctl.replay.faults import MALFORMED_REASONS, FaultConfig, FaultCounts, inject
+    from ingestctl.replay.generator import generate_events
 
     start = datetime(2026, 1, 1, 12, 0, tzinfo=UTC)
     counts = FaultCounts()

@@ -11,9 +11,9 @@ from pathlib import Path
 
 import pytest
 
+from ingest_core.runtime_files import runtime_files
+from ingest_core.settings import get_settings
 from ingest_platform import supervisor
-from spark_jobs.runtime_files import runtime_files
-from spark_jobs.settings import get_settings
 
 pytestmark = pytest.mark.unit
 
@@ -22,9 +22,9 @@ pytestmark = pytest.mark.unit
 FAKE_DRIVER = """
 import sys, time, json, os
 from pathlib import Path
-from spark_jobs.catalog import get_catalog
-from spark_jobs.locks import checkpoint_lock
-from spark_jobs.runtime_files import runtime_files, write_json
+from ingest_core.catalog import get_catalog
+from ingest_core.locks import checkpoint_lock
+from ingest_core.runtime_files import runtime_files, write_json
 job, mode = sys.argv[1].rsplit(".", 1)[-1], sys.argv[2]
 files = runtime_files(job)
 if mode == "crash":
@@ -156,8 +156,8 @@ def test_a_repair_that_held_the_lock_is_not_taken_for_a_running_driver(home: Pat
     runs (pid N)' while no driver ran. Only the kernel's lock holder counts."""
     import subprocess
 
-    from spark_jobs.catalog import get_catalog
-    from spark_jobs.locks import checkpoint_lock, lock_path
+    from ingest_core.catalog import get_catalog
+    from ingest_core.locks import checkpoint_lock, lock_path
 
     checkpoint = get_catalog().job("bronze_ingest").checkpoint()
     bystander = subprocess.Popen(
@@ -181,14 +181,14 @@ def test_an_operators_restore_holding_the_lock_is_neither_killed_nor_doubled(hom
     holds the lock; the supervisor took it for a stuck driver and SIGTERMed it mid-restore."""
     import subprocess
 
-    from spark_jobs.catalog import get_catalog
+    from ingest_core.catalog import get_catalog
 
     checkpoint = get_catalog().job("bronze_ingest").checkpoint()
     holder = subprocess.Popen(
         [
             sys.executable,
             "-c",
-            "import sys, time; from spark_jobs.locks import checkpoint_lock\n"
+            "import sys, time; from ingest_core.locks import checkpoint_lock\n"
             f"with checkpoint_lock({str(checkpoint)!r}):\n"
             "    print('held', flush=True); time.sleep(60)",
             "checkpoints",

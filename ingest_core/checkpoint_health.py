@@ -3,7 +3,7 @@
 A crash while Spark writes its checkpoint typically leaves an empty or truncated newest
 ``offsets/N`` or ``commits/N`` file, or a state store missing a delta file. Spark then fails
 with an obscure error (or, worse, guesses). :func:`find_damage` names exactly which file is
-damaged; ``ingestctl checkpoints recover`` (:mod:`ingest_platform.recovery`) repairs it by
+damaged; ``ingestctl checkpoints recover`` (:mod:`ingest_core.recovery`) repairs it by
 the least destructive safe means.
 
 A job's *configuration fingerprint* (source, sink, job settings such as watermarks and
@@ -23,8 +23,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from spark_jobs.catalog import JobSpec, get_catalog
-from spark_jobs.settings import PlatformSettings, get_settings
+from ingest_core.catalog import JobSpec, get_catalog
+from ingest_core.settings import PlatformSettings, get_settings
 
 #: A state store file: ``<version>.delta`` or ``<version>.snapshot``.
 STATE_FILE = re.compile(r"^(\d+)\.(delta|snapshot)$")

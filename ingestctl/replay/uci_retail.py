@@ -23,7 +23,7 @@ from decimal import Decimal
 from pathlib import Path
 from typing import Any
 
-from ingest_platform.replay.model import (
+from ingestctl.replay.model import (
     SourceError,
     SourceEvent,
     finite_decimal,

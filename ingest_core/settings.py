@@ -455,7 +455,7 @@ class PlatformSettings(BaseSettings):
     @model_validator(mode="after")
     def _valid_topic_names(self) -> PlatformSettings:
         """Every topic the platform uses, prefixed, is a valid Kafka topic name."""
-        from spark_jobs.contracts import TOPICS
+        from ingest_core.contracts import TOPICS
 
         check_topic_prefix(self.kafka.topic_prefix, (*TOPICS, self.alerts.topic))
         key = topic_collision_key(self.alerts.topic)

@@ -19,9 +19,9 @@ from dataclasses import dataclass, field
 from datetime import datetime, timedelta
 from typing import Any
 
-from ingest_platform.producer import Message
-from ingest_platform.replay.model import SourceEvent
-from spark_jobs.contracts import contract_for
+from ingest_core.contracts import contract_for
+from ingestctl.producer import Message
+from ingestctl.replay.model import SourceEvent
 
 #: Quarantine reasons of the Silver job, in the order malformed records cycle through them.
 #: Each record is one that Silver quarantines with exactly that reason (first match in

@@ -1,6 +1,6 @@
 """``ingestctl``: the platform's command line.
 
-Every command reads the current profile's settings (:mod:`spark_jobs.settings`); options
+Every command reads the current profile's settings (:mod:`ingest_core.settings`); options
 override them for one call. Errors are one clear message on stderr and a non-zero exit
 status, never a traceback for a known failure.
 """
@@ -14,10 +14,10 @@ from typing import TYPE_CHECKING, Annotated, Any
 
 import typer
 
-from spark_jobs.settings import KafkaSettings, get_settings
+from ingest_core.settings import KafkaSettings, get_settings
 
 if TYPE_CHECKING:
-    from ingest_platform.replay.runner import ReplaySummary
+    from ingestctl.replay.runner import ReplaySummary
 
 app = typer.Typer(
     name="ingestctl",
@@ -83,7 +83,7 @@ def kafka_up(
     data_dir: DataDirOption = None,
 ) -> None:
     """Start the broker (format storage on first start) and wait until it answers."""
-    from ingest_platform.kafka_broker import BrokerError, KafkaBroker
+    from ingestctl.kafka_broker import BrokerError, KafkaBroker
 
     settings = _kafka_settings(port, controller_port, data_dir)
     try:
@@ -103,7 +103,7 @@ def kafka_down(
     data_dir: DataDirOption = None,
 ) -> None:
     """Stop the broker this platform started (only that process, by its pid)."""
-    from ingest_platform.kafka_broker import BrokerError, KafkaBroker
+    from ingestctl.kafka_broker import BrokerError, KafkaBroker
 
     try:
         stopped = KafkaBroker(_kafka_settings(port, controller_port, data_dir)).down()
@@ -119,7 +119,7 @@ def kafka_status(
     data_dir: DataDirOption = None,
 ) -> None:
     """Say whether the platform's broker runs; exit status 3 when it does not."""
-    from ingest_platform.kafka_broker import BrokerError, KafkaBroker
+    from ingestctl.kafka_broker import BrokerError, KafkaBroker
 
     try:
         status = KafkaBroker(_kafka_settings(port, controller_port, data_dir)).status()
@@ -145,8 +145,8 @@ def kafka_create_topics(
     customer_activity, with the profile's topic prefix) if they are missing."""
     from kafka.errors import KafkaError
 
-    from ingest_platform.topics import TopicCollisionError, TopicMismatchError, ensure_topics
-    from spark_jobs.contracts import TOPICS
+    from ingest_core.contracts import TOPICS
+    from ingest_core.topics import TopicCollisionError, TopicMismatchError, ensure_topics
 
     settings = get_settings()
     topics = [settings.kafka.topic(t) for t in TOPICS]
@@ -183,10 +183,10 @@ def demo(
     """Run the platform under Airflow on embedded defaults (what `make demo` calls)."""
     if source not in ("auto", "olist", "generate"):
         raise _fail(f"--source {source!r} is not auto, olist or generate")
-    from ingest_platform.airflow_runtime import AirflowError
-    from ingest_platform.demo import DemoError, run_demo
-    from ingest_platform.kafka_broker import BrokerError
-    from ingest_platform.producer import ProduceError
+    from ingestctl.airflow_runtime import AirflowError
+    from ingestctl.demo import DemoError, run_demo
+    from ingestctl.kafka_broker import BrokerError
+    from ingestctl.producer import ProduceError
     from spark_jobs.session import MissingJarsError
 
     try:
@@ -217,7 +217,7 @@ def airflow_cli(ctx: typer.Context) -> None:
     import os
     import sys
 
-    from ingest_platform.airflow_runtime import airflow_environment, private_airflow_home
+    from ingestctl.airflow_runtime import airflow_environment, private_airflow_home
 
     env = {**os.environ, **airflow_environment(cli=True)}
     airflow = str(Path(sys.executable).parent / "airflow")
@@ -240,7 +240,7 @@ def airflow_cli(ctx: typer.Context) -> None:
 @app.command("demo-down")
 def demo_down() -> None:
     """Stop what `make demo` started: Airflow, the always-on jobs, the broker."""
-    from ingest_platform.demo import stop_demo
+    from ingestctl.demo import stop_demo
 
     stop_demo()
 
@@ -363,10 +363,10 @@ def _send(source: str, events: Any, options: dict[str, Any]) -> ReplaySummary:
     """
     from kafka.errors import KafkaError
 
-    from ingest_platform.replay import runner
-    from ingest_platform.replay.faults import DelayDistribution, FaultConfig
-    from ingest_platform.replay.model import SourceError
-    from ingest_platform.topics import TopicMismatchError
+    from ingest_core.topics import TopicMismatchError
+    from ingestctl.replay import runner
+    from ingestctl.replay.faults import DelayDistribution, FaultConfig
+    from ingestctl.replay.model import SourceError
 
     speed, as_fast_as_possible = options["speed"], options["as_fast_as_possible"]
     summary_json: Path | None = options["summary_json"]
@@ -478,8 +478,8 @@ def replay(
     ] = True,
 ) -> None:
     """Replay a real dataset into Kafka as contract events; load its customers dimension."""
-    from ingest_platform.replay import olist, runner, uci_retail
-    from ingest_platform.replay.model import SourceError
+    from ingestctl.replay import olist, runner, uci_retail
+    from ingestctl.replay.model import SourceError
 
     module = olist if source is ReplaySource.olist else uci_retail
     try:
@@ -534,7 +534,7 @@ def generate(
     Sent in real time at --rate events per second (event times follow the wall clock), unless
     --as-fast-as-possible or --speed says otherwise.
     """
-    from ingest_platform.replay.generator import generate_events
+    from ingestctl.replay.generator import generate_events
 
     begin = start or datetime.now(UTC)
     begin = begin if begin.tzinfo else begin.replace(tzinfo=UTC)
@@ -556,7 +556,7 @@ JobArgument = Annotated[str, typer.Argument(help="A job of include/pipeline.yaml
 @checkpoints_app.command("backup")
 def checkpoints_backup(job: JobArgument) -> None:
     """Take a consistent, verified backup of JOB's checkpoint (safe while it runs)."""
-    from ingest_platform.checkpoints import BackupError, backup
+    from ingest_core.checkpoints import BackupError, backup
 
     try:
         info = backup(job)
@@ -569,7 +569,7 @@ def checkpoints_backup(job: JobArgument) -> None:
 @checkpoints_app.command("list")
 def checkpoints_list(job: JobArgument) -> None:
     """List JOB's backups, newest first: batch id, Delta version, offsets, age."""
-    from ingest_platform.checkpoints import list_backups
+    from ingest_core.checkpoints import list_backups
 
     try:
         found = list_backups(job)
@@ -590,7 +590,7 @@ def checkpoints_restore(
     ] = False,
 ) -> None:
     """Restore BACKUP_ID into JOB's checkpoint (the live one is moved aside, never deleted)."""
-    from ingest_platform.recovery import RestoreRefusedError, restore
+    from ingest_core.recovery import RestoreRefusedError, restore
 
     try:
         result = restore(job, backup_id, accept_data_loss=accept_data_loss)
@@ -607,8 +607,8 @@ def checkpoints_restore(
 @checkpoints_app.command("check")
 def checkpoints_check(job: JobArgument) -> None:
     """Check JOB's checkpoint for damaged files (exit 1 and name them if any)."""
-    from spark_jobs.catalog import get_catalog
-    from spark_jobs.checkpoint_health import find_damage
+    from ingest_core.catalog import get_catalog
+    from ingest_core.checkpoint_health import find_damage
 
     try:
         checkpoint = get_catalog().job(job).checkpoint()
@@ -625,7 +625,7 @@ def checkpoints_check(job: JobArgument) -> None:
 @checkpoints_app.command("recover")
 def checkpoints_recover(job: JobArgument) -> None:
     """Repair JOB's damaged checkpoint by the least destructive safe means (audited)."""
-    from ingest_platform.recovery import RestoreRefusedError, recover
+    from ingest_core.recovery import RestoreRefusedError, recover
 
     try:
         actions = recover(job)
@@ -638,7 +638,7 @@ def checkpoints_recover(job: JobArgument) -> None:
 @checkpoints_app.command("reset")
 def checkpoints_reset(job: JobArgument) -> None:
     """Move JOB's checkpoint aside so that it starts anew from its starting offsets."""
-    from ingest_platform.recovery import RestoreRefusedError, reset
+    from ingest_core.recovery import RestoreRefusedError, reset
 
     try:
         aside = reset(job)
@@ -650,7 +650,7 @@ def checkpoints_reset(job: JobArgument) -> None:
 @checkpoints_app.command("prune")
 def checkpoints_prune(job: JobArgument) -> None:
     """Apply the retention policy (checkpoints.keep_last / keep_days) to JOB's backups."""
-    from ingest_platform.recovery import prune
+    from ingest_core.recovery import prune
 
     try:
         removed = prune(job)

@@ -33,16 +33,13 @@ Money is a JSON number with at most 2 decimals, stored as ``decimal(18,2)``; cur
 are ISO 4217 (stored upper-case). Fields a payload does not declare are kept in Silver's
 ``_rescued_data`` column, never dropped.
 
-This module imports no pyspark at module level; :func:`payload_schema` builds Spark schemas.
+Imports neither pyspark nor Airflow: the DDL strings here become Spark schemas in
+:func:`spark_jobs.transforms.silver.payload_schema`.
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import TYPE_CHECKING
-
-if TYPE_CHECKING:
-    from pyspark.sql.types import StructType
 
 SCHEMA_VERSION = 1
 ENVELOPE_FIELDS = ("event_id", "event_type", "event_time", "schema_version")
@@ -166,15 +163,3 @@ def contract_for(event_type: str) -> EventContract:
         return CONTRACTS[event_type]
     except KeyError:
         raise KeyError(f"unknown event type {event_type!r}; known: {sorted(CONTRACTS)}") from None
-
-
-def payload_schema(topic: str) -> StructType:
-    """Spark schema of a whole event on ``topic``: envelope then payload fields.
-
-    :raises KeyError: ``topic`` carries no declared events.
-    """
-    from pyspark.sql.types import StructType
-
-    schema = StructType.fromDDL(f"{ENVELOPE_DDL}, {PAYLOAD_DDL[topic]}")
-    assert isinstance(schema, StructType)
-    return schema

@@ -16,7 +16,7 @@ from typing import Literal
 import yaml
 from pydantic import BaseModel, Field, model_validator
 
-from spark_jobs.settings import INCLUDE_DIR, TOPIC_PATTERN, PlatformSettings, get_settings
+from ingest_core.settings import INCLUDE_DIR, TOPIC_PATTERN, PlatformSettings, get_settings
 
 PIPELINE_YAML: Path = INCLUDE_DIR / "pipeline.yaml"
 _NAME = r"^[a-z][a-z0-9_]*$"

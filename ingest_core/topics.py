@@ -8,7 +8,7 @@ from collections.abc import Iterable
 from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
-    from spark_jobs.settings import KafkaSettings
+    from ingest_core.settings import KafkaSettings
 
 
 class TopicMismatchError(RuntimeError):
@@ -46,7 +46,7 @@ def ensure_topics(
     from kafka.admin import NewTopic
     from kafka.errors import TopicAlreadyExistsError
 
-    from spark_jobs.settings import get_settings, topic_collision_key
+    from ingest_core.settings import get_settings, topic_collision_key
 
     kafka = kafka or get_settings().kafka
     wanted = list(dict.fromkeys(topics))

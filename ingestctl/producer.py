@@ -14,7 +14,7 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
-    from spark_jobs.settings import KafkaSettings
+    from ingest_core.settings import KafkaSettings
 
 #: One record to send: (topic, key, value). A value is a JSON-serialisable mapping, raw
 #: bytes (sent as they are, e.g. a deliberately malformed payload) or None (a tombstone).
@@ -121,7 +121,7 @@ def produce(
     from kafka import KafkaProducer
     from kafka.errors import KafkaError
 
-    from spark_jobs.settings import get_settings
+    from ingest_core.settings import get_settings
 
     config: dict[str, Any] = {
         "acks": "all",

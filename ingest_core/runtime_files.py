@@ -14,7 +14,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from spark_jobs.settings import PlatformSettings, get_settings
+from ingest_core.settings import PlatformSettings, get_settings
 
 
 @dataclass(frozen=True)

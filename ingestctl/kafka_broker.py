@@ -34,7 +34,7 @@ from string import Template
 
 import psutil
 
-from spark_jobs.settings import INCLUDE_DIR, KafkaSettings, jars_dir
+from ingest_core.settings import INCLUDE_DIR, KafkaSettings, jars_dir
 
 SERVER_PROPERTIES_TEMPLATE = INCLUDE_DIR / "kafka" / "server.properties"
 LOG4J2_PROPERTIES = INCLUDE_DIR / "kafka" / "log4j2.properties"

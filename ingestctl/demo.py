@@ -14,8 +14,8 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from datetime import UTC, datetime
 
-from ingest_platform.producer import ProduceError
-from spark_jobs.settings import PROJECT_ROOT, PlatformSettings
+from ingest_core.settings import PROJECT_ROOT, PlatformSettings
+from ingestctl.producer import ProduceError
 
 #: Where the shared datasets sit relative to the repository (never copied into it).
 OLIST_SAMPLE = PROJECT_ROOT.parent / "shared" / "datasets" / "olist_ecommerce" / "sample"
@@ -46,9 +46,9 @@ class DemoResult:
 def _produce(
     settings: PlatformSettings, source: str, events: int, echo: Callable[[str], None]
 ) -> tuple[str, int]:
-    from ingest_platform.replay import olist, runner
-    from ingest_platform.replay.faults import FaultConfig
-    from ingest_platform.replay.generator import generate_events
+    from ingestctl.replay import olist, runner
+    from ingestctl.replay.faults import FaultConfig
+    from ingestctl.replay.generator import generate_events
 
     use_olist = source == "olist" or (source == "auto" and OLIST_SAMPLE.is_dir())
     if use_olist:
@@ -85,7 +85,7 @@ def kafka_backlog(settings: PlatformSettings) -> int:
     """Records in the contract topics (sum of end offsets; the topics start at offset 0)."""
     from kafka import KafkaConsumer, TopicPartition
 
-    from spark_jobs.contracts import TOPICS
+    from ingest_core.contracts import TOPICS
 
     consumer = KafkaConsumer(**settings.kafka.client_config())
     try:
@@ -103,8 +103,8 @@ def table_rows(settings: PlatformSettings) -> dict[str, int]:
     """Rows per declared table (0 when it does not exist yet), read with delta-rs."""
     from deltalake import DeltaTable
 
-    from spark_jobs.catalog import get_catalog
-    from spark_jobs.delta_io import table_exists
+    from ingest_core.catalog import get_catalog
+    from ingest_core.delta_tables import table_exists
 
     rows = {}
     for name, table in get_catalog().tables.items():
@@ -148,16 +148,16 @@ def run_demo(
     :param source: ``auto`` (the Olist sample when ``../shared/datasets`` has it), ``olist``
         or ``generate`` (``events`` synthetic events).
     :param port: the Airflow UI's port.
-    :raises ingest_platform.kafka_broker.BrokerError: the broker could not start.
-    :raises ingest_platform.airflow_runtime.AirflowError: Airflow did not start or answer.
-    :raises ingest_platform.producer.ProduceError: an event was not acknowledged.
+    :raises ingestctl.kafka_broker.BrokerError: the broker could not start.
+    :raises ingestctl.airflow_runtime.AirflowError: Airflow did not start or answer.
+    :raises ingestctl.producer.ProduceError: an event was not acknowledged.
     :raises DemoError: the always-on jobs or the medallion run failed.
     :raises FileNotFoundError: ``source="olist"`` and the sample is not there.
     """
-    from ingest_platform.airflow_runtime import Standalone
-    from ingest_platform.kafka_broker import KafkaBroker
+    from ingest_core.settings import get_settings
+    from ingestctl.airflow_runtime import Standalone
+    from ingestctl.kafka_broker import KafkaBroker
     from spark_jobs.session import spark_jar_paths
-    from spark_jobs.settings import get_settings
 
     settings = get_settings()
     spark_jar_paths()  # refuse early, with the fix, when `make jars` has not run
@@ -211,8 +211,8 @@ def run_demo(
 
 
 def _summary(settings: PlatformSettings, rows: dict[str, int], echo: Callable[[str], None]) -> None:
-    from spark_jobs.catalog import get_catalog
-    from spark_jobs.delta_io import read_pandas
+    from ingest_core.catalog import get_catalog
+    from ingest_core.delta_tables import read_pandas
 
     catalog = get_catalog()
     width = max(len(t) for t in rows)
@@ -232,10 +232,10 @@ def _summary(settings: PlatformSettings, rows: dict[str, int], echo: Callable[[s
 def stop_demo(echo: Callable[[str], None] = print) -> None:
     """Stop what ``make demo`` started: Airflow first (so that nothing restarts the jobs),
     then the always-on jobs (gracefully, between micro-batches), then the broker."""
+    from ingest_core.settings import get_settings
     from ingest_platform import supervisor
-    from ingest_platform.airflow_runtime import Standalone
-    from ingest_platform.kafka_broker import KafkaBroker
-    from spark_jobs.settings import get_settings
+    from ingestctl.airflow_runtime import Standalone
+    from ingestctl.kafka_broker import KafkaBroker
 
     echo("airflow standalone: " + ("stopped" if Standalone().down() else "not running"))
     for job in supervisor.always_on_jobs():

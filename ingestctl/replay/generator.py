@@ -16,7 +16,7 @@ from collections.abc import Iterator
 from datetime import datetime, timedelta
 from typing import Any
 
-from ingest_platform.replay.model import SourceEvent
+from ingestctl.replay.model import SourceEvent
 
 #: Roughly Olist's mix of payment types.
 _METHODS = (("credit_card", 0.72), ("boleto", 0.19), ("voucher", 0.06), ("debit_card", 0.03))

@@ -13,7 +13,7 @@ from pathlib import Path
 from typing import Any
 from zoneinfo import ZoneInfo, ZoneInfoNotFoundError
 
-from spark_jobs.contracts import SCHEMA_VERSION, contract_for
+from ingest_core.contracts import SCHEMA_VERSION, contract_for
 
 #: Namespace of the deterministic event ids (uuid5 of the source reference).
 EVENT_ID_NAMESPACE = uuid.UUID("6f1c1f0e-3a43-4a8e-9d7b-0e5b8f9f6a11")
@@ -28,7 +28,7 @@ class SourceEvent:
     """One event before it is encoded.
 
     :param event_time: when it happened (timezone-aware).
-    :param event_type: a key of :data:`spark_jobs.contracts.CONTRACTS`.
+    :param event_type: a key of :data:`ingest_core.contracts.CONTRACTS`.
     :param payload: the contract's payload fields (JSON-serialisable values).
     :param source_ref: a stable reference to the source row (e.g. ``olist:payment:<order>:1``);
         ``event_id`` is derived from it, so a replay run twice sends the same ids.

@@ -8,7 +8,7 @@ Rules that every action here keeps:
 * **A batch the sinks committed is never re-planned.** Delta sinks (and the
   ``txnAppId``/``txnVersion`` writes of ``foreachBatch``) skip a batch id they already
   committed for the query id, whatever its new offset range. So every batch id a sink
-  committed (:func:`spark_jobs.delta_io.sink_committed_batch`) or whose ``commits/N`` is
+  committed (:func:`ingest_core.delta_tables.sink_committed_batch`) or whose ``commits/N`` is
   intact keeps its *original* ``offsets/N``: from the live or moved-aside checkpoint, from
   the newest verified backup of the same query id, or rebuilt from the sink's own rows where
   the sink keeps Kafka coordinates (bronze_ingest); if none has it, the action is refused
@@ -33,9 +33,8 @@ from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import Any
 
-from ingest_platform.checkpoints import BackupError, backups_root, list_backups, verify
-from spark_jobs.catalog import KafkaSourceSpec, get_catalog
-from spark_jobs.checkpoint_health import (
+from ingest_core.catalog import KafkaSourceSpec, get_catalog
+from ingest_core.checkpoint_health import (
     Damage,
     batch_ids,
     config_changes,
@@ -47,15 +46,16 @@ from spark_jobs.checkpoint_health import (
     query_dirs,
     query_sink,
 )
-from spark_jobs.delta_io import (
+from ingest_core.checkpoints import BackupError, backups_root, list_backups, verify
+from ingest_core.delta_tables import (
     checkpoint_query_id,
     files_added_by,
     sink_committed_batch,
     streaming_commits,
     txn_app_ids,
 )
-from spark_jobs.locks import CheckpointBusyError, checkpoint_lock
-from spark_jobs.settings import PlatformSettings, get_settings
+from ingest_core.locks import CheckpointBusyError, checkpoint_lock
+from ingest_core.settings import PlatformSettings, get_settings
 
 
 class RestoreRefusedError(RuntimeError):
@@ -310,7 +310,7 @@ def _kafka_gaps(
     job = get_catalog().job(job_name)
     if not isinstance(job.source, KafkaSourceSpec):
         return []
-    from spark_jobs.bronze_ingest import find_gaps
+    from ingest_core.kafka_offsets import find_gaps
 
     topics = [settings.kafka.topic(t) for t in job.source.topics]
     gaps: list[dict[str, Any]] = []
@@ -374,7 +374,7 @@ def _query_id(folder: Path) -> str | None:
 
 def _sink_batch(job_name: str, query_id: str, settings: PlatformSettings) -> int | None:
     """The newest batch id any platform table committed for ``job_name``'s query
-    ``query_id`` (see :func:`spark_jobs.delta_io.sink_committed_batch`)."""
+    ``query_id`` (see :func:`ingest_core.delta_tables.sink_committed_batch`)."""
     tables = [table.path(settings) for table in get_catalog().tables.values()]
     return sink_committed_batch(tables, txn_app_ids(job_name, query_id))
 
@@ -638,7 +638,7 @@ def _apply(plan: Sequence[_Move | _Write]) -> list[str]:
 def recover(job_name: str, settings: PlatformSettings | None = None) -> list[str]:
     """Repair a damaged checkpoint without losing or repeating a record (module docstring).
 
-    A batch id the sinks committed (:func:`spark_jobs.delta_io.sink_committed_batch`) or
+    A batch id the sinks committed (:func:`ingest_core.delta_tables.sink_committed_batch`) or
     whose ``commits/N`` is intact is never re-planned: its damaged or missing ``offsets/N``
     is restored from a verified backup or rebuilt from the sink's own rows, or the recovery
     is refused with the numbers. A lost ``metadata`` (query id) comes back the same way.

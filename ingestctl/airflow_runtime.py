@@ -23,7 +23,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from spark_jobs.settings import PROJECT_ROOT, ingest_home
+from ingest_core.settings import PROJECT_ROOT, ingest_home
 
 #: Local connection: master ``local[*]`` (the provider reads the host of a ``spark``
 #: connection without a port as the whole master URL).
@@ -116,7 +116,7 @@ def airflow_environment(
     ) or not os.environ.get("AIRFLOW__DATABASE__SQL_ALCHEMY_CONN", "sqlite").startswith("sqlite")
     if not other_db:
         env["AIRFLOW__DATABASE__SQL_ALCHEMY_CONNECT_ARGS"] = (
-            "ingest_platform.airflow_runtime.SQLITE_CONNECT_ARGS"
+            "ingestctl.airflow_runtime.SQLITE_CONNECT_ARGS"
         )
     # Settings the user exported win over the embedded defaults (log-server ports, connect args).
     for key in (

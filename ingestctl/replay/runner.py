@@ -14,12 +14,12 @@ from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import Any
 
-from ingest_platform.producer import Message, ProduceResult, produce
-from ingest_platform.replay.faults import FaultConfig, FaultCounts, Scheduled, inject
-from ingest_platform.replay.model import SourceError, SourceEvent
-from ingest_platform.topics import ensure_topics
-from spark_jobs.contracts import TOPICS
-from spark_jobs.settings import KafkaSettings, check_topic_prefix
+from ingest_core.contracts import TOPICS
+from ingest_core.settings import KafkaSettings, check_topic_prefix
+from ingest_core.topics import ensure_topics
+from ingestctl.producer import Message, ProduceResult, produce
+from ingestctl.replay.faults import FaultConfig, FaultCounts, Scheduled, inject
+from ingestctl.replay.model import SourceError, SourceEvent
 
 
 @dataclass(frozen=True)
@@ -95,7 +95,7 @@ class ReplaySummary:
 
 def validate_topic_prefix(prefix: str) -> str:
     """:raises SourceError: the prefix would make an invalid Kafka topic name of a contract
-    topic (:func:`spark_jobs.settings.check_topic_prefix`)."""
+    topic (:func:`ingest_core.settings.check_topic_prefix`)."""
     try:
         return check_topic_prefix(prefix, TOPICS)
     except ValueError as error:
@@ -191,7 +191,7 @@ def run(
     :param progress: show a progress bar (events sent, rate, errors).
     :param kafka: Kafka security settings (SASL, TLS) and replication factor for the topic
         administration and the producer; the current profile's when ``None``.
-    :raises ingest_platform.topics.TopicMismatchError: see ``allow_partition_mismatch``.
+    :raises ingest_core.topics.TopicMismatchError: see ``allow_partition_mismatch``.
     :raises SourceError: an invalid topic prefix.
     """
     from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn

@@ -15,7 +15,7 @@ offsets and watermark, the sink table's Delta version, the job's configuration f
 and the SHA-256 of every file; the backup is verified against it right after it is written.
 
 Layout: ``<INGEST_HOME>/checkpoint_backups/<job>/<backup id>/{manifest.json,<query dirs>}``.
-Restores, crash recovery and retention are in :mod:`ingest_platform.recovery`.
+Restores, crash recovery and retention are in :mod:`ingest_core.recovery`.
 """
 
 from __future__ import annotations
@@ -29,16 +29,16 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
-from spark_jobs.catalog import get_catalog
-from spark_jobs.checkpoint_health import (
+from ingest_core.catalog import get_catalog
+from ingest_core.checkpoint_health import (
     STATE_FILE,
     fingerprint,
     fingerprint_config,
     query_dirs,
     query_sink,
 )
-from spark_jobs.delta_io import committed_offsets, delta_version, last_committed_batch
-from spark_jobs.settings import PlatformSettings, get_settings, ingest_home
+from ingest_core.delta_tables import committed_offsets, delta_version, last_committed_batch
+from ingest_core.settings import PlatformSettings, get_settings, ingest_home
 
 MANIFEST = "manifest.json"
 

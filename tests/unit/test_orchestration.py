@@ -40,6 +40,8 @@ def test_medallion_incremental_runs_the_layers_in_order_behind_gates(dagbag) -> 
     ]
     for upstream, downstream in itertools.pairwise(order):
         assert dag.get_task(downstream).upstream_task_ids == {upstream}
+        # A failed (or upstream-failed) gate stops everything after it.
+        assert dag.get_task(downstream).trigger_rule == "all_success", downstream
     backfill = ["choose_path", "recompute_gold", "gate_backfill"]
     for upstream, downstream in itertools.pairwise(backfill):
         assert dag.get_task(downstream).upstream_task_ids == {upstream}

@@ -429,6 +429,29 @@ class AlertSettings(BaseModel):
     topic: str = Field("payment_alerts", pattern=r"^[A-Za-z0-9._-]{1,200}$")
 
 
+class AirflowSettings(BaseModel):
+    """The embedded Airflow of ``make demo`` and the tests (``ingestctl.airflow_runtime``).
+
+    :param database: its metadata database: ``postgres`` (default), the embedded PostgreSQL
+        cluster of :mod:`ingestctl.postgres_cluster`; ``sqlite``, a file in ``AIRFLOW_HOME``
+        (one writer at a time: no backfill beside a busy scheduler). A user-provided
+        ``AIRFLOW__DATABASE__SQL_ALCHEMY_CONN`` (or ``_CMD``/``_SECRET``) wins over both.
+    :param postgres_dir: the embedded cluster's folder (data, socket, password, log);
+        relative paths are below ``INGEST_HOME``.
+    :param postgres_start_timeout_s: how long ``up`` waits for the cluster to accept
+        connections (initdb on first start included).
+    """
+
+    database: Literal["postgres", "sqlite"] = "postgres"
+    postgres_dir: Path = Path("postgres")
+    postgres_start_timeout_s: float = Field(60.0, gt=0)
+
+    @property
+    def postgres_path(self) -> Path:
+        """:attr:`postgres_dir`, absolute (relative to ``INGEST_HOME``)."""
+        return _resolve(self.postgres_dir)
+
+
 class PlatformSettings(BaseSettings):
     """All platform settings for one profile.
 
@@ -451,6 +474,7 @@ class PlatformSettings(BaseSettings):
     supervisor: SupervisorSettings = SupervisorSettings()
     alerts: AlertSettings = AlertSettings()
     checkpoints: CheckpointSettings = CheckpointSettings()
+    airflow: AirflowSettings = AirflowSettings()
 
     @model_validator(mode="after")
     def _valid_topic_names(self) -> PlatformSettings:

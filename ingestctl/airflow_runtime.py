@@ -1,5 +1,11 @@
 """The embedded Airflow of ``make demo`` and of the end-to-end tests: its environment, an
-``airflow standalone`` started and stopped like the broker, and a small REST client.
+``airflow standalone`` started and stopped like the broker (one that restarts a component
+that died: :mod:`ingestctl.airflow_standalone`), and a small REST client.
+
+Its metadata database (:func:`metadata_database`): a user-provided
+``AIRFLOW__DATABASE__SQL_ALCHEMY_CONN`` (or ``_CMD``/``_SECRET``) wins; else
+``INGEST_AIRFLOW__DATABASE=sqlite`` keeps SQLite in ``AIRFLOW_HOME``; else (the default) the
+embedded PostgreSQL cluster of :mod:`ingestctl.postgres_cluster`, started on demand.
 
 Everything Airflow needs comes from environment variables built here (one place): its home
 (``<INGEST_HOME>/airflow``), the DAG folder, LocalExecutor with parallelism for 2 cores, no
@@ -20,10 +26,11 @@ import sys
 import time
 from collections.abc import Mapping
 from dataclasses import dataclass
+from datetime import datetime
 from pathlib import Path
-from typing import Any
+from typing import Any, Literal
 
-from ingest_core.settings import PROJECT_ROOT, ingest_home
+from ingest_core.settings import PROJECT_ROOT, get_settings, ingest_home
 
 #: Local connection: master ``local[*]`` (the provider reads the host of a ``spark``
 #: connection without a port as the whole master URL).
@@ -55,15 +62,60 @@ def private_airflow_home(cli: bool = False) -> Path:
     return home
 
 
-#: ``sqlite3.connect`` arguments of the embedded (SQLite) metadata database, imported by
-#: Airflow through ``[database] sql_alchemy_connect_args``. sqlite3 waits 5 s for another
-#: process's write lock by default; a busy scheduler on a loaded 2-core machine holds it
-#: longer ("database is locked"). 60 s (Python's sqlite3 ``timeout``, in seconds). No timeout
-#: helps a transaction that read before it writes when another process committed in between
-#: (SQLite refuses at once: a stale WAL snapshot), as ``airflow backfill create`` does beside a
-#: running scheduler; Airflow then removes the partial backfill and a retry works (README,
-#: *Backfills*). PostgreSQL (docker-compose) has neither limit.
+#: ``sqlite3.connect`` arguments of the SQLite metadata database (``INGEST_AIRFLOW__DATABASE=
+#: sqlite`` only), imported by Airflow through ``[database] sql_alchemy_connect_args``: wait
+#: up to 60 s for another process's write lock (sqlite3's default is 5 s). SQLite still has one
+#: writer at a time: the default embedded PostgreSQL has no such limit.
 SQLITE_CONNECT_ARGS: dict[str, object] = {"timeout": 60}
+
+#: Metadata database of the embedded Airflow (:func:`metadata_database`).
+Database = Literal["user", "sqlite", "postgres"]
+
+
+def metadata_database(environ: Mapping[str, str] | None = None) -> Database:
+    """Which metadata database the embedded Airflow uses: ``user`` when the environment
+    names one (``AIRFLOW__DATABASE__SQL_ALCHEMY_CONN``, ``_CMD`` or ``_SECRET``: it wins
+    over everything), else settings ``airflow.database`` (``INGEST_AIRFLOW__DATABASE``):
+    ``sqlite`` or ``postgres`` (the embedded cluster, the default)."""
+    env = os.environ if environ is None else environ
+    if any(env.get(f"AIRFLOW__DATABASE__SQL_ALCHEMY_CONN{s}") for s in ("", "_CMD", "_SECRET")):
+        return "user"
+    return get_settings().airflow.database
+
+
+def metadata_database_name(cli: bool = False) -> str:
+    """The embedded cluster's database for the platform's Airflow, or ``ingestctl
+    airflow``'s own (see :func:`airflow_home`)."""
+    return "airflow_cli" if cli else "airflow"
+
+
+def ensure_metadata_database() -> None:
+    """Start the embedded PostgreSQL cluster when it is the metadata database and is not
+    running (a no-op for SQLite or a user's database).
+
+    :raises AirflowError: it did not start (the message says why).
+    """
+    if metadata_database() != "postgres":
+        return
+    from ingestctl.postgres_cluster import EmbeddedPostgres, PostgresError
+
+    try:
+        EmbeddedPostgres().up()
+    except PostgresError as error:
+        raise AirflowError(f"the embedded PostgreSQL did not start: {error}") from None
+
+
+def default_parallelism(database: Database | None = None) -> int:
+    """LocalExecutor task slots: one per core plus one (a supervisor or gate task waits
+    most of the time), at most one per GiB of memory (a Spark task is a JVM of its own), at
+    least 2; on SQLite 3 (one writer at a time: more slots only queue on its lock)."""
+    if (database or metadata_database()) == "sqlite":
+        return 3
+    import psutil
+
+    by_memory = psutil.virtual_memory().total // 2**30
+    return max(2, min((os.cpu_count() or 1) + 1, by_memory))
+
 
 #: Airflow's default ports of the worker and triggerer log servers ([logging] section).
 LOG_SERVER_PORTS: tuple[int, int] = (8793, 8794)
@@ -71,7 +123,7 @@ LOG_SERVER_PORTS: tuple[int, int] = (8793, 8794)
 
 def airflow_environment(
     port: int = 8080,
-    parallelism: int = 3,
+    parallelism: int | None = None,
     *,
     cli: bool = False,
     log_ports: tuple[int, int] = LOG_SERVER_PORTS,
@@ -83,9 +135,13 @@ def airflow_environment(
         machine, such as parallel test workers, need different ones).
     :param cli: for command-line use beside a running platform: its own ``AIRFLOW_HOME``
         (see :func:`airflow_home`).
-    :param parallelism: task slots of the LocalExecutor: 3 on 2 cores (a Spark task, a gate
-        and a supervisor task at once; each Spark task is a JVM of its own).
+    :param parallelism: task slots of the LocalExecutor (default
+        :func:`default_parallelism`: 3 on 2 cores, a Spark task, a gate and a supervisor task
+        at once).
     """
+    database = metadata_database()
+    if parallelism is None:
+        parallelism = default_parallelism(database)
     bin_dir = str(Path(sys.executable).parent)
     env = {
         "AIRFLOW_HOME": str(airflow_home(cli)),
@@ -108,13 +164,17 @@ def airflow_environment(
         "PATH": bin_dir + os.pathsep + os.environ.get("PATH", ""),
         "TZ": "UTC",
     }
-    # The SQLite busy timeout only for the embedded SQLite database: not when the connection
-    # comes from anywhere else (_CMD, _SECRET) or the user chose connect args themselves.
-    other_db = any(
-        os.environ.get(f"AIRFLOW__DATABASE__SQL_ALCHEMY_CONN{suffix}")
-        for suffix in ("_CMD", "_SECRET")
-    ) or not os.environ.get("AIRFLOW__DATABASE__SQL_ALCHEMY_CONN", "sqlite").startswith("sqlite")
-    if not other_db:
+    if database == "postgres":
+        # The embedded cluster's socket URL (with the password: environment only). Its
+        # password file is created here if missing; the server starts in
+        # ensure_metadata_database().
+        from ingestctl.postgres_cluster import EmbeddedPostgres
+
+        env["AIRFLOW__DATABASE__SQL_ALCHEMY_CONN"] = EmbeddedPostgres().sqlalchemy_url(
+            metadata_database_name(cli)
+        )
+    elif database == "sqlite":
+        # The SQLite busy timeout only for the platform's own SQLite database.
         env["AIRFLOW__DATABASE__SQL_ALCHEMY_CONNECT_ARGS"] = (
             "ingestctl.airflow_runtime.SQLITE_CONNECT_ARGS"
         )
@@ -151,6 +211,7 @@ def run_cli(
     full = {**os.environ, **airflow_environment(cli=cli), **(env or {})}
     if "AIRFLOW_HOME" not in (env or {}):
         private_airflow_home(cli)
+    ensure_metadata_database()
     airflow = str(Path(sys.executable).parent / "airflow")
     done = subprocess.run(
         [airflow, *args], env=full, capture_output=True, text=True, cwd=PROJECT_ROOT, check=False
@@ -207,6 +268,18 @@ class Standalone:
         except httpx.HTTPError:
             return False
 
+    def health(self) -> dict[str, Any] | None:
+        """Airflow's ``/api/v2/monitor/health`` (no login needed): status of the metadata
+        database, and status and latest heartbeat of the scheduler, triggerer and DAG
+        processor; None when the API does not answer."""
+        import httpx
+
+        try:
+            response = httpx.get(f"{self.url}/api/v2/monitor/health", timeout=5)
+            return dict(response.json()) if response.status_code == 200 else None
+        except (httpx.HTTPError, ValueError):
+            return None
+
     def up(self, timeout_s: float = 240) -> None:
         """Start ``airflow standalone`` (if not running) and wait until the API answers and
         the admin password file exists.
@@ -216,11 +289,12 @@ class Standalone:
         """
         private_airflow_home()
         if self.pid() is None:
+            ensure_metadata_database()
             env = {**os.environ, **airflow_environment(self.port, log_ports=self.log_ports)}
-            airflow = str(Path(sys.executable).parent / "airflow")
             with self.log_file.open("ab") as log:
                 process = subprocess.Popen(
-                    [airflow, "standalone"],
+                    # Airflow's standalone, restarting a component that died.
+                    [sys.executable, "-m", "ingestctl.airflow_standalone"],
                     env=env,
                     stdout=log,
                     stderr=subprocess.STDOUT,
@@ -278,6 +352,39 @@ class Standalone:
         credentials = json.loads(self.password_file.read_text())
         user, password = next(iter(credentials.items()))
         return AirflowClient(self.url, user, password)
+
+
+#: Components of Airflow's health report, with the key of their latest heartbeat.
+HEALTH_COMPONENTS: dict[str, str] = {
+    "scheduler": "latest_scheduler_heartbeat",
+    "triggerer": "latest_triggerer_heartbeat",
+    "dag_processor": "latest_dag_processor_heartbeat",
+}
+
+
+def describe_health(health: Mapping[str, Any] | None, now: datetime) -> tuple[bool, list[str]]:
+    """Lines for people from Airflow's health report (:meth:`Standalone.health`), and
+    whether the metadata database and the scheduler are healthy. A scheduler is healthy
+    when its latest heartbeat is recent (Airflow's ``[scheduler]
+    scheduler_health_check_threshold``, 30 s): a dead scheduler shows as unhealthy with the
+    age of its last heartbeat, while the API keeps answering."""
+    if health is None:
+        return False, ["airflow api: not answering"]
+    lines = [f"metadatabase: {(health.get('metadatabase') or {}).get('status', 'unknown')}"]
+    for name, key in HEALTH_COMPONENTS.items():
+        part = health.get(name) or {}
+        beat = part.get(key)
+        if beat:
+            age = (now - datetime.fromisoformat(beat)).total_seconds()
+            when = f"latest heartbeat {beat} ({age:.0f} s ago)"
+        else:
+            when = "no heartbeat yet"
+        lines.append(f"{name}: {part.get('status') or 'unknown'}, {when}")
+    ok = all(
+        (health.get(name) or {}).get("status") == "healthy"
+        for name in ("metadatabase", "scheduler")
+    )
+    return ok, lines
 
 
 class AirflowClient:

@@ -30,6 +30,11 @@ kafka_app = typer.Typer(
     no_args_is_help=True,
 )
 app.add_typer(kafka_app, name="kafka")
+postgres_app = typer.Typer(
+    help="Run the embedded PostgreSQL cluster (the embedded Airflow's metadata database).",
+    no_args_is_help=True,
+)
+app.add_typer(postgres_app, name="postgres")
 
 PortOption = Annotated[
     int | None,
@@ -169,6 +174,80 @@ def kafka_create_topics(
         typer.echo(f"{topic}: {counts[topic]} partition(s)")
 
 
+PostgresDirOption = Annotated[
+    Path | None,
+    typer.Option(
+        "--dir",
+        help="The cluster's folder (default <INGEST_HOME>/postgres; INGEST_AIRFLOW__POSTGRES_DIR).",
+    ),
+]
+
+
+def _postgres(folder: Path | None) -> Any:
+    from ingestctl.postgres_cluster import EmbeddedPostgres
+
+    return EmbeddedPostgres(folder.resolve() if folder is not None else None)
+
+
+@postgres_app.command("up")
+def postgres_up(folder: PostgresDirOption = None) -> None:
+    """Start the cluster (initdb on first start) and create Airflow's databases."""
+    from ingestctl.postgres_cluster import PostgresError
+
+    try:
+        status = _postgres(folder).up()
+    except (PostgresError, OSError) as error:
+        raise _fail(str(error)) from None
+    typer.echo(status.describe())
+
+
+@postgres_app.command("down")
+def postgres_down(folder: PostgresDirOption = None) -> None:
+    """Stop the cluster of this platform's folder (pg_ctl stop -m fast)."""
+    from ingestctl.postgres_cluster import PostgresError
+
+    try:
+        stopped = _postgres(folder).down()
+    except (PostgresError, OSError) as error:
+        raise _fail(str(error)) from None
+    typer.echo("postgres: stopped" if stopped else "postgres: was not running")
+
+
+@postgres_app.command("status")
+def postgres_status(folder: PostgresDirOption = None) -> None:
+    """Say whether the cluster runs (socket, pid, memory); exit status 3 when it does not."""
+    status = _postgres(folder).status()
+    typer.echo(status.describe())
+    if not status.running:
+        raise typer.Exit(code=3)
+
+
+@app.command("status")
+def status(
+    port: Annotated[int, typer.Option(min=1, max=65535, help="Airflow API port.")] = 8080,
+) -> None:
+    """What runs: the metadata database, the broker, Airflow and its scheduler's heartbeat
+    (from Airflow's /api/v2/monitor/health). Exit status 3 when Airflow is down or its
+    scheduler or database is unhealthy."""
+    from ingestctl.airflow_runtime import Standalone, describe_health, metadata_database
+    from ingestctl.kafka_broker import KafkaBroker
+
+    database = metadata_database()
+    if database == "postgres":
+        typer.echo(_postgres(None).status().describe())
+    else:
+        typer.echo(f"metadata database: {'SQLite' if database == 'sqlite' else 'your own'}")
+    typer.echo(KafkaBroker(get_settings().kafka).status().describe())
+    standalone = Standalone(port)
+    pid = standalone.pid()
+    typer.echo(f"airflow: running (pid {pid}; {standalone.url})" if pid else "airflow: not running")
+    healthy, lines = describe_health(standalone.health(), datetime.now(UTC))
+    for line in lines:
+        typer.echo(f"  {line}")
+    if not (pid and healthy):
+        raise typer.Exit(code=3)
+
+
 @app.command("demo")
 def demo(
     events: Annotated[
@@ -206,24 +285,48 @@ def demo(
     "airflow",
     context_settings={"allow_extra_args": True, "ignore_unknown_options": True},
 )
-def airflow_cli(ctx: typer.Context) -> None:
+def airflow_cli(
+    ctx: typer.Context,
+    demo: Annotated[
+        bool,
+        typer.Option(
+            "--demo",
+            help="Use the running demo's Airflow database (e.g. `backfill create`, which its "
+            "scheduler then runs).",
+        ),
+    ] = False,
+) -> None:
     """Run the airflow CLI in the platform's environment, e.g. `ingestctl airflow dags test
     medallion_incremental` or `ingestctl airflow tasks test medallion_incremental gate_silver`.
 
     Uses its own metadata database (.ingest/airflow-cli, migrated on first use), so that it
     never disturbs a running `make demo` scheduler; tables and checkpoints are the
-    platform's (the checkpoint locks keep one driver per checkpoint).
+    platform's (the checkpoint locks keep one driver per checkpoint). With --demo, the
+    demo's own database instead (`ingestctl airflow --demo backfill create ...`).
     """
     import os
     import sys
 
-    from ingestctl.airflow_runtime import airflow_environment, private_airflow_home
+    from ingestctl.airflow_runtime import (
+        AirflowError,
+        airflow_environment,
+        ensure_metadata_database,
+        metadata_database,
+        private_airflow_home,
+    )
 
-    env = {**os.environ, **airflow_environment(cli=True)}
+    try:
+        ensure_metadata_database()
+    except AirflowError as error:
+        raise _fail(str(error)) from None
+    env = {**os.environ, **airflow_environment(cli=not demo)}
     airflow = str(Path(sys.executable).parent / "airflow")
     import subprocess
 
-    if not (private_airflow_home(cli=True) / "airflow.db").exists():
+    # Initialised once per database: a marker per choice (SQLite file, embedded cluster).
+    # The demo's database is initialised by its `airflow standalone`.
+    marker = private_airflow_home(cli=not demo) / f".initialised-{metadata_database()}"
+    if not demo and not marker.exists():
         from ingest_platform.orchestration import pool_command
 
         for init in (["db", "migrate"], pool_command(), ["dags", "reserialize"]):
@@ -234,12 +337,14 @@ def airflow_cli(ctx: typer.Context) -> None:
                 stdout=subprocess.DEVNULL,
                 stderr=subprocess.DEVNULL,
             )
+        marker.touch()
     raise typer.Exit(subprocess.run([airflow, *ctx.args], env=env, check=False).returncode)
 
 
 @app.command("demo-down")
 def demo_down() -> None:
-    """Stop what `make demo` started: Airflow, the always-on jobs, the broker."""
+    """Stop what `make demo` started: Airflow, the always-on jobs, the broker, then the
+    embedded PostgreSQL (last: Airflow needs it to shut down)."""
     from ingestctl.demo import stop_demo
 
     stop_demo()

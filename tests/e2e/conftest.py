@@ -1,5 +1,6 @@
-"""End-to-end fixtures: Airflow (its CLI, a temporary SQLite metadata database) running the
-real DAGs, whose Spark tasks spark-submit the real jobs against the real broker."""
+"""End-to-end fixtures: Airflow (its CLI, a metadata database on a temporary embedded
+PostgreSQL cluster) running the real DAGs, whose Spark tasks spark-submit the real jobs
+against the real broker."""
 
 from __future__ import annotations
 
@@ -17,6 +18,7 @@ from ingest_core.catalog import get_catalog
 from ingest_core.delta_tables import table_exists
 from ingest_core.settings import get_settings
 from ingestctl.airflow_runtime import ensure_pools, run_cli
+from tests.e2e.postgres import embedded_postgres_folder
 
 
 @dataclass
@@ -71,9 +73,11 @@ def airflow_platform(
     home = tmp_path_factory.mktemp("e2e") / "home"
     prefix = f"e{uuid.uuid4().hex[:8]}."
     host, port = kafka_bootstrap.rsplit(":", 1)
-    with pytest.MonkeyPatch.context() as patch:
+    with pytest.MonkeyPatch.context() as patch, embedded_postgres_folder() as postgres:
         for key, value in {
             "INGEST_HOME": str(home),
+            # Started by the first Airflow command below; stopped after the module.
+            "INGEST_AIRFLOW__POSTGRES_DIR": str(postgres),
             "INGEST_KAFKA__HOST": host,
             "INGEST_KAFKA__PORT": port,
             "INGEST_KAFKA__TOPIC_PREFIX": prefix,
@@ -82,6 +86,8 @@ def airflow_platform(
         }.items():
             patch.setenv(key, value)
         patch.delenv("AIRFLOW__CORE__UNIT_TEST_MODE", raising=False)
+        for suffix in ("", "_CMD", "_SECRET"):
+            patch.delenv(f"AIRFLOW__DATABASE__SQL_ALCHEMY_CONN{suffix}", raising=False)
         get_settings.cache_clear()
         ensure_topics(kafka_bootstrap, [prefix + t for t in TOPICS], partitions=3)
         run_cli(["db", "migrate"])

@@ -1,20 +1,33 @@
-"""Airflow with PostgreSQL as its metadata database, as deployed (docker-compose, a
-cluster): Debian's PostgreSQL started here, ``airflow db migrate`` on it, and the platform's
-own ``airflow standalone`` (scheduler with LocalExecutor, DAG processor, API server,
-triggerer) running a DAG; the run's success is read back from PostgreSQL itself."""
+"""Airflow on PostgreSQL, the embedded default: the platform's own standalone (scheduler with
+LocalExecutor, DAG processor, API server, triggerer) on the embedded cluster
+(:mod:`ingestctl.postgres_cluster`, started on demand), running a DAG; the run's success is
+read back from PostgreSQL itself. Then the scheduler is killed: the launcher starts it again
+and its heartbeat, as ``ingestctl status`` reports it, is fresh again."""
 
 from __future__ import annotations
 
+import contextlib
 import time
 from collections.abc import Iterator
+from datetime import UTC, datetime
 from pathlib import Path
 
+import psutil
 import pytest
+from typer.testing import CliRunner
 
 from ingest_core.settings import get_settings
-from ingestctl.airflow_runtime import AirflowClient, Standalone, airflow_home, run_cli
-from tests.conftest import free_port, free_ports
-from tests.e2e.postgres import PostgresServer
+from ingestctl.airflow_runtime import (
+    AirflowClient,
+    Standalone,
+    airflow_home,
+    describe_health,
+    metadata_database,
+)
+from ingestctl.cli import app
+from ingestctl.postgres_cluster import EmbeddedPostgres
+from tests.conftest import free_ports
+from tests.e2e.postgres import embedded_postgres_folder
 
 pytestmark = [pytest.mark.e2e, pytest.mark.slow]
 
@@ -31,46 +44,87 @@ def _first_run(client: AirflowClient, timeout_s: float = 180) -> str:
     raise AssertionError(f"the scheduler created no {DAG_ID} run within {timeout_s:.0f} s")
 
 
+def _scheduler(standalone: Standalone) -> psutil.Process | None:
+    """The standalone's ``airflow scheduler`` child."""
+    pid = standalone.pid()
+    if pid is None:
+        return None
+    for child in psutil.Process(pid).children():
+        with contextlib.suppress(psutil.Error):
+            if "scheduler" in child.cmdline():
+                return child
+    return None
+
+
 @pytest.fixture
-def postgres() -> Iterator[PostgresServer]:
-    server = PostgresServer(port=free_port())
-    try:
-        server.start()
-        yield server
-    finally:
-        server.stop()
+def embedded(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Iterator[EmbeddedPostgres]:
+    with embedded_postgres_folder() as folder:
+        monkeypatch.setenv("INGEST_HOME", str(tmp_path / "home"))
+        monkeypatch.setenv("INGEST_AIRFLOW__POSTGRES_DIR", str(folder))
+        for suffix in ("", "_CMD", "_SECRET"):
+            monkeypatch.delenv(f"AIRFLOW__DATABASE__SQL_ALCHEMY_CONN{suffix}", raising=False)
+        monkeypatch.delenv("INGEST_AIRFLOW__DATABASE", raising=False)
+        monkeypatch.delenv("AIRFLOW__CORE__UNIT_TEST_MODE", raising=False)
+        get_settings.cache_clear()
+        try:
+            yield EmbeddedPostgres()
+        finally:
+            get_settings.cache_clear()
 
 
-def test_dag_runs_with_local_executor_on_postgres(
-    postgres: PostgresServer, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+def test_dag_runs_on_the_embedded_postgres_and_a_dead_scheduler_comes_back(
+    embedded: EmbeddedPostgres,
 ) -> None:
-    monkeypatch.setenv("INGEST_HOME", str(tmp_path / "home"))
-    # The connection string (with its password) reaches Airflow through the environment only.
-    monkeypatch.setenv("AIRFLOW__DATABASE__SQL_ALCHEMY_CONN", postgres.sqlalchemy_url)
-    monkeypatch.delenv("AIRFLOW__CORE__UNIT_TEST_MODE", raising=False)
-    get_settings.cache_clear()
-
-    run_cli(["db", "migrate"])
-    with postgres.connect() as conn, conn.cursor() as cursor:
-        cursor.execute("SELECT version_num FROM alembic_version")
-        assert cursor.fetchone() is not None  # Airflow's schema lives in PostgreSQL
-
+    assert metadata_database() == "postgres"
+    assert not embedded.status().running  # Standalone.up starts it
     api_port, worker_log_port, trigger_log_port = free_ports(3)
     standalone = Standalone(port=api_port, log_ports=(worker_log_port, trigger_log_port))
     try:
         standalone.up(timeout_s=300)
+        assert embedded.status().running
+        # The password reaches Airflow through the environment, never a command line.
+        for process in psutil.Process(standalone.pid()).children(recursive=True):
+            with contextlib.suppress(psutil.Error):
+                assert embedded.password() not in " ".join(process.cmdline())
         client = standalone.client()  # the login is kept: a token for the admin user
         client.wait_for_dag(DAG_ID)
         # Unpaused, the scheduler creates the run of the latest hourly interval by itself.
         client.unpause(DAG_ID)
         run_id = _first_run(client)
         state = client.wait_for_run(DAG_ID, run_id, timeout_s=600)
+        assert state == "success", standalone._tail(60)
+
+        # A scheduler that dies (here: SIGKILL, with its executor's workers) is restarted.
+        killed = _scheduler(standalone)
+        assert killed is not None
+        family = [killed, *killed.children(recursive=True)]
+        for process in family:
+            with contextlib.suppress(psutil.Error):
+                process.kill()
+        psutil.wait_procs(family, timeout=30)
+        died_at = datetime.now(UTC)
+        deadline = time.monotonic() + 240
+        healthy, lines = False, []
+        while time.monotonic() < deadline:
+            again = _scheduler(standalone)
+            health = standalone.health()
+            healthy, lines = describe_health(health, datetime.now(UTC))
+            beat = ((health or {}).get("scheduler") or {}).get("latest_scheduler_heartbeat")
+            fresh = beat is not None and datetime.fromisoformat(beat) > died_at
+            if again is not None and again.pid != killed.pid and healthy and fresh:
+                break
+            time.sleep(3)
+        else:
+            raise AssertionError(f"scheduler not back: {lines}\n{standalone._tail(40)}")
+        assert "scheduler exited with code" in standalone.log_file.read_text(errors="replace")
+        status = CliRunner().invoke(app, ["status", "--port", str(api_port)])
+        assert status.exit_code == 0, status.output
+        assert "scheduler: healthy, latest heartbeat" in status.output
+        assert "postgres: running on socket" in status.output
     finally:
         standalone.down()
-        get_settings.cache_clear()
 
-    assert state == "success", standalone._tail(60)
-    with postgres.connect() as conn, conn.cursor() as cursor:
+    with embedded.connect() as conn, conn.cursor() as cursor:
         cursor.execute(
             "SELECT state FROM dag_run WHERE dag_id = %s AND run_id = %s", (DAG_ID, run_id)
         )
@@ -85,7 +139,7 @@ def test_dag_runs_with_local_executor_on_postgres(
     assert run_id.startswith("scheduled__")  # the scheduler's own run, not a test shortcut
     assert len(tasks) == 4, tasks
     assert set(tasks.values()) == {"success"}, tasks
-    assert schedulers >= 1
+    assert schedulers >= 2  # the first scheduler and the restarted one
     # The scheduler ran the tasks through LocalExecutor (the job table does not record it).
     log = standalone.log_file.read_text(errors="replace")
     assert "for executor: LocalExecutor" in log

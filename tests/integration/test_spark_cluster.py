@@ -117,6 +117,9 @@ def test_medallion_tasks_on_a_standalone_cluster_equal_local_mode(
     monkeypatch.setenv("INGEST_KAFKA__PORT", port)
     monkeypatch.setenv("INGEST_KAFKA__TOPIC_PREFIX", prefix)
     monkeypatch.delenv("AIRFLOW__CORE__UNIT_TEST_MODE", raising=False)
+    # `airflow tasks test` on a throw-away SQLite database per home (no scheduler beside it):
+    # the test is about Spark on a cluster, not about the metadata database.
+    monkeypatch.setenv("INGEST_AIRFLOW__DATABASE", "sqlite")
     local_home, cluster_home = tmp_path / "local", tmp_path / "cluster"
 
     # One Bronze input: ~40 minutes of event time (Gold windows finalise), a few duplicates

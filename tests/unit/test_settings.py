@@ -2,12 +2,22 @@
 
 from __future__ import annotations
 
+from pathlib import Path
+
 import pytest
 from pydantic import ValidationError
 
-from ingest_core.settings import PlatformSettings
+from ingest_core.settings import PlatformSettings, get_settings
 
 pytestmark = pytest.mark.unit
+
+
+@pytest.fixture(autouse=True)
+def _fresh_settings() -> object:
+    """Settings read under one test's environment never leak into the next."""
+    get_settings.cache_clear()
+    yield
+    get_settings.cache_clear()
 
 
 def test_local_profile_defaults_come_from_platform_yaml(monkeypatch: pytest.MonkeyPatch) -> None:
@@ -50,6 +60,8 @@ def test_unknown_profile_is_refused(monkeypatch: pytest.MonkeyPatch) -> None:
 def test_embedded_airflow_sets_the_sqlite_timeout_only_for_its_own_sqlite(monkeypatch) -> None:
     from ingestctl.airflow_runtime import airflow_environment
 
+    monkeypatch.setenv("INGEST_AIRFLOW__DATABASE", "sqlite")  # the opt-out of the embedded PG
+    get_settings.cache_clear()
     key = "AIRFLOW__DATABASE__SQL_ALCHEMY_CONNECT_ARGS"
     for name in ("", "_CMD", "_SECRET"):
         monkeypatch.delenv(f"AIRFLOW__DATABASE__SQL_ALCHEMY_CONN{name}", raising=False)
@@ -62,9 +74,11 @@ def test_embedded_airflow_sets_the_sqlite_timeout_only_for_its_own_sqlite(monkey
     assert key not in airflow_environment()
 
 
-def test_log_server_ports_exported_by_the_user_win(monkeypatch) -> None:
+def test_log_server_ports_exported_by_the_user_win(monkeypatch, tmp_path: Path) -> None:
     from ingestctl.airflow_runtime import airflow_environment
 
+    monkeypatch.setenv("INGEST_HOME", str(tmp_path))  # the embedded PG's password goes here
+    get_settings.cache_clear()
     port = "AIRFLOW__LOGGING__WORKER_LOG_SERVER_PORT"
     monkeypatch.delenv(port, raising=False)
     assert airflow_environment(log_ports=(18793, 18794))[port] == "18793"

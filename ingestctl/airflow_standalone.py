@@ -1,0 +1,114 @@
+"""``airflow standalone`` that restarts a component that died.
+
+Airflow's own standalone starts the scheduler, DAG processor, API server and triggerer, each
+watched by a thread that only forwards its output: a scheduler that exits (a database error,
+an out-of-memory kill) stays dead while the API keeps answering, and no run moves again.
+Here each component's thread starts it again after a pause (5 s, doubling up to 60 s; the
+pause starts again at 5 s once a component ran for 10 minutes), until the standalone itself
+is stopped. Started by :class:`ingestctl.airflow_runtime.Standalone` as
+``python -m ingestctl.airflow_standalone``; SIGTERM stops every component (SIGTERM to each,
+as Airflow's standalone does on Ctrl-C) and then the standalone.
+"""
+
+from __future__ import annotations
+
+import signal
+import subprocess
+import sys
+import threading
+import time
+from collections.abc import Callable
+from types import FrameType
+from typing import Any
+
+#: Pause before the first restart of a component, doubled for every further one.
+RESTART_BACKOFF_S = 5.0
+RESTART_BACKOFF_MAX_S = 60.0
+#: A component that ran this long counts as healthy again: its next restart waits
+#: :data:`RESTART_BACKOFF_S`.
+STABLE_AFTER_S = 600.0
+
+
+class RestartingSubCommand(threading.Thread):
+    """One Airflow component (``airflow <command>``), restarted whenever it exits until
+    :meth:`stop` is called. Same interface as Airflow's ``SubCommand``.
+
+    :param parent: the standalone (its ``output_queue`` gets ``(name, line)`` pairs).
+    :param launcher: builds the process's argument list from ``command`` (tests replace it).
+    """
+
+    def __init__(
+        self,
+        parent: Any,
+        name: str,
+        command: list[str],
+        env: dict[str, str],
+        launcher: Callable[[list[str]], list[str]] | None = None,
+        backoff_s: float = RESTART_BACKOFF_S,
+    ) -> None:
+        super().__init__(daemon=True)
+        self.parent = parent
+        self.name = name
+        self.command = command
+        self.env = env
+        self.launcher = launcher or (lambda command: ["airflow", *command])
+        self.backoff_s = backoff_s
+        self.process: subprocess.Popen[bytes] | None = None
+        self.restarts = 0
+        self._stopping = threading.Event()
+
+    def _say(self, text: str) -> None:
+        self.parent.output_queue.append(("standalone", text.encode()))
+
+    def run(self) -> None:
+        pause = self.backoff_s
+        while not self._stopping.is_set():
+            started = time.monotonic()
+            self.process = subprocess.Popen(
+                self.launcher(self.command),
+                stdout=subprocess.PIPE,
+                stderr=subprocess.STDOUT,
+                env=self.env,
+            )
+            assert self.process.stdout is not None
+            for line in self.process.stdout:
+                self.parent.output_queue.append((self.name, line))
+            code = self.process.wait()
+            if self._stopping.is_set():
+                return
+            if time.monotonic() - started >= STABLE_AFTER_S:
+                pause = self.backoff_s
+            self._say(f"{self.name} exited with code {code}; restarting it in {pause:.0f} s")
+            # Woken early by stop(): the standalone is shutting down, nothing to restart.
+            if self._stopping.wait(pause):
+                return
+            self.restarts += 1
+            self._say(f"{self.name}: restart {self.restarts}")
+            pause = min(pause * 2, RESTART_BACKOFF_MAX_S)
+
+    def stop(self) -> None:
+        """Stop restarting and terminate the running process."""
+        self._stopping.set()
+        if self.process is not None and self.process.poll() is None:
+            self.process.terminate()
+
+
+def _terminate(signum: int, frame: FrameType | None) -> None:
+    # Airflow's standalone shuts its components down on KeyboardInterrupt.
+    raise KeyboardInterrupt
+
+
+def main() -> None:
+    from airflow.cli.commands import standalone_command
+    from airflow.configuration import write_default_airflow_configuration_if_needed
+
+    write_default_airflow_configuration_if_needed()  # as the `airflow` command does first
+    # StandaloneCommand.run builds its components from this module-level name.
+    standalone_command.SubCommand = RestartingSubCommand  # type: ignore[misc,assignment]
+    signal.signal(signal.SIGTERM, _terminate)
+    standalone_command.StandaloneCommand().run()
+    sys.exit(0)
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,285 @@
+"""The embedded Airflow's metadata database without starting anything: which database is
+chosen, the password file, the socket URL, settings validation, the health report and the
+launcher's restart loop."""
+
+from __future__ import annotations
+
+import stat
+import sys
+import threading
+import time
+from collections import deque
+from datetime import UTC, datetime, timedelta
+from pathlib import Path
+from urllib.parse import parse_qs, urlsplit
+
+import pytest
+from pydantic import ValidationError
+from typer.testing import CliRunner
+
+from ingest_core.settings import PlatformSettings, get_settings
+from ingestctl.airflow_runtime import (
+    airflow_environment,
+    default_parallelism,
+    describe_health,
+    metadata_database,
+)
+from ingestctl.airflow_standalone import RestartingSubCommand
+from ingestctl.postgres_cluster import (
+    EmbeddedPostgres,
+    PostgresError,
+    ensure_password_file,
+    socket_url,
+)
+
+pytestmark = pytest.mark.unit
+
+CONN = "AIRFLOW__DATABASE__SQL_ALCHEMY_CONN"
+CONNECT_ARGS = "AIRFLOW__DATABASE__SQL_ALCHEMY_CONNECT_ARGS"
+
+
+@pytest.fixture(autouse=True)
+def home(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
+    monkeypatch.setenv("INGEST_HOME", str(tmp_path / "home"))
+    for suffix in ("", "_CMD", "_SECRET"):
+        monkeypatch.delenv(f"{CONN}{suffix}", raising=False)
+    for name in ("INGEST_AIRFLOW__DATABASE", "INGEST_AIRFLOW__POSTGRES_DIR", CONNECT_ARGS):
+        monkeypatch.delenv(name, raising=False)
+    get_settings.cache_clear()
+    yield tmp_path / "home"
+    get_settings.cache_clear()
+
+
+def _use(monkeypatch: pytest.MonkeyPatch, name: str, value: str) -> None:
+    monkeypatch.setenv(name, value)
+    get_settings.cache_clear()
+
+
+# -- which database ---------------------------------------------------------------------------
+def test_the_embedded_postgres_is_the_default(home: Path) -> None:
+    assert metadata_database() == "postgres"
+    env = airflow_environment()
+    url = urlsplit(env[CONN])
+    assert url.scheme == "postgresql+psycopg2"
+    assert url.hostname is None  # no TCP host: the Unix socket
+    assert parse_qs(url.query)["host"] == [str(home / "postgres" / "run")]
+    assert url.path == "/airflow"
+    assert urlsplit(airflow_environment(cli=True)[CONN]).path == "/airflow_cli"
+    assert url.password == (home / "postgres" / "password").read_text().strip()
+    assert CONNECT_ARGS not in env  # the SQLite busy timeout is for SQLite only
+
+
+def test_sqlite_is_an_opt_out(monkeypatch: pytest.MonkeyPatch, home: Path) -> None:
+    _use(monkeypatch, "INGEST_AIRFLOW__DATABASE", "sqlite")
+    assert metadata_database() == "sqlite"
+    env = airflow_environment()
+    assert CONN not in env  # Airflow's default: airflow.db in AIRFLOW_HOME
+    assert env[CONNECT_ARGS] == "ingestctl.airflow_runtime.SQLITE_CONNECT_ARGS"
+    assert not (home / "postgres").exists()  # no password generated for nothing
+
+
+@pytest.mark.parametrize("suffix", ["", "_CMD", "_SECRET"])
+@pytest.mark.parametrize("opt_out", [None, "sqlite", "postgres"])
+def test_a_users_connection_wins_over_both(
+    monkeypatch: pytest.MonkeyPatch, home: Path, suffix: str, opt_out: str | None
+) -> None:
+    if opt_out:
+        _use(monkeypatch, "INGEST_AIRFLOW__DATABASE", opt_out)
+    monkeypatch.setenv(f"{CONN}{suffix}", "postgresql://u:p@db.example/airflow")
+    assert metadata_database() == "user"
+    env = airflow_environment()
+    assert CONN not in env
+    assert CONNECT_ARGS not in env
+    assert not (home / "postgres").exists()
+
+
+def test_connect_args_exported_by_the_user_win(monkeypatch: pytest.MonkeyPatch) -> None:
+    _use(monkeypatch, "INGEST_AIRFLOW__DATABASE", "sqlite")
+    monkeypatch.setenv(CONNECT_ARGS, "my.module.ARGS")
+    assert CONNECT_ARGS not in airflow_environment()
+
+
+def test_parallelism_follows_the_machine_on_postgres(monkeypatch: pytest.MonkeyPatch) -> None:
+    import psutil
+
+    monkeypatch.setattr("os.cpu_count", lambda: 8)
+    memory = psutil.virtual_memory()
+    monkeypatch.setattr(psutil, "virtual_memory", lambda: memory._replace(total=64 * 2**30))
+    assert default_parallelism("postgres") == 9
+    monkeypatch.setattr(psutil, "virtual_memory", lambda: memory._replace(total=4 * 2**30))
+    assert default_parallelism("postgres") == 4  # one slot per GiB
+    monkeypatch.setattr("os.cpu_count", lambda: 2)
+    assert default_parallelism("postgres") == 3
+    assert default_parallelism("sqlite") == 3
+    assert airflow_environment()["AIRFLOW__CORE__PARALLELISM"] == "3"
+    assert airflow_environment(parallelism=5)["AIRFLOW__CORE__PARALLELISM"] == "5"
+
+
+# -- settings ---------------------------------------------------------------------------------
+@pytest.mark.parametrize(
+    ("name", "value", "field"),
+    [
+        ("INGEST_AIRFLOW__DATABASE", "mysql", "airflow.database"),
+        ("INGEST_AIRFLOW__POSTGRES_START_TIMEOUT_S", "0", "airflow.postgres_start_timeout_s"),
+        ("INGEST_AIRFLOW__POSTGRES_START_TIMEOUT_S", "soon", "airflow.postgres_start_timeout_s"),
+    ],
+)
+def test_invalid_settings_are_refused_naming_the_field(
+    monkeypatch: pytest.MonkeyPatch, name: str, value: str, field: str
+) -> None:
+    monkeypatch.setenv(name, value)
+    with pytest.raises(ValidationError, match=field.replace(".", r"\.")):
+        PlatformSettings()
+
+
+def test_the_cluster_folder_is_below_ingest_home_unless_absolute(
+    monkeypatch: pytest.MonkeyPatch, home: Path, tmp_path: Path
+) -> None:
+    assert EmbeddedPostgres().folder == home / "postgres"
+    _use(monkeypatch, "INGEST_AIRFLOW__POSTGRES_DIR", "db/pg")
+    assert EmbeddedPostgres().folder == home / "db" / "pg"
+    _use(monkeypatch, "INGEST_AIRFLOW__POSTGRES_DIR", str(tmp_path / "elsewhere"))
+    assert EmbeddedPostgres().folder == tmp_path / "elsewhere"
+
+
+def test_a_socket_path_too_long_is_refused_before_anything_starts(tmp_path: Path) -> None:
+    folder = tmp_path / ("x" * 90)
+    with pytest.raises(PostgresError, match="INGEST_AIRFLOW__POSTGRES_DIR"):
+        EmbeddedPostgres(folder, start_timeout_s=5).up()
+    assert not (folder / "data").exists()
+
+
+# -- password ---------------------------------------------------------------------------------
+def test_the_password_file_is_created_private_and_kept(tmp_path: Path) -> None:
+    path = tmp_path / "pg" / "password"
+    first = ensure_password_file(path)
+    assert len(first) >= 40
+    assert stat.S_IMODE(path.stat().st_mode) == 0o600
+    assert ensure_password_file(path) == first  # stable: the cluster was initialised with it
+    assert ensure_password_file(tmp_path / "other" / "password") != first
+
+
+def test_a_password_file_open_to_others_is_made_private(tmp_path: Path) -> None:
+    path = tmp_path / "password"
+    path.write_text("s3cret\n")
+    path.chmod(0o644)
+    assert ensure_password_file(path) == "s3cret"
+    assert stat.S_IMODE(path.stat().st_mode) == 0o600
+
+
+def test_an_empty_password_file_is_refused(tmp_path: Path) -> None:
+    path = tmp_path / "password"
+    path.write_text("\n")
+    with pytest.raises(PostgresError, match="empty"):
+        ensure_password_file(path)
+
+
+def test_the_cluster_folder_is_private(home: Path) -> None:
+    cluster = EmbeddedPostgres()
+    cluster.password()
+    assert stat.S_IMODE(cluster.folder.stat().st_mode) == 0o700
+    assert stat.S_IMODE(cluster.password_file.stat().st_mode) == 0o600
+
+
+def test_socket_url_quotes_every_part() -> None:
+    url = urlsplit(socket_url("p@ss/w:rd", Path("/tmp/a b/run"), "air flow"))
+    assert url.password == "p%40ss%2Fw%3Ard"  # quoted, so SQLAlchemy splits it right
+    assert parse_qs(url.query) == {"host": ["/tmp/a b/run"], "port": ["5432"]}
+    assert url.path == "/air%20flow"
+
+
+# -- commands ---------------------------------------------------------------------------------
+def test_postgres_status_exits_3_when_stopped(home: Path) -> None:
+    from ingestctl.cli import app
+
+    result = CliRunner().invoke(app, ["postgres", "status"])
+    assert result.exit_code == 3
+    assert "postgres: stopped" in result.output
+    down = CliRunner().invoke(app, ["postgres", "down"])
+    assert (down.exit_code, down.output.strip()) == (0, "postgres: was not running")
+
+
+# -- health -----------------------------------------------------------------------------------
+NOW = datetime(2026, 12, 1, 12, 0, 0, tzinfo=UTC)
+
+
+def _health(scheduler: str, beat: datetime | None) -> dict[str, object]:
+    return {
+        "metadatabase": {"status": "healthy"},
+        "scheduler": {
+            "status": scheduler,
+            "latest_scheduler_heartbeat": beat.isoformat() if beat else None,
+        },
+        "triggerer": {"status": None, "latest_triggerer_heartbeat": None},
+        "dag_processor": {
+            "status": "healthy",
+            "latest_dag_processor_heartbeat": (NOW - timedelta(seconds=2)).isoformat(),
+        },
+    }
+
+
+def test_a_live_scheduler_is_reported_with_its_heartbeat() -> None:
+    ok, lines = describe_health(_health("healthy", NOW - timedelta(seconds=4)), NOW)
+    assert ok
+    assert lines[0] == "metadatabase: healthy"
+    beat = (NOW - timedelta(seconds=4)).isoformat()
+    assert lines[1] == f"scheduler: healthy, latest heartbeat {beat} (4 s ago)"
+    assert lines[2] == "triggerer: unknown, no heartbeat yet"
+
+
+def test_a_dead_scheduler_is_unhealthy_with_the_age_of_its_last_heartbeat() -> None:
+    ok, lines = describe_health(_health("unhealthy", NOW - timedelta(minutes=5)), NOW)
+    assert not ok
+    assert "scheduler: unhealthy" in lines[1]
+    assert "(300 s ago)" in lines[1]
+    assert describe_health(None, NOW) == (False, ["airflow api: not answering"])
+
+
+# -- the launcher's restart loop --------------------------------------------------------------
+class _Parent:
+    def __init__(self) -> None:
+        self.output_queue: deque[tuple[str, bytes]] = deque()
+
+
+def test_a_component_that_exits_is_started_again_until_stopped() -> None:
+    parent = _Parent()
+    component = RestartingSubCommand(
+        parent,
+        "scheduler",
+        ["print('beat')"],
+        env={},
+        launcher=lambda command: [sys.executable, "-c", *command],
+        backoff_s=0.05,
+    )
+    component.start()
+    deadline = time.monotonic() + 30
+    while component.restarts < 2 and time.monotonic() < deadline:
+        time.sleep(0.05)
+    component.stop()
+    component.join(timeout=10)
+    assert not component.is_alive()
+    assert component.restarts >= 2
+    lines = [(name, line.decode().strip()) for name, line in parent.output_queue]
+    assert ("scheduler", "beat") in lines
+    assert ("standalone", "scheduler exited with code 0; restarting it in 0 s") in lines
+
+
+def test_stopping_during_the_pause_restarts_nothing() -> None:
+    parent = _Parent()
+    component = RestartingSubCommand(
+        parent,
+        "scheduler",
+        ["pass"],
+        env={},
+        launcher=lambda command: [sys.executable, "-c", *command],
+        backoff_s=30,
+    )
+    component.start()
+    deadline = time.monotonic() + 30
+    while not parent.output_queue and time.monotonic() < deadline:
+        time.sleep(0.05)
+    stopper = threading.Timer(0.1, component.stop)
+    stopper.start()
+    component.join(timeout=10)
+    assert not component.is_alive()  # woken at once, not after 30 s
+    assert component.restarts == 0

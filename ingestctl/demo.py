@@ -1,9 +1,10 @@
 """``make demo``: the platform's main job on embedded defaults, run by Airflow.
 
-Starts the project's Kafka broker and ``airflow standalone`` (SQLite, LocalExecutor, login
-kept), replays the Olist sample (or synthetic events), lets the ``streaming_supervisor`` DAG
-start the always-on jobs, triggers ``medallion_incremental``, waits for it and prints a
-short Gold summary with the UI's address and where the admin password is.
+Starts the project's Kafka broker and ``airflow standalone`` (on the embedded PostgreSQL
+cluster, LocalExecutor, login kept), replays the Olist sample (or synthetic events), lets
+the ``streaming_supervisor`` DAG start the always-on jobs, triggers
+``medallion_incremental``, waits for it and prints a short Gold summary with the UI's
+address and where the admin password is.
 ``make demo-down`` (:func:`stop_demo`) stops what it started.
 """
 
@@ -231,14 +232,17 @@ def _summary(settings: PlatformSettings, rows: dict[str, int], echo: Callable[[s
 
 def stop_demo(echo: Callable[[str], None] = print) -> None:
     """Stop what ``make demo`` started: Airflow first (so that nothing restarts the jobs),
-    then the always-on jobs (gracefully, between micro-batches), then the broker."""
+    then the always-on jobs (gracefully, between micro-batches), then the broker, and the
+    embedded PostgreSQL last (Airflow and the jobs' tasks need it until they are gone)."""
     from ingest_core.settings import get_settings
     from ingest_platform import supervisor
     from ingestctl.airflow_runtime import Standalone
     from ingestctl.kafka_broker import KafkaBroker
+    from ingestctl.postgres_cluster import EmbeddedPostgres
 
     echo("airflow standalone: " + ("stopped" if Standalone().down() else "not running"))
     for job in supervisor.always_on_jobs():
         echo(supervisor.stop(job, disable=False))
     KafkaBroker(get_settings().kafka).down()
     echo("kafka: stopped")
+    echo("postgres: " + ("stopped" if EmbeddedPostgres().down() else "not running"))

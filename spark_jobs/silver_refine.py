@@ -53,6 +53,7 @@ from typing import TYPE_CHECKING, Any
 from ingest_core.catalog import Catalog, get_catalog
 from ingest_core.contracts import TOPICS
 from ingest_core.delta_tables import checkpoint_query_id, table_exists
+from ingest_core.intervals import parse_interval
 from ingest_core.settings import PlatformSettings, get_settings
 from spark_jobs.delta_io import append_idempotent, read_table
 from spark_jobs.job_cli import job_parser, operator_errors, owned_checkpoint, parse_job_args
@@ -71,18 +72,6 @@ REAL_TIME_REFUSAL = (
 
 class ReconciliationError(RuntimeError):
     """A micro-batch's counts do not balance; the message has every number."""
-
-
-def parse_interval(text: str) -> timedelta:
-    """``"30 minutes"`` -> ``timedelta(minutes=30)`` (units: seconds, minutes, hours, days).
-
-    :raises ValueError: not ``<number> <unit>``.
-    """
-    number, _, unit = text.strip().partition(" ")
-    unit = unit.strip().rstrip("s")
-    if not number.isdigit() or unit not in ("second", "minute", "hour", "day"):
-        raise ValueError(f"interval {text!r} is not '<number> seconds|minutes|hours|days'")
-    return timedelta(**{f"{unit}s": int(number)})
 
 
 @dataclass

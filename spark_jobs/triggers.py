@@ -8,37 +8,22 @@ Accepted forms (case-insensitive):
 * ``real-time=<interval>``: Spark 4.2's real-time mode; only stateless queries with a Kafka,
   foreach, console or memory sink accept it, so each job says whether it supports it.
 
-An interval is ``<number> <unit>`` or ``<number><unit>`` with unit ms, s, m, h (or their long
-names), for example ``10 seconds``, ``10s``, ``500ms``.
+An interval is read by :func:`ingest_core.intervals.spark_interval`: ``<number> <unit>`` or
+``<number><unit>`` with unit ms, s, m, h, d (or their long names), for example
+``10 seconds``, ``10s``, ``500ms``; zero is refused.
 """
 
 from __future__ import annotations
 
-import re
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Literal
+
+from ingest_core.intervals import IntervalError, spark_interval
 
 if TYPE_CHECKING:
     from pyspark.sql.streaming import DataStreamWriter
 
 TriggerKind = Literal["available-now", "processing-time", "real-time"]
-_UNITS = {
-    "ms": "milliseconds",
-    "millisecond": "milliseconds",
-    "milliseconds": "milliseconds",
-    "s": "seconds",
-    "sec": "seconds",
-    "second": "seconds",
-    "seconds": "seconds",
-    "m": "minutes",
-    "min": "minutes",
-    "minute": "minutes",
-    "minutes": "minutes",
-    "h": "hours",
-    "hour": "hours",
-    "hours": "hours",
-}
-_INTERVAL = re.compile(r"^\s*(\d+)\s*([a-z]+)\s*$")
 
 
 class TriggerError(ValueError):
@@ -72,13 +57,10 @@ class TriggerSpec:
 
 
 def _parse_interval(text: str, original: str) -> str:
-    match = _INTERVAL.match(text.lower())
-    if not match or match.group(2) not in _UNITS or int(match.group(1)) <= 0:
-        raise TriggerError(
-            f"trigger {original!r}: interval {text!r} is not '<positive number> <unit>' "
-            "with unit ms, s, m or h (e.g. '10 seconds', '10s', '500ms')"
-        )
-    return f"{int(match.group(1))} {_UNITS[match.group(2)]}"
+    try:
+        return spark_interval(text, positive=True)
+    except IntervalError as error:
+        raise TriggerError(f"trigger {original!r}: {error}") from None
 
 
 def parse_trigger(text: str, *, real_time_refusal: str | None = None) -> TriggerSpec:

@@ -57,6 +57,13 @@ DATA_INTERVAL = [
 ]
 
 
+def _new_data(job: str) -> list[str]:
+    """The tables whose new versions give ``job`` something to do: its catalog inputs that it
+    does not write itself (``include/pipeline.yaml``)."""
+    spec = get_catalog().application(job)
+    return [t for t in spec.inputs if t not in spec.outputs]
+
+
 def _assets(layer: str) -> list[Asset]:
     catalog = get_catalog()
     return [
@@ -101,7 +108,7 @@ with DAG(
         job="silver_refine",
         job_args=AVAILABLE_NOW,
         pool=SILVER_POOL,
-        inputs=["bronze_events"],
+        inputs=_new_data("silver_refine"),
     )
     # A failed gate is a data problem, not a flaky task: no retry.
     gate_silver = LayerGateOperator(
@@ -120,7 +127,7 @@ with DAG(
         job="late_corrections",
         pool=GOLD_POOL,
         # Gold's watermark moves with gold_aggregate's batches; Gold itself is its output.
-        inputs=[*SILVER_EVENTS, "silver_late_events", "ops_gate_holds"],
+        inputs=_new_data("late_corrections"),
         input_jobs=["gold_aggregate"],
     )
     recompute_gold = SparkJobOperator(

@@ -9,17 +9,100 @@ Imports neither pyspark nor Airflow: safe at DAG parse time.
 
 from __future__ import annotations
 
+from datetime import timedelta
 from functools import lru_cache
 from pathlib import Path
 from typing import Literal
 
 import yaml
-from pydantic import BaseModel, Field, model_validator
+from pydantic import BaseModel, Field, field_validator, model_validator
 
+from ingest_core.intervals import IntervalError, parse_interval
 from ingest_core.settings import INCLUDE_DIR, TOPIC_PATTERN, PlatformSettings, get_settings
 
 PIPELINE_YAML: Path = INCLUDE_DIR / "pipeline.yaml"
 _NAME = r"^[a-z][a-z0-9_]*$"
+
+
+def _interval(text: str | None, what: str) -> str | None:
+    """Check that ``text`` is an interval (see :mod:`ingest_core.intervals`); keep the text."""
+    if text is None:
+        return None
+    try:
+        parse_interval(text, positive=True)
+    except IntervalError as error:
+        raise ValueError(f"{what}: {error}") from None
+    return text
+
+
+class WindowSpec(BaseModel):
+    """How a Gold table aggregates Silver in event time: one definition, used by the
+    streaming job (``gold_aggregate``), the late corrections and the backfill.
+
+    :param kind: ``tumbling`` (``duration``), ``sliding`` (``duration`` and ``slide``) or
+        ``session`` (``gap``).
+    :param source: the Silver table aggregated.
+    :param aggregate: name of the pure function of :mod:`spark_jobs.transforms.gold` that
+        computes the rows (``payment_totals``, ``payment_success_rate``,
+        ``customer_sessions``).
+    :param time_column: the event-time column windows are cut on (a timestamp).
+    :param group_by: grouping columns besides the window, in order.
+    :param duration: window length, e.g. ``"5 minutes"`` (tumbling and sliding).
+    :param slide: how far a sliding window moves, e.g. ``"5 minutes"``; at most ``duration``.
+    :param gap: name of the writing job's setting holding the session gap (sessions only).
+    :param watermark: name of the writing job's setting holding the watermark delay. Gap and
+        watermark are job settings so that they are part of the job's checkpoint fingerprint
+        (a checkpoint's state only fits the gap and watermark it was made with).
+    :raises pydantic.ValidationError: a field the kind needs is missing, one it does not take
+        is set, or an interval is malformed.
+    """
+
+    kind: Literal["tumbling", "sliding", "session"]
+    source: str
+    aggregate: Literal["payment_totals", "payment_success_rate", "customer_sessions"]
+    time_column: str = "event_time"
+    group_by: list[str] = Field(min_length=1)
+    duration: str | None = None
+    slide: str | None = None
+    gap: str | None = None
+    watermark: str
+
+    @model_validator(mode="after")
+    def _fields_of_kind(self) -> WindowSpec:
+        needs = {"tumbling": {"duration"}, "sliding": {"duration", "slide"}, "session": {"gap"}}
+        given = {f for f in ("duration", "slide", "gap") if getattr(self, f) is not None}
+        missing, extra = needs[self.kind] - given, given - needs[self.kind]
+        if missing:
+            raise ValueError(f"a {self.kind} window needs {sorted(missing)}")
+        if extra:
+            raise ValueError(f"a {self.kind} window takes no {sorted(extra)}")
+        _interval(self.duration, "window duration")
+        _interval(self.slide, "window slide")
+        if self.slide and self.duration and self.slide_delta > self.length:
+            raise ValueError(f"slide {self.slide!r} is longer than duration {self.duration!r}")
+        return self
+
+    @property
+    def start_column(self) -> str:
+        """Output column holding a row's window (or session) start."""
+        return "session_start" if self.kind == "session" else "window_start"
+
+    @property
+    def end_column(self) -> str:
+        """Output column holding a row's window (or session) end (exclusive)."""
+        return "session_end" if self.kind == "session" else "window_end"
+
+    @property
+    def length(self) -> timedelta:
+        """Window length (:raises ValueError: a session window has none)."""
+        if self.duration is None:
+            raise ValueError("a session window has no fixed length")
+        return parse_interval(self.duration)
+
+    @property
+    def slide_delta(self) -> timedelta:
+        """How far a window moves (its length for a tumbling one)."""
+        return parse_interval(self.slide) if self.slide else self.length
 
 
 class TableSpec(BaseModel):
@@ -29,7 +112,11 @@ class TableSpec(BaseModel):
     :param layer: ``bronze``, ``silver`` or ``gold``; ``ops`` for the platform's own
         bookkeeping (gate results and holds).
     :param partition_by: partition columns, in order.
-    :param keys: columns that identify a row (unique within the table).
+    :param keys: columns that identify a row (unique within the table); the quality gate's
+        keys, the MERGE keys of the Gold corrections and backfills.
+    :param window: how a windowed Gold table aggregates Silver (None: not windowed).
+    :param written_by: who writes the table when no Spark job of the catalog does (e.g.
+        ``ingestctl holds``); None: the jobs whose ``outputs`` list it.
     """
 
     name: str = Field(pattern=_NAME)
@@ -37,11 +124,20 @@ class TableSpec(BaseModel):
     description: str = ""
     partition_by: list[str] = []
     keys: list[str] = []
+    window: WindowSpec | None = None
+    written_by: str | None = None
 
     @model_validator(mode="after")
     def _name_has_layer(self) -> TableSpec:
         if not self.name.startswith(f"{self.layer}_"):
             raise ValueError(f"table {self.name!r} must be named {self.layer}_<entity>")
+        if self.window is not None:
+            expected = [self.window.start_column, *self.window.group_by]
+            if sorted(self.keys) != sorted(expected):
+                raise ValueError(
+                    f"windowed table {self.name!r} must be keyed on {expected} (window start "
+                    f"and grouping columns), not {self.keys}"
+                )
         return self
 
     def path(self, settings: PlatformSettings | None = None) -> Path:
@@ -78,24 +174,65 @@ class DeltaSourceSpec(BaseModel):
     table: str
 
 
-class JobSpec(BaseModel):
-    """One Spark job: its source, its sink table, its trigger and how it is run.
+class _ApplicationSpec(BaseModel):
+    """What every Spark application of the catalog declares.
 
-    :param mode: ``always_on`` (processing-time trigger, supervised) or ``scheduled``
-        (AvailableNow, run by a DAG).
-    :param default_trigger: see :func:`spark_jobs.triggers.parse_trigger`.
-    :param max_offsets_per_trigger: Kafka records per micro-batch at most.
+    :param module: the Python module spark-submit runs (``spark_jobs.silver_refine``).
+    :param inputs: the tables it reads (Kafka topics: see ``source`` / ``topics``).
+    :param outputs: every table it writes.
     :param settings: job-specific settings (watermark delays and the like), as strings.
     """
 
     name: str = Field(pattern=_NAME)
     description: str = ""
+    module: str = Field(pattern=r"^[a-z_][a-z0-9_]*(\.[a-z_][a-z0-9_]*)*$")
+    inputs: list[str] = []
+    outputs: list[str] = Field(min_length=1)
+    settings: dict[str, str] = {}
+
+    def setting(self, key: str) -> str:
+        """Return a job setting; :raises KeyError: naming the job and the missing key."""
+        try:
+            return self.settings[key]
+        except KeyError:
+            raise KeyError(f"job {self.name!r} has no setting {key!r}") from None
+
+
+class JobSpec(_ApplicationSpec):
+    """One streaming Spark job: it owns a checkpoint (``<checkpoint_dir>/<name>``).
+
+    :param mode: ``always_on`` (processing-time trigger, started and watched by the streaming
+        supervisor) or ``available_now`` (AvailableNow, run by a DAG).
+    :param source: what the stream reads (Kafka topics, or a Delta table of ``inputs``);
+        with ``sink`` and ``settings`` it makes the checkpoint's fingerprint.
+    :param sink: the main table it writes (one of ``outputs``).
+    :param default_trigger: see :func:`spark_jobs.triggers.parse_trigger`.
+    :param max_offsets_per_trigger: Kafka records per micro-batch at most.
+    """
+
     source: KafkaSourceSpec | DeltaSourceSpec = Field(discriminator="kind")
     sink: str
-    mode: Literal["always_on", "scheduled"]
+    mode: Literal["always_on", "available_now"]
     default_trigger: str
     max_offsets_per_trigger: int | None = Field(default=None, ge=1)
-    settings: dict[str, str] = {}
+
+    @field_validator("default_trigger")
+    @classmethod
+    def _trigger_interval(cls, value: str) -> str:
+        _, _, interval = value.partition("=")
+        if interval:
+            _interval(interval, f"default_trigger {value!r}")
+        return value
+
+    @model_validator(mode="after")
+    def _sink_and_source_listed(self) -> JobSpec:
+        if self.sink not in self.outputs:
+            raise ValueError(f"job {self.name!r}: sink {self.sink!r} is not in its outputs")
+        if isinstance(self.source, DeltaSourceSpec) and self.source.table not in self.inputs:
+            raise ValueError(
+                f"job {self.name!r}: source table {self.source.table!r} is not in its inputs"
+            )
+        return self
 
     def checkpoint(
         self, settings: PlatformSettings | None = None, query: str | None = None
@@ -106,40 +243,88 @@ class JobSpec(BaseModel):
         base = settings.storage.checkpoint_path / self.name
         return base / query if query else base
 
-    def setting(self, key: str) -> str:
-        """Return a job setting; :raises KeyError: naming the job and the missing key."""
-        try:
-            return self.settings[key]
-        except KeyError:
-            raise KeyError(f"job {self.name!r} has no setting {key!r}") from None
+
+class BatchJobSpec(_ApplicationSpec):
+    """One batch Spark job (no checkpoint of its own), run by a DAG or by hand.
+
+    :param topics: Kafka topics it may read (``bronze_replay``).
+    """
+
+    mode: Literal["batch"] = "batch"
+    topics: list[str] = []
 
 
 class Catalog(BaseModel):
     """All table and job declarations.
 
-    :raises pydantic.ValidationError: a declaration is malformed, or a job's sink names an
-        undeclared table.
+    :param jobs: the streaming jobs; each owns a checkpoint (backed up, restored, recovered).
+    :param batch_jobs: the batch jobs; no checkpoint.
+    :raises pydantic.ValidationError: a declaration is malformed; a job reads or writes an
+        undeclared table; a job name is declared twice; a table is written by no job (and
+        declares no ``written_by``); a Gold window names an undeclared source table or a
+        watermark or gap setting its writing job lacks.
     """
 
     tables: dict[str, TableSpec]
     jobs: dict[str, JobSpec]
+    batch_jobs: dict[str, BatchJobSpec] = {}
 
     @model_validator(mode="before")
     @classmethod
     def _names_from_keys(cls, data: dict) -> dict:
-        for section in ("tables", "jobs"):
+        for section in ("tables", "jobs", "batch_jobs"):
             for name, spec in (data.get(section) or {}).items():
                 spec.setdefault("name", name)
         return data
 
     @model_validator(mode="after")
-    def _sinks_declared(self) -> Catalog:
-        for job in self.jobs.values():
-            if job.sink not in self.tables:
-                raise ValueError(f"job {job.name!r} writes undeclared table {job.sink!r}")
-            if isinstance(job.source, DeltaSourceSpec) and job.source.table not in self.tables:
-                raise ValueError(f"job {job.name!r} reads undeclared table {job.source.table!r}")
+    def _references_declared(self) -> Catalog:
+        twice = sorted(set(self.jobs) & set(self.batch_jobs))
+        if twice:
+            raise ValueError(f"jobs declared both as streaming and batch jobs: {twice}")
+        for job in self.applications.values():
+            for kind, names in (("reads", job.inputs), ("writes", job.outputs)):
+                unknown = [t for t in names if t not in self.tables]
+                if unknown:
+                    raise ValueError(
+                        f"job {job.name!r} {kind} undeclared table(s) {unknown}; "
+                        f"declared: {sorted(self.tables)}"
+                    )
+        for table in self.tables.values():
+            writers = self.writers(table.name)
+            if not writers and table.written_by is None:
+                raise ValueError(
+                    f"table {table.name!r} is written by no job: list it in a job's outputs "
+                    "or say who writes it (written_by)"
+                )
+            if table.window is None:
+                continue
+            if table.window.source not in self.tables:
+                raise ValueError(
+                    f"table {table.name!r}: window source {table.window.source!r} is undeclared"
+                )
+            streaming = [job for job in writers if isinstance(job, JobSpec)]
+            if len(streaming) != 1:
+                raise ValueError(
+                    f"windowed table {table.name!r} must be written by exactly one streaming "
+                    f"job (its watermark is that job's), not {[j.name for j in streaming]}"
+                )
+            for field in ("watermark", "gap"):
+                key = getattr(table.window, field)
+                if key is None:
+                    continue
+                if key not in streaming[0].settings:
+                    raise ValueError(
+                        f"table {table.name!r}: window {field} {key!r} is no setting of "
+                        f"its streaming writer {streaming[0].name!r}"
+                    )
+                _interval(streaming[0].settings[key], f"job {streaming[0].name!r} setting {key!r}")
         return self
+
+    @property
+    def applications(self) -> dict[str, JobSpec | BatchJobSpec]:
+        """Every Spark job, streaming and batch, by name."""
+        return {**self.jobs, **self.batch_jobs}
 
     def table(self, name: str) -> TableSpec:
         """Return the declared table ``name``; :raises KeyError: naming the known tables."""
@@ -149,11 +334,67 @@ class Catalog(BaseModel):
             raise KeyError(f"unknown table {name!r}; declared: {sorted(self.tables)}") from None
 
     def job(self, name: str) -> JobSpec:
-        """Return the declared job ``name``; :raises KeyError: naming the known jobs."""
+        """Return the declared streaming job ``name``; :raises KeyError: naming the known
+        streaming jobs."""
         try:
             return self.jobs[name]
         except KeyError:
             raise KeyError(f"unknown job {name!r}; declared: {sorted(self.jobs)}") from None
+
+    def application(self, name: str) -> JobSpec | BatchJobSpec:
+        """Return the declared job ``name``, streaming or batch.
+
+        :raises KeyError: naming every declared job.
+        """
+        try:
+            return self.applications[name]
+        except KeyError:
+            raise KeyError(f"unknown job {name!r}; declared: {sorted(self.applications)}") from None
+
+    def writers(self, table: str) -> list[JobSpec | BatchJobSpec]:
+        """The jobs whose ``outputs`` list ``table``, streaming jobs first."""
+        return [job for job in self.applications.values() if table in job.outputs]
+
+    def windowed_tables(self) -> dict[str, WindowSpec]:
+        """Gold table -> its window, in declaration order."""
+        return {n: t.window for n, t in self.tables.items() if t.window is not None}
+
+    def window(self, table: str) -> WindowSpec:
+        """The window of ``table``; :raises KeyError: ``table`` is not windowed."""
+        window = self.table(table).window
+        if window is None:
+            raise KeyError(
+                f"table {table!r} is not windowed; windowed: {sorted(self.windowed_tables())}"
+            )
+        return window
+
+    def _window_setting(self, table: str, field: Literal["watermark", "gap"]) -> str:
+        key = getattr(self.window(table), field)
+        if key is None:
+            raise KeyError(f"table {table!r}: its window has no {field}")
+        return self.job(self.windowed_writer(table)).setting(key)
+
+    def windowed_writer(self, table: str) -> str:
+        """The streaming job that appends ``table``'s windows (its watermark is theirs).
+
+        :raises KeyError: no streaming job writes ``table``.
+        """
+        for job in self.jobs.values():
+            if table in job.outputs:
+                return job.name
+        raise KeyError(f"no streaming job writes {table!r}")
+
+    def window_watermark(self, table: str) -> str:
+        """Watermark delay of ``table``'s window, e.g. ``"10 minutes"`` (from its writer's
+        settings)."""
+        return self._window_setting(table, "watermark")
+
+    def window_gap(self, table: str) -> str:
+        """Session gap of ``table``'s session window, e.g. ``"10 minutes"``.
+
+        :raises KeyError: ``table`` has no session window.
+        """
+        return self._window_setting(table, "gap")
 
 
 @lru_cache(maxsize=1)

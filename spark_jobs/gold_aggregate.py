@@ -27,6 +27,7 @@ Run::
 from __future__ import annotations
 
 import argparse
+import functools
 import sys
 from collections.abc import Callable, Sequence
 from typing import TYPE_CHECKING
@@ -47,43 +48,25 @@ REAL_TIME_REFUSAL = (
     "gold_aggregate runs stateful aggregations into Delta; Spark 4.2's real-time mode "
     "supports only stateless queries with Kafka, foreach, console or memory sinks"
 )
-WINDOWED_TABLES = (
-    "gold_payment_totals_5m",
-    "gold_payment_totals_10m_sliding",
-    "gold_payment_success_rate_15m",
-    "gold_customer_sessions",
-)
 
 
-def windowed_definitions(
-    settings: dict[str, str],
-) -> dict[str, tuple[str, str, Callable[[DataFrame], DataFrame]]]:
-    """Gold table -> (Silver source table, watermark delay, aggregation)."""
-    from spark_jobs.transforms import gold
+def windowed_definitions() -> dict[str, tuple[str, str, Callable[[DataFrame], DataFrame]]]:
+    """Gold table -> (Silver source table, watermark delay, aggregation), from the tables'
+    window declarations (``include/pipeline.yaml``), in declaration order."""
+    from spark_jobs.transforms.gold import aggregate_window
 
-    pay_wm, session_wm = settings["payments_watermark"], settings["sessions_watermark"]
-    gap = settings["session_gap"]
+    catalog = get_catalog()
     return {
-        "gold_payment_totals_5m": (
-            "silver_payments",
-            pay_wm,
-            lambda df: gold.payment_totals(df, "5 minutes"),
-        ),
-        "gold_payment_totals_10m_sliding": (
-            "silver_payments",
-            pay_wm,
-            lambda df: gold.payment_totals(df, "10 minutes", "5 minutes"),
-        ),
-        "gold_payment_success_rate_15m": (
-            "silver_payments",
-            pay_wm,
-            lambda df: gold.payment_success_rate(df, "15 minutes"),
-        ),
-        "gold_customer_sessions": (
-            "silver_customer_activity",
-            session_wm,
-            lambda df: gold.customer_sessions(df, gap),
-        ),
+        table: (
+            window.source,
+            catalog.window_watermark(table),
+            functools.partial(
+                aggregate_window,
+                window=window,
+                gap=catalog.window_gap(table) if window.gap else None,
+            ),
+        )
+        for table, window in catalog.windowed_tables().items()
     }
 
 
@@ -107,6 +90,7 @@ def merge_customer_metrics(
 
     if not table_exists(path):
         increment.limit(0).write.format("delta").save(path)
+    keys = get_catalog().table("gold_customer_metrics").keys
     spark.conf.set("spark.databricks.delta.write.txnAppId", app_id)
     spark.conf.set("spark.databricks.delta.write.txnVersion", str(version))
     try:
@@ -115,7 +99,7 @@ def merge_customer_metrics(
             .alias("t")
             .merge(
                 increment.alias("s"),
-                "t.customer_id = s.customer_id AND t.currency = s.currency",
+                " AND ".join(f"t.{k} = s.{k}" for k in keys),
             )
             .whenMatchedUpdate(
                 set={
@@ -175,7 +159,8 @@ def start(
     settings = settings or get_settings()
     catalog = get_catalog()
     job = catalog.job(JOB_NAME)
-    wanted = set(tables or [*WINDOWED_TABLES, "gold_customer_metrics"])
+    definitions = windowed_definitions()
+    wanted = set(tables or [*definitions, "gold_customer_metrics"])
     queries = []
 
     def source(table: str) -> DataFrame | None:
@@ -187,7 +172,7 @@ def start(
             spark, spark.readStream.format("delta").load(str(path)), table, settings
         )
 
-    for table, (silver, delay, aggregate) in windowed_definitions(job.settings).items():
+    for table, (silver, delay, aggregate) in definitions.items():
         stream = source(silver) if table in wanted else None
         if stream is None:
             continue

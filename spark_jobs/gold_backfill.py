@@ -52,8 +52,11 @@ if TYPE_CHECKING:
 JOB_NAME = "gold_backfill"
 #: A backfill's interval may span at most this long (one DAG run is normally 15 minutes).
 MAX_INTERVAL = timedelta(days=31)
-_PAYMENT_COLUMNS = ("event_id", "event_time", "currency", "amount", "status", "method")
-_ACTIVITY_COLUMNS = ("event_id", "event_time", "customer_id", "activity")
+#: Silver columns each window source's aggregations need.
+_SOURCE_COLUMNS: dict[str, tuple[str, ...]] = {
+    "silver_payments": ("event_id", "event_time", "currency", "amount", "status", "method"),
+    "silver_customer_activity": ("event_id", "event_time", "customer_id", "activity"),
+}
 
 
 @dataclass(frozen=True)
@@ -62,7 +65,8 @@ class WindowedTable:
 
     :param source: Silver table the rows come from.
     :param columns: Silver columns the aggregation needs.
-    :param keys: columns identifying a row (as in ``include/pipeline.yaml``).
+    :param keys: columns identifying a row (the table's ``keys`` in ``include/pipeline.yaml``),
+        the MERGE keys.
     :param start_col: column placing a row in an interval.
     :param end_col: column compared with the stream's watermark (finalised rows only).
     :param reach: how far before the interval's start and after its end the input rows can
@@ -78,40 +82,33 @@ class WindowedTable:
     aggregate: Callable[[DataFrame], DataFrame]
 
 
-def windowed_tables(gap: str) -> dict[str, WindowedTable]:
-    """The Gold tables a backfill recomputes, in the order it writes them.
+def windowed_tables(gap: str | None = None) -> dict[str, WindowedTable]:
+    """The Gold tables a backfill recomputes (every windowed table of
+    ``include/pipeline.yaml``), in the order it writes them (declaration order).
 
-    :param gap: the session gap of ``gold_aggregate`` (``include/pipeline.yaml``).
+    :param gap: the session gap (default: the one the sessions' window declares, a setting of
+        ``gold_aggregate``).
+    :raises KeyError: a window's source table has no column list here.
     """
-    from spark_jobs.late_corrections import PAYMENT_WINDOWS
-    from spark_jobs.transforms import gold
+    from spark_jobs.transforms.gold import aggregate_window
 
+    catalog = get_catalog()
     tables = {}
-    for table, (duration, slide, key) in PAYMENT_WINDOWS.items():
-        aggregate: Callable[[DataFrame], DataFrame] = (
-            functools.partial(gold.payment_success_rate, duration=duration)
-            if table == "gold_payment_success_rate_15m"
-            else functools.partial(gold.payment_totals, duration=duration, slide=slide)
-        )
-        minutes = int(duration.split()[0])
+    for table, window in catalog.windowed_tables().items():
+        session = window.kind == "session"
         tables[table] = WindowedTable(
-            "silver_payments",
-            _PAYMENT_COLUMNS,
-            ("window_start", key),
-            "window_start",
-            "window_end",
-            timedelta(minutes=minutes),
-            aggregate,
+            window.source,
+            _SOURCE_COLUMNS[window.source],
+            tuple(catalog.table(table).keys),
+            window.start_column,
+            window.end_column,
+            None if session else window.length,
+            functools.partial(
+                aggregate_window,
+                window=window,
+                gap=(gap or catalog.window_gap(table)) if session else None,
+            ),
         )
-    tables["gold_customer_sessions"] = WindowedTable(
-        "silver_customer_activity",
-        _ACTIVITY_COLUMNS,
-        ("customer_id", "session_start"),
-        "session_start",
-        "session_end",
-        None,
-        lambda df: gold.customer_sessions(df, gap),
-    )
     return tables
 
 
@@ -191,7 +188,7 @@ def recompute(
 
 
 def _specs() -> dict[str, WindowedTable]:
-    return windowed_tables(get_catalog().job("gold_aggregate").setting("session_gap"))
+    return windowed_tables()
 
 
 def backfill_table(

@@ -59,17 +59,12 @@ from spark_jobs.quality.holds import without_held
 if TYPE_CHECKING:
     from pyspark.sql import DataFrame, SparkSession
 
+    from ingest_core.catalog import WindowSpec
+
 JOB_NAME = "late_corrections"
-#: Windowed payment tables: (window length, slide or None, key column).
-PAYMENT_WINDOWS: dict[str, tuple[str, str | None, str]] = {
-    "gold_payment_totals_5m": ("5 minutes", None, "currency"),
-    "gold_payment_totals_10m_sliding": ("10 minutes", "5 minutes", "currency"),
-    "gold_payment_success_rate_15m": ("15 minutes", None, "method"),
-}
 _PAYMENT_COLUMNS = ("event_id", "event_time", "currency", "amount", "status", "method")
 _ORDER_COLUMNS = ("event_id", "event_type", "customer_id", "currency", "total", "event_time")
 _ACTIVITY_COLUMNS = ("event_id", "event_time", "customer_id", "activity")
-_SESSION_KEYS = ("customer_id", "session_start")
 #: The ledger of late events added to a running Gold table (see the module docstring).
 LEDGER_TABLE = "gold_late_corrections"
 
@@ -78,13 +73,23 @@ class GoldReconciliationError(RuntimeError):
     """Final Gold windows differ from a batch recomputation from Silver."""
 
 
-def _recompute(table: str, payments: DataFrame) -> DataFrame:
-    from spark_jobs.transforms import gold
+def payment_windows() -> dict[str, WindowSpec]:
+    """The windowed Gold tables over ``silver_payments`` -> their windows
+    (``include/pipeline.yaml``), in declaration order."""
+    windows = get_catalog().windowed_tables().items()
+    return {table: window for table, window in windows if window.source == "silver_payments"}
 
-    duration, slide, _ = PAYMENT_WINDOWS[table]
-    if table == "gold_payment_success_rate_15m":
-        return gold.payment_success_rate(payments, duration)
-    return gold.payment_totals(payments, duration, slide)
+
+def window_columns(window: WindowSpec) -> list[str]:
+    """Columns identifying one window's row: start, end and grouping columns, e.g.
+    ``["window_start", "window_end", "currency"]``."""
+    return [window.start_column, window.end_column, *window.group_by]
+
+
+def _recompute(table: str, payments: DataFrame) -> DataFrame:
+    from spark_jobs.transforms.gold import aggregate_window
+
+    return aggregate_window(payments, get_catalog().window(table))
 
 
 def gold_watermark(table: str, settings: PlatformSettings | None = None) -> datetime | None:
@@ -197,8 +202,9 @@ def correct_payment_windows(
     changed: dict[str, int] = {}
     try:
         if late.isEmpty():
-            return {table: 0 for table in PAYMENT_WINDOWS}
-        for table, (_, _, key) in PAYMENT_WINDOWS.items():
+            return {table: 0 for table in payment_windows()}
+        for table, window in payment_windows().items():
+            columns = window_columns(window)
             path = str(catalog.table(table).path(settings))
             watermark = gold_watermark(table, settings)
             if watermark is None or not table_exists(path):
@@ -206,20 +212,16 @@ def correct_payment_windows(
                 continue
             touched = (
                 _recompute(table, late.withColumn("status", F.lit("authorized")))
-                .select("window_start", "window_end", key)
-                .where(F.col("window_end") <= F.lit(watermark))
+                .select(*columns)
+                .where(F.col(window.end_column) <= F.lit(watermark))
                 .distinct()
             )
-            fresh = _recompute(table, payments).join(
-                touched, ["window_start", "window_end", key], "left_semi"
-            )
+            fresh = _recompute(table, payments).join(touched, columns, "left_semi")
             current = spark.read.format("delta").load(path)
             diff = fresh.exceptAll(current.select(*fresh.columns)).persist()
             changed[table] = diff.count()
             if changed[table]:
-                condition = " AND ".join(
-                    f"t.{c} = s.{c}" for c in ("window_start", "window_end", key)
-                )
+                condition = " AND ".join(f"t.{c} = s.{c}" for c in columns)
                 (
                     DeltaTable.forPath(spark, path)
                     .alias("t")
@@ -263,7 +265,7 @@ def correct_customer_sessions(spark: SparkSession, settings: PlatformSettings | 
     if late.isEmpty():
         return 0
     rows = activity.join(late.select("customer_id").distinct(), "customer_id", "left_semi")
-    gap = get_catalog().job("gold_aggregate").setting("session_gap")
+    gap = get_catalog().window_gap(table)
     # Materialised before filtering: Spark 4.2 pushes a filter on session_window's bounds
     # below the aggregation, where it cuts sessions short (see gold_backfill.recompute).
     sessions = gold.customer_sessions(rows.drop("late"), gap).localCheckpoint()
@@ -286,7 +288,8 @@ def correct_customer_sessions(spark: SparkSession, settings: PlatformSettings | 
         & (F.col("n.session_start") < F.col("t.session_end")),
         "left_semi",
     )
-    stale = overlapped.join(touched.select(*_SESSION_KEYS), list(_SESSION_KEYS), "left_anti")
+    keys = get_catalog().table(table).keys
+    stale = overlapped.join(touched.select(*keys), keys, "left_anti")
     source = (
         upserts.withColumn("_delete", F.lit(False))
         .unionByName(stale.withColumn("_delete", F.lit(True)))
@@ -297,7 +300,7 @@ def correct_customer_sessions(spark: SparkSession, settings: PlatformSettings | 
         (
             DeltaTable.forPath(spark, path)
             .alias("t")
-            .merge(source.alias("s"), " AND ".join(f"t.{k} = s.{k}" for k in _SESSION_KEYS))
+            .merge(source.alias("s"), " AND ".join(f"t.{k} = s.{k}" for k in keys))
             .whenMatchedDelete(condition="s._delete")
             .whenMatchedUpdate(set={c: f"s.{c}" for c in columns})
             .whenNotMatchedInsert(condition="NOT s._delete", values={c: f"s.{c}" for c in columns})
@@ -386,7 +389,7 @@ def reconcile_payment_totals(
     expected = _recompute(table, payments).where(F.col("window_end") <= F.lit(watermark))
     actual = gold.where(F.col("window_end") <= F.lit(watermark))
     if not include_late:
-        keys = ["window_start", "window_end", "currency"]
+        keys = window_columns(get_catalog().window(table))
         expected = expected.join(late_windows.select(*keys), keys, "left_anti")
         actual = actual.join(late_windows.select(*keys), keys, "left_anti")
     columns = expected.columns

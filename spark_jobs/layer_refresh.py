@@ -165,7 +165,7 @@ def rebuilt_tables(layer: str) -> list[str]:
     layers except the sinks of always-on jobs (``gold_payment_alerts`` belongs to
     ``payment_alerts``, which a refresh neither stops nor rebuilds)."""
     catalog = get_catalog()
-    always_on = {job.sink for job in catalog.jobs.values() if job.mode == "always_on"}
+    always_on = {t for job in catalog.jobs.values() if job.mode == "always_on" for t in job.outputs}
     return [
         name
         for name, table in catalog.tables.items()

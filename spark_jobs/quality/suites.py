@@ -15,6 +15,7 @@ from dataclasses import dataclass, field
 from datetime import datetime, timedelta
 from typing import TYPE_CHECKING, Any
 
+from ingest_core.catalog import get_catalog
 from ingest_core.contracts import ACTIVITIES, CURRENCIES, PAYMENT_METHODS, PAYMENT_STATUSES
 from ingest_core.settings import QualitySettings
 
@@ -32,7 +33,7 @@ class TableRules:
 
     :param table: declared table name (``include/pipeline.yaml``).
     :param columns: required column -> GX Spark type name (``StringType``, ``DecimalType``...).
-    :param keys: columns that identify a row; not null, and unique within the increment.
+    :param not_null: further columns that must not be null (besides the keys).
     :param unique_in_table: the key must also be new to the table (Silver's ``event_id``).
     :param amounts: money columns that must lie in ``[0, quality.max_amount]``.
     :param sets: column -> allowed values.
@@ -47,7 +48,7 @@ class TableRules:
 
     table: str
     columns: dict[str, str]
-    keys: tuple[str, ...]
+    not_null: tuple[str, ...] = ()
     unique_in_table: bool = False
     amounts: tuple[str, ...] = ()
     sets: dict[str, frozenset[str]] = field(default_factory=dict)
@@ -56,6 +57,15 @@ class TableRules:
     ordered: tuple[tuple[str, str], ...] = ()
     time_column: str | None = None
     latest_image: bool = False
+
+    @property
+    def keys(self) -> tuple[str, ...]:
+        """Columns that identify a row: the table's ``keys`` in ``include/pipeline.yaml``.
+        Not null, and unique within the increment.
+
+        :raises KeyError: the table is not declared.
+        """
+        return tuple(get_catalog().table(self.table).keys)
 
 
 _ENVELOPE = {"event_id": "StringType", "event_type": "StringType", "event_time": "TimestampType"}
@@ -72,7 +82,6 @@ LAYER_RULES: dict[str, tuple[TableRules, ...]] = {
                 "total": "DecimalType",
                 "currency": "StringType",
             },
-            keys=("event_id",),
             unique_in_table=True,
             amounts=("total",),
             sets={"currency": CURRENCIES},
@@ -90,7 +99,6 @@ LAYER_RULES: dict[str, tuple[TableRules, ...]] = {
                 "currency": "StringType",
                 "status": "StringType",
             },
-            keys=("event_id",),
             unique_in_table=True,
             amounts=("amount",),
             sets={"currency": CURRENCIES, "method": PAYMENT_METHODS, "status": PAYMENT_STATUSES},
@@ -101,7 +109,6 @@ LAYER_RULES: dict[str, tuple[TableRules, ...]] = {
             "silver_refunds",
             _ENVELOPE
             | {"refund_id": "StringType", "amount": "DecimalType", "currency": "StringType"},
-            keys=("event_id",),
             unique_in_table=True,
             amounts=("amount",),
             sets={"currency": CURRENCIES},
@@ -110,7 +117,8 @@ LAYER_RULES: dict[str, tuple[TableRules, ...]] = {
         TableRules(
             "silver_customer_activity",
             _ENVELOPE | {"customer_id": "StringType", "activity": "StringType"},
-            keys=("event_id", "customer_id"),
+            # Keyed on event_id like every Silver table; customer_id is required (contract).
+            not_null=("customer_id",),
             unique_in_table=True,
             sets={"activity": ACTIVITIES},
             time_column="event_time",
@@ -125,7 +133,6 @@ LAYER_RULES: dict[str, tuple[TableRules, ...]] = {
                 "payment_count": "LongType",
                 "amount_total": "DecimalType",
             },
-            keys=("window_start", "currency"),
             sets={"currency": CURRENCIES},
             ordered=(("window_end", "window_start"),),
             latest_image=True,
@@ -138,7 +145,6 @@ LAYER_RULES: dict[str, tuple[TableRules, ...]] = {
                 "payment_count": "LongType",
                 "amount_total": "DecimalType",
             },
-            keys=("window_start", "currency"),
             sets={"currency": CURRENCIES},
             ordered=(("window_end", "window_start"),),
             latest_image=True,
@@ -152,7 +158,6 @@ LAYER_RULES: dict[str, tuple[TableRules, ...]] = {
                 "successes": "LongType",
                 "success_rate": "DoubleType",
             },
-            keys=("window_start", "method"),
             sets={"method": PAYMENT_METHODS},
             ratios=("success_rate",),
             ordered=(("attempts", "successes"),),
@@ -166,7 +171,6 @@ LAYER_RULES: dict[str, tuple[TableRules, ...]] = {
                 "session_end": "TimestampType",
                 "event_count": "LongType",
             },
-            keys=("customer_id", "session_start"),
             ordered=(("session_end", "session_start"),),
             latest_image=True,
         ),
@@ -178,7 +182,6 @@ LAYER_RULES: dict[str, tuple[TableRules, ...]] = {
                 "order_count": "LongType",
                 "spend": "DecimalType",
             },
-            keys=("customer_id", "currency"),
             sets={"currency": CURRENCIES},
             latest_image=True,
         ),
@@ -236,7 +239,7 @@ def build_suite(
     for column, type_ in rules.columns.items():
         expectations.append(gxe.ExpectColumnToExist(column=column))
         expectations.append(gxe.ExpectColumnValuesToBeOfType(column=column, type_=type_))
-    for key in rules.keys:
+    for key in (*rules.keys, *rules.not_null):
         expectations.append(gxe.ExpectColumnValuesToNotBeNull(column=key))
     if len(rules.keys) == 1:
         expectations.append(gxe.ExpectColumnValuesToBeUnique(column=rules.keys[0]))

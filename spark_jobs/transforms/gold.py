@@ -13,6 +13,8 @@ from typing import TYPE_CHECKING
 if TYPE_CHECKING:
     from pyspark.sql import DataFrame
 
+    from ingest_core.catalog import WindowSpec
+
 
 def payment_totals(payments: DataFrame, duration: str, slide: str | None = None) -> DataFrame:
     """Count and sum of authorized payment amounts per currency and event-time window.
@@ -114,3 +116,24 @@ def customer_metrics_increment(orders: DataFrame) -> DataFrame:
             F.max("event_time").alias("last_order_time"),
         )
     )
+
+
+def aggregate_window(rows: DataFrame, window: WindowSpec, gap: str | None = None) -> DataFrame:
+    """Compute a Gold table declared with ``window`` (``include/pipeline.yaml``) from its
+    Silver ``rows``, with the function the window names.
+
+    :param rows: the window's Silver source rows (see the named function for the columns).
+    :param window: the table's window declaration.
+    :param gap: the session gap interval (``"10 minutes"``), for a session window; its
+        declaration names the job setting holding it (``Catalog.window_gap``).
+    :returns: the named function's columns.
+    :raises ValueError: a session window without ``gap``.
+    """
+    if window.aggregate == "customer_sessions":
+        if gap is None:
+            raise ValueError("a session window needs its gap")
+        return customer_sessions(rows, gap)
+    assert window.duration is not None  # validated: tumbling and sliding windows have one
+    if window.aggregate == "payment_success_rate":
+        return payment_success_rate(rows, window.duration)
+    return payment_totals(rows, window.duration, window.slide)

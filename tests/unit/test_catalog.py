@@ -30,8 +30,10 @@ def test_unknown_names_list_the_declared_ones() -> None:
 
 def _declaration(**job_overrides: object) -> dict:
     job = {
+        "module": "spark_jobs.bronze_ingest",
         "source": {"kind": "kafka", "topics": ["orders"]},
         "sink": "bronze_events",
+        "outputs": ["bronze_events"],
         "mode": "always_on",
         "default_trigger": "available-now",
     } | job_overrides
@@ -42,7 +44,11 @@ def _declaration(**job_overrides: object) -> dict:
 
 
 def test_job_writing_an_undeclared_table_is_refused() -> None:
-    with pytest.raises(ValidationError, match="undeclared table 'bronze_other'"):
+    with pytest.raises(ValidationError, match=r"writes undeclared table\(s\) \['bronze_other'\]"):
+        Catalog.model_validate(
+            _declaration(sink="bronze_other", outputs=["bronze_events", "bronze_other"])
+        )
+    with pytest.raises(ValidationError, match="sink 'bronze_other' is not in its outputs"):
         Catalog.model_validate(_declaration(sink="bronze_other"))
 
 

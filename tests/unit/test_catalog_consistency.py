@@ -1,0 +1,134 @@
+"""The code agrees with ``include/pipeline.yaml``: every declared job module exists, writes
+only declared tables, uses only the tables it declares; every table has a writer; the gate
+suites' keys are the catalog's. No Spark: modules are located (``find_spec``) and read as
+source, never imported."""
+
+from __future__ import annotations
+
+import ast
+import importlib.util
+from pathlib import Path
+
+import pytest
+import yaml
+
+from ingest_core.catalog import PIPELINE_YAML, Catalog, get_catalog
+
+pytestmark = pytest.mark.unit
+
+
+def table_names_used(source: str, tables: set[str]) -> set[str]:
+    """Catalog table names appearing as string literals in ``source`` (the code names its
+    tables as literals: ``catalog.table("silver_payments")``, ``LEDGER_TABLE = "..."``)."""
+    return {
+        node.value
+        for node in ast.walk(ast.parse(source))
+        if isinstance(node, ast.Constant) and isinstance(node.value, str) and node.value in tables
+    }
+
+
+def problems(catalog: Catalog) -> list[str]:
+    """Every disagreement between ``catalog`` and the code; empty when consistent."""
+    found = []
+    tables = set(catalog.tables)
+    for name, job in catalog.applications.items():
+        spec = importlib.util.find_spec(job.module)
+        if spec is None or spec.origin is None:
+            found.append(f"{name}: module {job.module!r} not found")
+            continue
+        found += [f"{name}: writes undeclared table {t!r}" for t in job.outputs if t not in tables]
+        used = table_names_used(Path(spec.origin).read_text(), tables)
+        undeclared = sorted(used - set(job.inputs) - set(job.outputs))
+        if undeclared:
+            found.append(f"{name}: {job.module} uses {undeclared}, not in its inputs or outputs")
+    for table in catalog.tables.values():
+        if not catalog.writers(table.name) and table.written_by is None:
+            found.append(f"{table.name}: written by no job")
+    from spark_jobs.quality.suites import LAYER_RULES
+
+    for rules in (r for layer in LAYER_RULES.values() for r in layer):
+        if rules.table not in catalog.tables:
+            found.append(f"gate rules for undeclared table {rules.table!r}")
+        elif list(rules.keys) != catalog.tables[rules.table].keys:
+            found.append(f"{rules.table}: gate keys {rules.keys} differ from the catalog's")
+    return found
+
+
+def test_the_code_agrees_with_the_catalog() -> None:
+    assert problems(get_catalog()) == []
+
+
+def test_the_check_fails_on_an_inconsistent_catalog() -> None:
+    declared = yaml.safe_load(PIPELINE_YAML.read_text())
+    jobs = declared["batch_jobs"]
+    jobs["gold_backfill"]["module"] = "spark_jobs.no_such_job"
+    # late_corrections writes its ledger and reads silver_late_events: hide both.
+    jobs["late_corrections"]["inputs"].remove("silver_late_events")
+    jobs["late_corrections"]["outputs"].remove("gold_late_corrections")
+    jobs["late_corrections"]["inputs"].remove("gold_late_corrections")
+    declared["tables"]["gold_late_corrections"]["written_by"] = "someone"
+    found = problems(Catalog.model_validate(declared))
+    assert "gold_backfill: module 'spark_jobs.no_such_job' not found" in found
+    assert any(
+        p.startswith("late_corrections:")
+        and "'gold_late_corrections'" in p
+        and "'silver_late_events'" in p
+        for p in found
+    ), found
+
+
+def test_every_operator_job_is_a_catalog_job() -> None:
+    from ingest_platform.operators import JOB_MODULES, job_application
+
+    catalog = get_catalog()
+    assert {n: j.module for n, j in catalog.applications.items()} == JOB_MODULES
+    assert len(JOB_MODULES) == 9
+    for job in JOB_MODULES:
+        assert Path(job_application(job)).is_file()
+
+
+def test_the_gold_jobs_share_one_definition_of_each_window() -> None:
+    from spark_jobs.gold_aggregate import windowed_definitions
+    from spark_jobs.gold_backfill import windowed_tables
+    from spark_jobs.late_corrections import payment_windows
+
+    windowed = get_catalog().windowed_tables()
+    assert list(windowed_definitions()) == list(windowed) == list(windowed_tables())
+    assert set(payment_windows()) <= set(windowed)
+    for table, spec in windowed_tables().items():
+        assert list(spec.keys) == get_catalog().table(table).keys
+
+
+@pytest.mark.parametrize(
+    ("change", "message"),
+    [
+        ({"slide": None}, r"a sliding window needs \['slide'\]"),
+        ({"gap": "session_gap"}, r"a sliding window takes no \['gap'\]"),
+        ({"slide": "20 minutes"}, "slide '20 minutes' is longer than duration"),
+        ({"duration": "ten minutes"}, "window duration: interval 'ten minutes' is not"),
+        ({"watermark": "no_such_setting"}, "window watermark 'no_such_setting' is no setting"),
+        ({"source": "silver_nothing"}, "window source 'silver_nothing' is undeclared"),
+    ],
+)
+def test_malformed_windows_are_refused(change: dict, message: str) -> None:
+    from pydantic import ValidationError
+
+    declared = yaml.safe_load(PIPELINE_YAML.read_text())
+    window = declared["tables"]["gold_payment_totals_10m_sliding"]["window"]
+    window.update(change)
+    with pytest.raises(ValidationError, match=message):
+        Catalog.model_validate(declared)
+
+
+def test_unknown_tables_in_inputs_and_unwritten_tables_are_refused() -> None:
+    from pydantic import ValidationError
+
+    declared = yaml.safe_load(PIPELINE_YAML.read_text())
+    declared["batch_jobs"]["gold_backfill"]["inputs"].append("silver_nothing")
+    with pytest.raises(ValidationError, match=r"reads undeclared table\(s\) \['silver_nothing'\]"):
+        Catalog.model_validate(declared)
+    declared = yaml.safe_load(PIPELINE_YAML.read_text())
+    del declared["tables"]["bronze_kafka_gaps"]["written_by"]
+    declared["jobs"]["bronze_ingest"]["outputs"].remove("bronze_kafka_gaps")
+    with pytest.raises(ValidationError, match="'bronze_kafka_gaps' is written by no job"):
+        Catalog.model_validate(declared)

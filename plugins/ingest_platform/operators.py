@@ -22,18 +22,11 @@ from typing import Any
 
 from airflow.providers.apache.spark.operators.spark_submit import SparkSubmitOperator
 
-#: The job modules a SparkJobOperator may run (spark-submit entry points).
-JOB_MODULES = {
-    "bronze_ingest": "spark_jobs.bronze_ingest",
-    "payment_alerts": "spark_jobs.payment_alerts",
-    "silver_refine": "spark_jobs.silver_refine",
-    "gold_aggregate": "spark_jobs.gold_aggregate",
-    "late_corrections": "spark_jobs.late_corrections",
-    "gold_backfill": "spark_jobs.gold_backfill",
-    "bronze_replay": "spark_jobs.bronze_replay",
-    "layer_refresh": "spark_jobs.layer_refresh",
-    "quality_gate": "spark_jobs.quality.gate",
-}
+from ingest_core.catalog import get_catalog
+
+#: The job modules a SparkJobOperator may run (spark-submit entry points): every job of the
+#: catalog (``include/pipeline.yaml``, streaming and batch), job name -> module.
+JOB_MODULES: dict[str, str] = {n: j.module for n, j in get_catalog().applications.items()}
 
 
 def job_application(job: str) -> str:

@@ -1,28 +1,39 @@
-"""Airflow operators of the platform: thin layers over the Spark provider.
+"""Airflow operators of the platform: thin layers over its hooks
+(:mod:`ingest_platform.hooks`), which use the Spark provider's ``SparkSubmitHook``.
 
 * :class:`SparkJobOperator`: ``spark-submit`` of one platform job module on the
   ``spark_default`` connection (``local[*]`` embedded; ``spark://host:7077`` on a cluster:
-  only the connection changes). The Spark configuration (jars, Delta, shuffle partitions)
-  is computed in ``execute()`` from the platform settings, never at DAG parse time.
+  only the connection changes), through :class:`~ingest_platform.hooks.PlatformJobHook`.
+  The Spark configuration (jars, Delta, shuffle partitions) is computed in ``execute()``
+  from the platform settings, never at DAG parse time.
 * :class:`LayerGateOperator`: the quality gate of a layer; when no Delta version is pending
   it logs "nothing to validate" and passes without starting a Spark driver.
 
-:func:`spark_submit_command` builds the same ``spark-submit`` command line for the streaming
-supervisor, which starts the always-on jobs detached.
+The streaming supervisor starts the always-on jobs detached through
+:class:`~ingest_platform.hooks.StreamingJobHook`.
 """
 
 from __future__ import annotations
 
 import importlib.util
-import os
-import sys
+import inspect
 from collections.abc import Sequence
-from pathlib import Path
 from typing import Any
 
 from airflow.providers.apache.spark.operators.spark_submit import SparkSubmitOperator
 
 from ingest_core.catalog import get_catalog
+from ingest_platform.hooks import PlatformJobHook, inputs_snapshot, job_environment
+
+__all__ = [
+    "JOB_MODULES",
+    "LayerGateOperator",
+    "SparkJobOperator",
+    "StagedJobOperator",
+    "inputs_snapshot",
+    "job_application",
+    "job_environment",
+]
 
 #: The job modules a SparkJobOperator may run (spark-submit entry points): every job of the
 #: catalog (``include/pipeline.yaml``, streaming and batch), job name -> module.
@@ -44,84 +55,10 @@ def job_application(job: str) -> str:
     return spec.origin
 
 
-def job_environment() -> dict[str, str]:
-    """Environment of a job's driver: the interpreter that has this project installed (for
-    the driver and the Python workers), loopback for Spark, UTC."""
-    return {
-        "PYSPARK_PYTHON": sys.executable,
-        "PYSPARK_DRIVER_PYTHON": sys.executable,
-        "SPARK_LOCAL_IP": os.environ.get("SPARK_LOCAL_IP", "127.0.0.1"),
-        "TZ": "UTC",
-    }
-
-
-def _use_project_spark_submit() -> None:
-    # The provider runs "spark-submit" from PATH: make it the one beside this interpreter
-    # (pyspark's, same version as the jobs), not whatever else PATH offers.
-    bin_dir = str(Path(sys.executable).parent)
-    path = os.environ.get("PATH", "")
-    if not path.startswith(bin_dir + os.pathsep):
-        os.environ["PATH"] = bin_dir + os.pathsep + path
-
-
-def spark_submit_command(
-    job: str, args: Sequence[str], conn_id: str = "spark_default"
-) -> list[str]:
-    """The ``spark-submit`` command line of ``job`` with ``args``, on connection ``conn_id``.
-
-    Built by the Spark provider's hook (master, deploy mode and binary from the connection)
-    with the platform's Spark configuration.
-
-    :raises airflow.exceptions.AirflowNotFoundException: the connection is not defined.
-    :raises spark_jobs.session.MissingJarsError: the Maven jars are missing.
-    """
+def _submit_hook_parameters() -> frozenset[str]:
     from airflow.providers.apache.spark.hooks.spark_submit import SparkSubmitHook
 
-    from spark_jobs.session import spark_submit_conf
-
-    _use_project_spark_submit()
-    hook = SparkSubmitHook(
-        conf=spark_submit_conf(job), conn_id=conn_id, name=job, application_args=list(args)
-    )
-    # The provider's own builder: the command matches what SparkSubmitOperator would run.
-    return hook._build_spark_submit_command(job_application(job))
-
-
-def inputs_snapshot(
-    job: str, inputs: Sequence[str], input_jobs: Sequence[str] = ()
-) -> dict[str, Any]:
-    """What a scheduled job's run depends on, cheaply read without Spark: the Delta version
-    of each input table, the newest committed batch of each of the job's checkpoint folders
-    (a restore or reset changes it), and for ``silver_refine`` the landing files (name,
-    size, modification time) it loads customers from.
-
-    :param inputs: catalog table names the job reads.
-    :param input_jobs: other jobs whose checkpoint progress the job depends on (the late
-        corrections follow ``gold_aggregate``'s watermark).
-    :returns: a JSON-serialisable dict; equal snapshots mean nothing new to process.
-    """
-    from ingest_core.catalog import get_catalog
-    from ingest_core.checkpoint_health import query_dirs
-    from ingest_core.delta_tables import delta_version, last_committed_batch
-    from ingest_core.settings import get_settings
-
-    settings, catalog = get_settings(), get_catalog()
-    snapshot: dict[str, Any] = {
-        "tables": {t: delta_version(catalog.table(t).path(settings)) for t in inputs}
-    }
-    if job in catalog.jobs:
-        folders = query_dirs(catalog.job(job).checkpoint(settings))
-        snapshot["batches"] = {name: last_committed_batch(f) for name, f in folders.items()}
-    for other in input_jobs:
-        folders = query_dirs(catalog.job(other).checkpoint(settings))
-        snapshot[f"{other}.batches"] = {n: last_committed_batch(f) for n, f in folders.items()}
-    if job == "silver_refine":
-        landing = settings.storage.landing_path
-        files = sorted(p for p in landing.rglob("*") if p.is_file()) if landing.is_dir() else []
-        snapshot["landing"] = [
-            [str(p.relative_to(landing)), p.stat().st_size, p.stat().st_mtime_ns] for p in files
-        ]
-    return snapshot
+    return frozenset(inspect.signature(SparkSubmitHook.__init__).parameters) - {"self"}
 
 
 class SparkJobOperator(SparkSubmitOperator):
@@ -162,80 +99,64 @@ class SparkJobOperator(SparkSubmitOperator):
         if unknown:
             raise ValueError(f"unknown input tables {unknown}")
         kwargs.setdefault("name", job)
+        # SparkSubmitHook arguments given here that are not templated fields (those are read
+        # back at execute time, rendered): PlatformJobHook passes them on.
+        self._submit_options = {
+            key: value
+            for key, value in kwargs.items()
+            if key in _submit_hook_parameters()
+            and key not in _SET_BY_THE_HOOK
+            and key not in SparkSubmitOperator.template_fields
+        }
+        self.spark_conn_id = str(kwargs.get("conn_id", PlatformJobHook.default_conn_name))
         super().__init__(application="", **kwargs)
         self.job = job
         self.job_args = list(job_args)
         self.inputs = list(inputs)
         self.input_jobs = list(input_jobs)
 
-    def _inputs_file(self) -> Path:
-        from ingest_core.runtime_files import runtime_files
-
-        return runtime_files(self.job).folder / "inputs.json"
+    def get_hook(self) -> PlatformJobHook:
+        """The job's :class:`~ingest_platform.hooks.PlatformJobHook`, from this task's
+        (rendered) fields: ``job_args``, ``conf`` and ``env_vars`` over the platform's own,
+        and the other ``SparkSubmitHook`` arguments given to the operator (``files``,
+        ``jars``, ``executor_memory``...)."""
+        options = dict(self._submit_options)
+        for field in self.template_fields:
+            if field in _submit_hook_parameters() and field not in _SET_BY_THE_HOOK:
+                value = getattr(self, field, None)
+                if value is not None:
+                    options[field] = value
+        return PlatformJobHook(
+            self.job,
+            self.job_args,
+            conn_id=self.spark_conn_id,
+            conf=self.conf,
+            env_vars=self.env_vars,
+            name=self.name,
+            inputs=self.inputs,
+            input_jobs=self.input_jobs,
+            manage_checkpoint=self.manage_checkpoint,
+            submit_options=options,
+        )
 
     def execute(self, context: Any) -> Any:
-        """Repair a damaged checkpoint, spark-submit the job, then back up its checkpoint.
+        """Repair a damaged checkpoint, spark-submit the job, then back up its checkpoint
+        (:meth:`ingest_platform.hooks.PlatformJobHook.run`).
 
         For a job with a checkpoint (declared in ``include/pipeline.yaml``): before the run,
         :func:`ingest_core.recovery.recover` repairs crash leftovers (logged, audited);
         after a successful run, a verified backup is taken and retention applied.
+
+        :raises airflow.sdk.exceptions.AirflowException: spark-submit failed.
         """
-        import json
+        self.get_hook().run()
 
-        from ingest_core.catalog import get_catalog
-        from spark_jobs.session import spark_submit_conf
 
-        snapshot = inputs_snapshot(self.job, self.inputs, self.input_jobs) if self.inputs else None
-        recorded = self._inputs_file()
-        if (
-            snapshot is not None
-            and recorded.exists()
-            and json.loads(recorded.read_text()) == snapshot
-        ):
-            self.log.info(
-                "%s: inputs unchanged since its last successful run (%s): nothing to "
-                "process, Spark not started",
-                self.job,
-                snapshot["tables"],
-            )
-            return None
-        checkpointed = self.job in get_catalog().jobs and self.manage_checkpoint
-        if checkpointed:
-            from ingest_core.recovery import recover
-
-            for action in recover(self.job):
-                self.log.warning("checkpoint recovery: %s", action)
-        _use_project_spark_submit()
-        self.application = job_application(self.job)
-        self.application_args = [str(arg) for arg in self.job_args]
-        self.conf = {**spark_submit_conf(self.job), **(self.conf or {})}
-        self.env_vars = {**job_environment(), **(self.env_vars or {})}
-        self._hook = None  # built from the fields above
-        result = super().execute(context)
-        if checkpointed:
-            self._backup()
-        if snapshot is not None:
-            # Input versions as of the run's start (what it surely processed), the job's own
-            # checkpoint as the run left it.
-            after = inputs_snapshot(self.job, [])
-            if "batches" in after:
-                snapshot["batches"] = after["batches"]
-            recorded.write_text(json.dumps(snapshot))
-        return result
-
-    def _backup(self) -> None:
-        from ingest_core.checkpoints import BackupError, backup
-        from ingest_core.recovery import prune
-
-        try:
-            info = backup(self.job)
-        except BackupError as error:  # e.g. nothing committed yet: nothing to protect
-            self.log.info("no checkpoint backup: %s", error)
-            return
-        self.log.info("checkpoint backup %s: %s", info.backup_id, info.describe())
-        removed = prune(self.job)
-        if removed:
-            self.log.info("retention removed backups %s", removed)
+#: Arguments of SparkSubmitHook that PlatformJobHook sets itself (application and Spark
+#: configuration of the job, the connection).
+_SET_BY_THE_HOOK = frozenset(
+    {"conf", "conn_id", "name", "application_args", "env_vars", "application"}
+)
 
 
 class LayerGateOperator(SparkJobOperator):

@@ -7,7 +7,6 @@ import logging
 from collections.abc import Mapping
 from typing import Any
 
-from ingest_core.catalog import get_catalog
 from ingest_platform import supervisor
 
 log = logging.getLogger(__name__)
@@ -44,18 +43,17 @@ def act(job: str, params: Mapping[str, Any]) -> str:
     """
     from airflow.sdk.exceptions import AirflowSkipException
 
-    from ingest_platform.operators import job_environment, spark_submit_command
+    from ingest_platform.hooks import StreamingJobHook
 
     action, jobs = validate_params(params)
     if job not in jobs:
         raise AirflowSkipException(f"{job} is not among this run's jobs {jobs}")
+    hook = StreamingJobHook(job)
     if action == "stop":
-        outcome = supervisor.stop(job)
+        outcome = hook.stop()
     else:
         if action == "start":
-            supervisor.enable(job)
-        trigger = get_catalog().job(job).default_trigger
-        command = spark_submit_command(job, ["--trigger", trigger])
-        outcome = supervisor.supervise(job, command, env=job_environment(), echo=log.info)
+            hook.enable()
+        outcome = hook.supervise(echo=log.info)
     log.info(outcome)
     return outcome

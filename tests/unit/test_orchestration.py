@@ -1,5 +1,5 @@
-"""The DAGs' wiring, the operators' spark-submit command and the supervisor's parameters
-(no services: DagBag parsing and command building only)."""
+"""The DAGs' wiring and the supervisor's parameters (no services: DagBag parsing only; the
+spark-submit the operators run is tested in test_hooks.py)."""
 
 from __future__ import annotations
 
@@ -81,26 +81,6 @@ def test_streaming_supervisor_has_one_task_per_always_on_job(dagbag) -> None:
     assert set(dag.task_ids) == {f"supervise_{job}" for job in always_on_jobs()}
     assert set(always_on_jobs()) == {"bronze_ingest", "payment_alerts"}
     assert dag.params["action"] == "supervise"
-
-
-def test_spark_submit_command_follows_the_connection(monkeypatch) -> None:
-    from ingest_platform.operators import spark_submit_command
-
-    monkeypatch.setenv("AIRFLOW_CONN_SPARK_DEFAULT", '{"conn_type": "spark", "host": "local[*]"}')
-    local = spark_submit_command("bronze_ingest", ["--trigger", "processing-time=10 seconds"])
-    assert local[local.index("--master") + 1] == "local[*]"
-    assert local[-3:] == [
-        str(Path("spark_jobs/bronze_ingest.py").resolve()),
-        "--trigger",
-        "processing-time=10 seconds",
-    ]
-    assert not any(part.startswith("spark.master=") for part in local)
-    monkeypatch.setenv(
-        "AIRFLOW_CONN_SPARK_DEFAULT",
-        '{"conn_type": "spark", "host": "spark://10.0.0.5", "port": 7077}',
-    )
-    cluster = spark_submit_command("silver_refine", [])
-    assert cluster[cluster.index("--master") + 1] == "spark://10.0.0.5:7077"
 
 
 def test_unknown_job_or_layer_is_refused_when_the_dag_is_parsed() -> None:

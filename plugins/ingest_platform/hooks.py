@@ -1,0 +1,423 @@
+"""Hooks of the platform: what the operators and the streaming supervisor task do, over the
+Spark provider's :class:`~airflow.providers.apache.spark.hooks.spark_submit.SparkSubmitHook`
+(its public API only: the constructor and ``submit(application)``).
+
+* :class:`PlatformJobHook`: one ``spark-submit`` of a platform job on a connection
+  (``spark_default``: ``local[*]`` embedded, ``spark://host:7077`` on a cluster), with the
+  platform's Spark configuration and driver environment, and the work around it: the
+  "inputs unchanged" check, checkpoint recovery before the run, a verified checkpoint backup
+  after it. :class:`~ingest_platform.operators.SparkJobOperator` delegates to it.
+* :class:`StreamingJobHook`: an always-on job (start detached, heartbeat, running or not,
+  stop), over :mod:`ingest_platform.supervisor`. A detached start runs
+  ``python -m ingest_platform.hooks submit <job> ...`` in a session of its own: that
+  launcher submits the job through :class:`PlatformJobHook` (so through
+  ``SparkSubmitHook.submit``) and outlives the Airflow task, like the driver it waits for.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import logging
+import os
+import re
+import sys
+from collections.abc import Callable, Mapping, Sequence
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+from airflow.sdk import BaseHook
+
+if TYPE_CHECKING:
+    from airflow.providers.apache.spark.hooks.spark_submit import SparkSubmitHook
+
+    from ingest_platform.supervisor import JobStatus
+
+#: The module a detached start runs (``python -m``): see :func:`main`.
+LAUNCHER_MODULE = "ingest_platform.hooks"
+
+
+def job_environment() -> dict[str, str]:
+    """Environment of a job's driver: the interpreter that has this project installed (for
+    the driver and the Python workers), loopback for Spark, UTC."""
+    return {
+        "PYSPARK_PYTHON": sys.executable,
+        "PYSPARK_DRIVER_PYTHON": sys.executable,
+        "SPARK_LOCAL_IP": os.environ.get("SPARK_LOCAL_IP", "127.0.0.1"),
+        "TZ": "UTC",
+    }
+
+
+def use_project_spark_submit() -> None:
+    """Put this interpreter's ``bin`` first on ``PATH``: the provider runs "spark-submit"
+    from ``PATH``, and it must be the one beside this interpreter (pyspark's, same version as
+    the jobs), not whatever else ``PATH`` offers."""
+    bin_dir = str(Path(sys.executable).parent)
+    path = os.environ.get("PATH", "")
+    if not path.startswith(bin_dir + os.pathsep):
+        os.environ["PATH"] = bin_dir + os.pathsep + path
+
+
+def inputs_snapshot(
+    job: str, inputs: Sequence[str], input_jobs: Sequence[str] = ()
+) -> dict[str, Any]:
+    """What a scheduled job's run depends on, cheaply read without Spark: the Delta version
+    of each input table, the newest committed batch of each of the job's checkpoint folders
+    (a restore or reset changes it), and for ``silver_refine`` the landing files (name,
+    size, modification time) it loads customers from.
+
+    :param inputs: catalog table names the job reads.
+    :param input_jobs: other jobs whose checkpoint progress the job depends on (the late
+        corrections follow ``gold_aggregate``'s watermark).
+    :returns: a JSON-serialisable dict; equal snapshots mean nothing new to process.
+    """
+    from ingest_core.catalog import get_catalog
+    from ingest_core.checkpoint_health import query_dirs
+    from ingest_core.delta_tables import delta_version, last_committed_batch
+    from ingest_core.settings import get_settings
+
+    settings, catalog = get_settings(), get_catalog()
+    snapshot: dict[str, Any] = {
+        "tables": {t: delta_version(catalog.table(t).path(settings)) for t in inputs}
+    }
+    if job in catalog.jobs:
+        folders = query_dirs(catalog.job(job).checkpoint(settings))
+        snapshot["batches"] = {name: last_committed_batch(f) for name, f in folders.items()}
+    for other in input_jobs:
+        folders = query_dirs(catalog.job(other).checkpoint(settings))
+        snapshot[f"{other}.batches"] = {n: last_committed_batch(f) for n, f in folders.items()}
+    if job == "silver_refine":
+        landing = settings.storage.landing_path
+        files = sorted(p for p in landing.rglob("*") if p.is_file()) if landing.is_dir() else []
+        snapshot["landing"] = [
+            [str(p.relative_to(landing)), p.stat().st_size, p.stat().st_mtime_ns] for p in files
+        ]
+    return snapshot
+
+
+def _application(job: str) -> str:
+    from ingest_platform.operators import job_application
+
+    return job_application(job)
+
+
+class PlatformJobHook(BaseHook):
+    """``spark-submit`` one platform job through the Spark provider's ``SparkSubmitHook``.
+
+    :param job: a platform job (``silver_refine``, ``bronze_ingest``...).
+    :param job_args: the job's command-line arguments (``--trigger available-now``...).
+    :param conn_id: the Spark connection (master, deploy mode, binary).
+    :param conf: Spark properties over the platform's own (:func:`spark_jobs.session.
+        spark_submit_conf`).
+    :param env_vars: driver environment over :func:`job_environment`.
+    :param inputs: catalog tables the job reads; when given, :meth:`run` skips Spark while
+        :func:`inputs_snapshot` equals the one recorded at the last successful run's start.
+    :param input_jobs: jobs whose checkpoint progress counts as input.
+    :param manage_checkpoint: repair the job's checkpoint before the run and back it up
+        after (off for jobs on staging checkpoints).
+    :param submit_options: more ``SparkSubmitHook`` constructor arguments (``files``,
+        ``executor_memory``, ``post_submit_commands``...).
+    :raises ValueError: unknown ``job``.
+    """
+
+    conn_name_attr = "conn_id"
+    default_conn_name = "spark_default"
+    conn_type = "spark"
+    hook_name = "Platform Spark job"
+
+    def __init__(
+        self,
+        job: str,
+        job_args: Sequence[Any] = (),
+        *,
+        conn_id: str = default_conn_name,
+        conf: Mapping[str, Any] | None = None,
+        env_vars: Mapping[str, Any] | None = None,
+        name: str | None = None,
+        inputs: Sequence[str] = (),
+        input_jobs: Sequence[str] = (),
+        manage_checkpoint: bool = True,
+        submit_options: Mapping[str, Any] | None = None,
+    ) -> None:
+        super().__init__()
+        self.application = _application(job)  # refuses an unknown job
+        self.job = job
+        self.job_args = [str(arg) for arg in job_args]
+        self.conn_id = conn_id
+        self.conf = dict(conf or {})
+        self.env_vars = dict(env_vars or {})
+        self.name = name or job
+        self.inputs = list(inputs)
+        self.input_jobs = list(input_jobs)
+        self.manage_checkpoint = manage_checkpoint
+        self.submit_options = dict(submit_options or {})
+
+    def get_conn(self) -> Any:
+        """The Spark connection (:class:`airflow.sdk.Connection`).
+
+        :raises airflow.exceptions.AirflowNotFoundException: it is not defined.
+        """
+        return self.get_connection(self.conn_id)
+
+    def spark_submit_hook(self) -> SparkSubmitHook:
+        """The provider's hook for this job: the platform's Spark configuration (jars,
+        Delta, shuffle partitions) under ``conf``, the driver environment under
+        ``env_vars``, the job's arguments; master and deploy mode from ``conn_id``.
+
+        :raises airflow.exceptions.AirflowNotFoundException: the connection is not defined.
+        :raises spark_jobs.session.MissingJarsError: the Maven jars are missing.
+        """
+        from airflow.providers.apache.spark.hooks.spark_submit import SparkSubmitHook
+
+        from spark_jobs.session import spark_submit_conf
+
+        use_project_spark_submit()
+        return SparkSubmitHook(
+            **self.submit_options,
+            conf={**spark_submit_conf(self.job), **self.conf},
+            conn_id=self.conn_id,
+            name=self.name,
+            application_args=list(self.job_args),
+            env_vars={**job_environment(), **self.env_vars},
+        )
+
+    def submit(self) -> str | None:
+        """Run ``spark-submit`` and wait for it (the output goes to this hook's log).
+
+        :returns: the driver id the provider reports (None in client mode).
+        :raises airflow.exceptions.AirflowException: spark-submit failed (the provider's
+            message: the masked command, the exit code, the log's tail).
+        """
+        return self.spark_submit_hook().submit(self.application)
+
+    def _inputs_file(self) -> Path:
+        from ingest_core.runtime_files import runtime_files
+
+        return runtime_files(self.job).folder / "inputs.json"
+
+    def run(self) -> bool:
+        """Repair a damaged checkpoint, spark-submit the job, then back up its checkpoint.
+
+        For a job with a checkpoint (declared in ``include/pipeline.yaml``) and
+        ``manage_checkpoint``: before the run, :func:`ingest_core.recovery.recover` repairs
+        crash leftovers (logged, audited); after a successful run, a verified backup is taken
+        and retention applied. With ``inputs``, Spark is not started when nothing changed
+        since the last successful run ("inputs unchanged" is logged).
+
+        :returns: False when skipped (inputs unchanged), True when the job ran.
+        :raises airflow.exceptions.AirflowException: spark-submit failed (no backup, no
+            inputs record: the next run tries again).
+        """
+        from ingest_core.catalog import get_catalog
+
+        snapshot = inputs_snapshot(self.job, self.inputs, self.input_jobs) if self.inputs else None
+        recorded = self._inputs_file()
+        if (
+            snapshot is not None
+            and recorded.exists()
+            and json.loads(recorded.read_text()) == snapshot
+        ):
+            self.log.info(
+                "%s: inputs unchanged since its last successful run (%s): nothing to "
+                "process, Spark not started",
+                self.job,
+                snapshot["tables"],
+            )
+            return False
+        checkpointed = self.job in get_catalog().jobs and self.manage_checkpoint
+        if checkpointed:
+            from ingest_core.recovery import recover
+
+            for action in recover(self.job):
+                self.log.warning("checkpoint recovery: %s", action)
+        self.submit()
+        if checkpointed:
+            self.backup()
+        if snapshot is not None:
+            # Input versions as of the run's start (what it surely processed), the job's own
+            # checkpoint as the run left it.
+            after = inputs_snapshot(self.job, [])
+            if "batches" in after:
+                snapshot["batches"] = after["batches"]
+            recorded.write_text(json.dumps(snapshot))
+        return True
+
+    def backup(self) -> None:
+        """Take a verified backup of the job's checkpoint and apply retention; a checkpoint
+        with nothing committed yet is logged, not an error."""
+        from ingest_core.checkpoints import BackupError, backup
+        from ingest_core.recovery import prune
+
+        try:
+            info = backup(self.job)
+        except BackupError as error:  # e.g. nothing committed yet: nothing to protect
+            self.log.info("no checkpoint backup: %s", error)
+            return
+        self.log.info("checkpoint backup %s: %s", info.backup_id, info.describe())
+        removed = prune(self.job)
+        if removed:
+            self.log.info("retention removed backups %s", removed)
+
+
+class StreamingJobHook(BaseHook):
+    """An always-on job (``mode: always_on``) kept running by the supervisor task.
+
+    :param job: an always-on job (``bronze_ingest``, ``payment_alerts``).
+    :param job_args: the job's arguments; default ``--trigger <its default trigger>``.
+    :param conn_id: the Spark connection its ``spark-submit`` uses.
+    :raises ValueError: ``job`` is not an always-on job.
+    """
+
+    conn_name_attr = "conn_id"
+    default_conn_name = "spark_default"
+    conn_type = "spark"
+    hook_name = "Platform always-on job"
+
+    def __init__(
+        self, job: str, job_args: Sequence[str] | None = None, *, conn_id: str = default_conn_name
+    ) -> None:
+        super().__init__()
+        from ingest_core.catalog import get_catalog
+        from ingest_platform.supervisor import always_on_jobs
+
+        if job not in always_on_jobs():
+            raise ValueError(f"{job!r} is not an always-on job; always-on jobs: {always_on_jobs()}")
+        self.job = job
+        if job_args is None:
+            job_args = ["--trigger", get_catalog().job(job).default_trigger]
+        self.job_args = list(job_args)
+        self.conn_id = conn_id
+
+    def get_conn(self) -> Any:
+        """The Spark connection (:class:`airflow.sdk.Connection`).
+
+        :raises airflow.exceptions.AirflowNotFoundException: it is not defined.
+        """
+        return self.get_connection(self.conn_id)
+
+    def command(self) -> list[str]:
+        """The detached launcher's command line: ``python -m ingest_platform.hooks submit``
+        with the job, connection and arguments (see :func:`main`)."""
+        return [
+            sys.executable,
+            "-m",
+            LAUNCHER_MODULE,
+            "submit",
+            self.job,
+            "--conn-id",
+            self.conn_id,
+            "--",
+            *self.job_args,
+        ]
+
+    def environment(self) -> dict[str, str]:
+        """The launcher's extra environment: :func:`job_environment` and the connection,
+        resolved here (in the Airflow task) and passed as ``AIRFLOW_CONN_<ID>``: the
+        detached process has no channel to Airflow's connection store.
+
+        :raises airflow.exceptions.AirflowNotFoundException: the connection is not defined.
+        :raises spark_jobs.session.MissingJarsError: the Maven jars are missing (said here,
+            in the task, rather than in the detached launcher's log).
+        """
+        from spark_jobs.session import spark_submit_conf
+
+        spark_submit_conf(self.job)
+        return {
+            **job_environment(),
+            f"AIRFLOW_CONN_{self.conn_id.upper()}": self.get_conn().as_json(),
+        }
+
+    def supervise(self, echo: Callable[[str], None] = print) -> str:
+        """One supervision round (:func:`ingest_platform.supervisor.supervise`): healthy,
+        starting, restarted, or backed off.
+
+        :returns: what was done, one line.
+        :raises ingest_platform.supervisor.SupervisorError: the job keeps failing, or a
+            start failed.
+        """
+        from ingest_platform import supervisor
+
+        return supervisor.supervise(self.job, self.command(), env=self.environment(), echo=echo)
+
+    def start(self, wait_s: float | None = None) -> int:
+        """Start the job detached and wait (``wait_s`` seconds, see
+        :func:`ingest_platform.supervisor.start`) until its driver holds its checkpoint lock.
+
+        :returns: the driver's pid.
+        :raises ingest_platform.supervisor.SupervisorError: it already runs, exited, or did
+            not take the lock in time.
+        """
+        from ingest_platform import supervisor
+
+        return supervisor.start(self.job, self.command(), env=self.environment(), wait_s=wait_s)
+
+    def enable(self) -> None:
+        """Re-enable the job after an operator's stop; forget its restart history."""
+        from ingest_platform import supervisor
+
+        supervisor.enable(self.job)
+
+    def stop(self, disable: bool = True) -> str:
+        """Stop the job between micro-batches (terminate it after
+        ``supervisor.stop_timeout_s`` + 30 seconds) and, by default, disable it.
+
+        :returns: what happened, one line.
+        """
+        from ingest_platform import supervisor
+
+        return supervisor.stop(self.job, disable=disable)
+
+    def status(self) -> JobStatus:
+        """Running or not, its pid, disabled or not, its heartbeat and the heartbeat's age."""
+        from ingest_platform import supervisor
+
+        return supervisor.status(self.job)
+
+    def is_running(self) -> bool:
+        """Whether a live driver of the job holds its checkpoint lock."""
+        from ingest_platform import supervisor
+
+        return supervisor.driver_pid(self.job) is not None
+
+    def heartbeat(self) -> dict[str, Any] | None:
+        """The job's heartbeat JSON (None before its first), see
+        :class:`spark_jobs.streaming_runtime.HeartbeatListener`."""
+        return self.status().heartbeat
+
+
+def _exit_code(error: BaseException) -> int:
+    # The provider's failure message carries spark-submit's exit code ("Error code is: N."):
+    # the launcher exits with it, as the driver would have without the launcher.
+    found = re.search(r"Error code is: (\d+)", str(error))
+    return int(found.group(1)) if found and int(found.group(1)) else 1
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    """``python -m ingest_platform.hooks submit <job> [--conn-id ID] -- <job args>``: the
+    detached launcher of an always-on job. Submits it through :class:`PlatformJobHook`
+    (checkpoint work is the supervisor's) with spark-submit's output on stdout, and waits.
+
+    :returns: 0 when spark-submit succeeded, else its exit code (1 when unknown).
+    """
+    from airflow.sdk.exceptions import AirflowException
+
+    parser = argparse.ArgumentParser(prog=f"python -m {LAUNCHER_MODULE}")
+    commands = parser.add_subparsers(dest="command", required=True)
+    submit = commands.add_parser("submit", help="spark-submit a job and wait for it")
+    submit.add_argument("job")
+    submit.add_argument("--conn-id", default=PlatformJobHook.default_conn_name)
+    submit.add_argument("job_args", nargs=argparse.REMAINDER)
+    args = parser.parse_args(argv)
+    job_args = args.job_args[1:] if args.job_args[:1] == ["--"] else args.job_args
+    logging.basicConfig(level=logging.INFO, stream=sys.stdout, format="%(message)s")
+    hook = PlatformJobHook(args.job, job_args, conn_id=args.conn_id, manage_checkpoint=False)
+    try:
+        hook.submit()
+    except AirflowException as error:
+        print(f"{args.job}: {error}", file=sys.stderr)
+        return _exit_code(error)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

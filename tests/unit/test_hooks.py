@@ -1,0 +1,248 @@
+"""The platform's hooks over the Spark provider's SparkSubmitHook: what they submit (a fake
+``spark-submit`` records its arguments, or ``SparkSubmitHook.submit`` is mocked), failures
+that propagate, and the pre/post-submit work (inputs check, recovery, backup)."""
+
+from __future__ import annotations
+
+import json
+import sys
+from pathlib import Path
+from unittest import mock
+
+import pytest
+
+pytestmark = pytest.mark.unit
+
+LOCAL = '{"conn_type": "spark", "host": "local[*]"}'
+CLUSTER = '{"conn_type": "spark", "host": "spark://10.0.0.5", "port": 7077}'
+
+#: Stands in for spark-submit: writes its arguments (one per line) and exits with $FAKE_RC.
+FAKE_SPARK_SUBMIT = """#!/bin/sh
+printf '%s\\n' "$@" > "$FAKE_ARGS"
+echo "fake spark-submit output"
+exit "${FAKE_RC:-0}"
+"""
+
+
+@pytest.fixture
+def fake_spark_submit(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
+    """A ``spark-submit`` beside a fake interpreter path (the hooks run the one beside
+    ``sys.executable``); returns the file its arguments land in."""
+    bin_dir = tmp_path / "bin"
+    bin_dir.mkdir()
+    script = bin_dir / "spark-submit"
+    script.write_text(FAKE_SPARK_SUBMIT)
+    script.chmod(0o755)
+    monkeypatch.setattr(sys, "executable", str(bin_dir / "python"))
+    monkeypatch.setenv("PATH", f"{bin_dir}:/usr/bin:/bin")
+    monkeypatch.setenv("FAKE_ARGS", str(tmp_path / "args"))
+    monkeypatch.setenv("AIRFLOW_CONN_SPARK_DEFAULT", LOCAL)
+    return tmp_path / "args"
+
+
+def test_platform_job_hook_submits_the_job_on_the_connection(
+    fake_spark_submit: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from ingest_platform.hooks import PlatformJobHook
+
+    PlatformJobHook("bronze_ingest", ["--trigger", "processing-time=10 seconds"]).submit()
+    local = fake_spark_submit.read_text().splitlines()
+    assert local[local.index("--master") + 1] == "local[*]"
+    assert local[local.index("--name") + 1] == "bronze_ingest"
+    assert local[-3:] == [
+        str(Path("spark_jobs/bronze_ingest.py").resolve()),
+        "--trigger",
+        "processing-time=10 seconds",
+    ]
+    assert not any(part.startswith("spark.master=") for part in local)
+    assert "spark.sql.extensions=io.delta.sql.DeltaSparkSessionExtension" in local
+    monkeypatch.setenv("AIRFLOW_CONN_SPARK_DEFAULT", CLUSTER)
+    PlatformJobHook("silver_refine").submit()
+    cluster = fake_spark_submit.read_text().splitlines()
+    assert cluster[cluster.index("--master") + 1] == "spark://10.0.0.5:7077"
+    assert cluster[-1] == str(Path("spark_jobs/silver_refine.py").resolve())
+
+
+def test_a_failed_spark_submit_propagates(
+    fake_spark_submit: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from airflow.sdk.exceptions import AirflowException
+
+    from ingest_platform.hooks import PlatformJobHook, main
+
+    monkeypatch.setenv("FAKE_RC", "3")
+    with pytest.raises(AirflowException, match="Error code is: 3"):
+        PlatformJobHook("silver_refine").submit()
+    # The detached launcher exits with spark-submit's code.
+    assert main(["submit", "bronze_ingest", "--", "--trigger", "available-now"]) == 3
+    assert fake_spark_submit.read_text().splitlines()[-2:] == ["--trigger", "available-now"]
+
+
+def test_submit_goes_through_the_providers_public_submit(monkeypatch) -> None:
+    from airflow.providers.apache.spark.hooks.spark_submit import SparkSubmitHook
+
+    from ingest_platform.hooks import PlatformJobHook
+
+    monkeypatch.setenv("AIRFLOW_CONN_SPARK_DEFAULT", LOCAL)
+    with mock.patch.object(SparkSubmitHook, "submit", autospec=True) as submit:
+        submit.return_value = None
+        hook = PlatformJobHook(
+            "gold_aggregate",
+            ["--trigger", "available-now"],
+            conf={"spark.sql.shuffle.partitions": "3"},
+            env_vars={"EXTRA": "1"},
+        )
+        hook.submit()
+    (provider_hook, application), _ = submit.call_args
+    assert application == str(Path("spark_jobs/gold_aggregate.py").resolve())
+    assert isinstance(provider_hook, SparkSubmitHook)
+    failing = mock.patch.object(SparkSubmitHook, "submit", side_effect=RuntimeError("boom"))
+    with failing, pytest.raises(RuntimeError, match="boom"):
+        hook.submit()
+
+
+def test_the_provider_hook_gets_the_platform_conf_and_environment(monkeypatch) -> None:
+    from ingest_platform import hooks
+    from spark_jobs.session import spark_submit_conf
+
+    provider = mock.MagicMock()
+    monkeypatch.setattr(
+        "airflow.providers.apache.spark.hooks.spark_submit.SparkSubmitHook", provider
+    )
+    hooks.PlatformJobHook(
+        "gold_aggregate",
+        ["--trigger", "available-now"],
+        conf={"spark.sql.shuffle.partitions": "3"},
+        env_vars={"EXTRA": "1"},
+        submit_options={"executor_memory": "2g"},
+    ).submit()
+    kwargs = provider.call_args.kwargs
+    assert kwargs["conf"] == {
+        **spark_submit_conf("gold_aggregate"),
+        "spark.sql.shuffle.partitions": "3",
+    }
+    assert kwargs["conn_id"] == "spark_default"
+    assert kwargs["name"] == "gold_aggregate"
+    assert kwargs["application_args"] == ["--trigger", "available-now"]
+    assert kwargs["env_vars"] == {**hooks.job_environment(), "EXTRA": "1"}
+    assert kwargs["executor_memory"] == "2g"
+    provider.return_value.submit.assert_called_once_with(
+        str(Path("spark_jobs/gold_aggregate.py").resolve())
+    )
+
+
+def test_unknown_job_is_refused() -> None:
+    from ingest_platform.hooks import PlatformJobHook, StreamingJobHook
+
+    with pytest.raises(ValueError, match="unknown job 'silver_refined'"):
+        PlatformJobHook("silver_refined")
+    with pytest.raises(ValueError, match="'silver_refine' is not an always-on job"):
+        StreamingJobHook("silver_refine")
+
+
+@pytest.fixture
+def home(tmp_path: Path, monkeypatch: pytest.MonkeyPatch):
+    from ingest_core.settings import get_settings
+
+    monkeypatch.setenv("INGEST_HOME", str(tmp_path))
+    get_settings.cache_clear()
+    yield tmp_path
+    get_settings.cache_clear()
+
+
+def test_run_recovers_submits_backs_up_and_skips_unchanged_inputs(home, monkeypatch) -> None:
+    from ingest_core import checkpoints, recovery
+    from ingest_core.catalog import get_catalog
+    from ingest_platform.hooks import PlatformJobHook
+
+    calls: list[str] = []
+    monkeypatch.setattr(recovery, "recover", lambda job: calls.append(f"recover {job}") or [])
+    monkeypatch.setattr(recovery, "prune", lambda job: [])
+
+    def backup(job: str):
+        calls.append(f"backup {job}")
+        raise checkpoints.BackupError("nothing committed yet")
+
+    monkeypatch.setattr(checkpoints, "backup", backup)
+    monkeypatch.setattr(PlatformJobHook, "submit", lambda self: calls.append("submit"))
+    log = get_catalog().table("bronze_events").path() / "_delta_log"
+    log.mkdir(parents=True)
+    (log / f"{0:020d}.json").write_text("{}")
+    hook = PlatformJobHook("silver_refine", inputs=["bronze_events"])
+    assert hook.run() is True
+    assert calls == ["recover silver_refine", "submit", "backup silver_refine"]
+    recorded = json.loads(hook._inputs_file().read_text())
+    assert recorded["tables"] == {"bronze_events": 0}
+    assert hook.run() is False  # nothing new: Spark not started
+    assert calls == ["recover silver_refine", "submit", "backup silver_refine"]
+    staged = PlatformJobHook("silver_refine", manage_checkpoint=False)
+    staged.run()
+    assert calls[3:] == ["submit"]  # no recovery, no backup
+
+
+def test_a_failed_run_takes_no_backup_and_records_no_inputs(home, monkeypatch) -> None:
+    from airflow.sdk.exceptions import AirflowException
+
+    from ingest_core import checkpoints, recovery
+    from ingest_platform.hooks import PlatformJobHook
+
+    monkeypatch.setattr(recovery, "recover", lambda job: [])
+    monkeypatch.setattr(checkpoints, "backup", mock.Mock(side_effect=AssertionError))
+
+    def fail(self) -> None:
+        raise AirflowException("Cannot execute: spark-submit. Error code is: 1.")
+
+    monkeypatch.setattr(PlatformJobHook, "submit", fail)
+    hook = PlatformJobHook("silver_refine", inputs=["bronze_events"])
+    with pytest.raises(AirflowException, match="Error code is: 1"):
+        hook.run()
+    assert not hook._inputs_file().exists()
+
+
+def test_operator_execute_delegates_to_the_hook(monkeypatch) -> None:
+    from ingest_platform.hooks import PlatformJobHook
+    from ingest_platform.operators import SparkJobOperator
+
+    task = SparkJobOperator(
+        task_id="t",
+        job="gold_aggregate",
+        job_args=["--trigger", "available-now"],
+        inputs=["silver_payments"],
+        conn_id="spark_cluster",
+        executor_memory="2g",
+        env_vars={"EXTRA": "1"},
+    )
+    ran: list[PlatformJobHook] = []
+    monkeypatch.setattr(PlatformJobHook, "run", lambda self: ran.append(self) or True)
+    assert task.execute({}) is None
+    (hook,) = ran
+    assert (hook.job, hook.job_args, hook.conn_id) == (
+        "gold_aggregate",
+        ["--trigger", "available-now"],
+        "spark_cluster",
+    )
+    assert hook.inputs == ["silver_payments"]
+    assert hook.env_vars == {"EXTRA": "1"}
+    assert hook.submit_options == {"executor_memory": "2g"}
+    assert hook.manage_checkpoint is True
+    assert "job_args" in SparkJobOperator.template_fields
+
+
+def test_streaming_hook_launches_the_job_through_the_platform_hook(monkeypatch) -> None:
+    from ingest_platform.hooks import StreamingJobHook
+
+    monkeypatch.setenv("AIRFLOW_CONN_SPARK_DEFAULT", CLUSTER)
+    hook = StreamingJobHook("bronze_ingest")
+    command = hook.command()
+    assert command[:4] == [sys.executable, "-m", "ingest_platform.hooks", "submit"]
+    assert command[4:] == [
+        "bronze_ingest",
+        "--conn-id",
+        "spark_default",
+        "--",
+        "--trigger",
+        "processing-time=10 seconds",
+    ]
+    env = hook.environment()
+    assert json.loads(env["AIRFLOW_CONN_SPARK_DEFAULT"]) == json.loads(CLUSTER)
+    assert env["PYSPARK_PYTHON"] == sys.executable

@@ -1,4 +1,9 @@
-"""One running driver per checkpoint: a lock held by the driver process.
+"""File locks (``flock``), and one running driver per checkpoint: a lock held by the driver
+process.
+
+:func:`file_lock` is the platform's one ``flock`` helper (exclusive or shared, blocking or
+not); the checkpoint lock, the supervisor's per-job lock, the broker's up/down lock and the
+replay's dimension-file lock all use it.
 
 The lock is an exclusive ``flock`` on ``.<checkpoint name>.lock`` beside the checkpoint
 folder (not inside it: the checkpoint's content is Spark's). The kernel releases it when the
@@ -9,11 +14,37 @@ instead of corrupting the checkpoint.
 
 from __future__ import annotations
 
+import contextlib
 import fcntl
 import os
 from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
+from typing import IO
+
+
+@contextmanager
+def file_lock(
+    path: Path, *, blocking: bool = True, shared: bool = False, mode: str = "a+"
+) -> Iterator[IO[str]]:
+    """Hold an ``flock`` on ``path`` for the duration of the ``with`` block.
+
+    The kernel releases it when the file closes (at the end of the block) or the process
+    dies, however it dies: a crashed holder never leaves a stale lock.
+
+    :param blocking: wait (without a time limit) while another process holds it; else fail
+        at once.
+    :param shared: a shared lock (several holders, no exclusive one) instead of exclusive.
+    :param mode: how ``path`` is opened; the default ``a+`` creates it, ``r`` does not.
+    :returns: the open file (to read or write what the holder records in it).
+    :raises BlockingIOError: ``blocking`` is False and the lock is held (by another process
+        or another open file of this one).
+    :raises OSError: ``path`` cannot be opened (missing with ``mode="r"``).
+    """
+    operation = (fcntl.LOCK_SH if shared else fcntl.LOCK_EX) | (0 if blocking else fcntl.LOCK_NB)
+    with open(path, mode) as handle:
+        fcntl.flock(handle, operation)
+        yield handle  # closing the file releases the flock
 
 
 class CheckpointBusyError(RuntimeError):
@@ -37,14 +68,11 @@ def checkpoint_lock(checkpoint: Path) -> Iterator[Path]:
     checkpoint = Path(checkpoint)
     checkpoint.parent.mkdir(parents=True, exist_ok=True)
     path = lock_path(checkpoint)
-    handle = open(path, "a+")  # noqa: SIM115 - held open for the whole block
-    held = False
-    try:
+    with contextlib.ExitStack() as stack:
         try:
-            fcntl.flock(handle, fcntl.LOCK_EX | fcntl.LOCK_NB)
+            handle = stack.enter_context(file_lock(path, blocking=False))
         except BlockingIOError:
-            handle.seek(0)
-            holder = handle.read().strip() or "unknown"
+            holder = _recorded_pid(path) or "unknown"
             raise CheckpointBusyError(
                 f"checkpoint {checkpoint} is in use by another driver (pid {holder}); one "
                 "query per checkpoint: wait for it to finish or stop it first"
@@ -53,15 +81,20 @@ def checkpoint_lock(checkpoint: Path) -> Iterator[Path]:
         handle.truncate()
         handle.write(f"{os.getpid()}\n")
         handle.flush()
-        held = True
-        yield path
-    finally:
-        if held:
+        try:
+            yield path
+        finally:
             # No stale pid once released: a repair's or a finished driver's pid left behind
             # reads as "held by pid N" to anyone who trusts the file alone.
             handle.seek(0)
             handle.truncate()
-        handle.close()  # closing releases the flock
+
+
+def _recorded_pid(path: Path) -> str:
+    try:
+        return path.read_text().strip()
+    except OSError:
+        return ""
 
 
 def lock_holder(checkpoint: Path) -> int | None:
@@ -73,14 +106,10 @@ def lock_holder(checkpoint: Path) -> int | None:
     """
     path = lock_path(Path(checkpoint))
     try:
-        handle = open(path)  # noqa: SIM115 - closed below
-    except OSError:
-        return None
-    with handle:
-        try:
-            fcntl.flock(handle, fcntl.LOCK_SH | fcntl.LOCK_NB)
-        except BlockingIOError:
-            text = handle.read().strip()
-            return int(text) if text.isdigit() else 0
-        fcntl.flock(handle, fcntl.LOCK_UN)
+        with file_lock(path, blocking=False, shared=True, mode="r"):
+            return None
+    except BlockingIOError:
+        text = _recorded_pid(path)
+        return int(text) if text.isdigit() else 0
+    except OSError:  # no lock file: nobody ever held it
         return None

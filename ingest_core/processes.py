@@ -1,4 +1,14 @@
-"""Stopping child processes that were started in a process group of their own."""
+"""Finding, watching and stopping processes (on psutil): the one place of the platform that
+signals processes.
+
+* :func:`command_line`, :func:`is_alive`: what a pid runs, whether it still runs (a zombie
+  does not).
+* :func:`stop_process`: SIGTERM one process, SIGKILL it after a grace period.
+* :func:`stop_group`: SIGTERM a process group (and a pid in it), SIGKILL what outlives the
+  grace period.
+* :func:`stop_process_group`: the same for a ``subprocess.Popen`` started with
+  ``start_new_session=True``.
+"""
 
 from __future__ import annotations
 
@@ -6,6 +16,79 @@ import contextlib
 import os
 import signal
 import subprocess
+from collections.abc import Callable
+
+import psutil
+
+from ingest_core.waiting import wait_until
+
+
+def command_line(pid: int) -> str | None:
+    """The command line of ``pid``, arguments joined by spaces; ``""`` for a zombie (it has
+    none), None when there is no such process or it may not be read."""
+    try:
+        process = psutil.Process(pid)
+        if process.status() == psutil.STATUS_ZOMBIE:
+            return ""
+        return " ".join(process.cmdline())
+    except psutil.ZombieProcess:
+        return ""
+    except (psutil.NoSuchProcess, psutil.AccessDenied):
+        return None
+
+
+def is_alive(pid: int) -> bool:
+    """Whether ``pid`` is a running process (a zombie, dead but not reaped, is not)."""
+    try:
+        return psutil.Process(pid).status() != psutil.STATUS_ZOMBIE
+    except psutil.NoSuchProcess:
+        return False
+
+
+def stop_process(pid: int, grace_s: float = 20) -> None:
+    """SIGTERM ``pid``; SIGKILL it if it outlives ``grace_s`` seconds. A process that is
+    already gone is not an error.
+
+    :raises psutil.TimeoutExpired: it survived SIGKILL for 10 s.
+    """
+    try:
+        process = psutil.Process(pid)
+        process.terminate()
+        try:
+            process.wait(timeout=grace_s)
+        except psutil.TimeoutExpired:
+            process.kill()
+            process.wait(timeout=10)
+    except psutil.NoSuchProcess:
+        return
+
+
+def stop_group(
+    process_group: int | None,
+    pid: int | None = None,
+    grace_s: float = 20,
+    alive: Callable[[int], bool] = is_alive,
+) -> None:
+    """SIGTERM the process group ``process_group`` and ``pid`` (its main process, possibly
+    in another group); if ``pid`` is still ``alive`` after ``grace_s`` seconds, SIGKILL
+    both and wait ``grace_s`` seconds more. Without ``pid``, only SIGTERM is sent.
+
+    :param alive: whether ``pid`` is still the process meant (a caller may also check its
+        command line: a reused pid is not signalled).
+    """
+    for sig in (signal.SIGTERM, signal.SIGKILL):
+        if process_group:
+            with contextlib.suppress(ProcessLookupError, PermissionError):
+                os.killpg(process_group, sig)
+        if pid and alive(pid):
+            with contextlib.suppress(ProcessLookupError):
+                os.kill(pid, sig)
+        if not pid:
+            return
+        with contextlib.suppress(TimeoutError):
+            wait_until(lambda: not alive(pid), grace_s, 0.5, what=f"pid {pid} to exit")
+        if not alive(pid):
+            return
 
 
 def stop_process_group(process: subprocess.Popen[bytes], grace_s: float = 20) -> None:

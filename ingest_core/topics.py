@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import contextlib
-import time
 from collections.abc import Iterable
 from typing import TYPE_CHECKING, Any
 
@@ -94,12 +93,19 @@ def _partition_counts(admin: Any, topics: list[str], timeout_s: float = 30.0) ->
     """Describe ``topics`` until each has metadata (a new topic takes a moment to appear)."""
     from kafka.errors import KafkaTimeoutError
 
-    deadline = time.monotonic() + timeout_s
-    while True:
-        described = admin.describe_topics(topics)
-        if all(meta["error_code"] == 0 and meta["partitions"] for meta in described):
-            return {meta["name"]: len(meta["partitions"]) for meta in described}
-        if time.monotonic() > deadline:
-            pending = [meta["name"] for meta in described if meta["error_code"] != 0]
-            raise KafkaTimeoutError(f"no metadata for topics {pending} after {timeout_s:.0f} s")
-        time.sleep(0.2)
+    from ingest_core.waiting import wait_until
+
+    described: list[dict[str, Any]] = []
+
+    def described_all() -> bool:
+        described[:] = admin.describe_topics(topics)
+        return all(meta["error_code"] == 0 and meta["partitions"] for meta in described)
+
+    try:
+        wait_until(described_all, timeout_s, 0.2, what=f"metadata of topics {topics}")
+    except TimeoutError:
+        pending = [meta["name"] for meta in described if meta["error_code"] != 0]
+        raise KafkaTimeoutError(
+            f"no metadata for topics {pending} after {timeout_s:.0f} s"
+        ) from None
+    return {meta["name"]: len(meta["partitions"]) for meta in described}

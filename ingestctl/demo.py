@@ -10,12 +10,13 @@ address and where the admin password is.
 
 from __future__ import annotations
 
-import time
+import contextlib
 from collections.abc import Callable
 from dataclasses import dataclass
 from datetime import UTC, datetime
 
 from ingest_core.settings import PROJECT_ROOT, PlatformSettings
+from ingest_core.waiting import wait_until
 from ingestctl.producer import ProduceError
 
 #: Where the shared datasets sit relative to the repository (never copied into it).
@@ -124,13 +125,16 @@ def wait_for_bronze(
 
     :raises DemoError: not there within ``timeout_s`` (bronze_ingest's driver log named).
     """
-    deadline = time.monotonic() + timeout_s
     have = 0
-    while time.monotonic() < deadline:
+
+    def landed() -> bool:
+        nonlocal have
         have = table_rows(settings)["bronze_events"]
-        if have >= expected:
-            return have
-        time.sleep(5)
+        return have >= expected
+
+    with contextlib.suppress(TimeoutError):
+        wait_until(landed, timeout_s, 5, what=f"{expected} records in bronze_events")
+        return have
     log = settings.storage.state_path / "jobs" / "bronze_ingest" / "driver.log"
     raise DemoError(
         f"bronze_events holds {have} of {expected} records after {timeout_s:.0f} s; see {log}"
@@ -188,10 +192,10 @@ def run_demo(
     # Unpausing schedules the newest complete 15-minute interval at once (no catch-up):
     # that run refines what Bronze holds. Trigger one only if the scheduler made none.
     scheduled = None
-    deadline = time.monotonic() + 60
-    while scheduled is None and time.monotonic() < deadline:
-        scheduled = client.latest_run("medallion_incremental")
-        time.sleep(0 if scheduled else 3)
+    with contextlib.suppress(TimeoutError):
+        scheduled = wait_until(
+            lambda: client.latest_run("medallion_incremental"), 60, 3, what="a scheduled run"
+        )
     medallion_run = scheduled or client.trigger("medallion_incremental")
     echo(f"medallion_incremental: run {medallion_run} ...")
     state = client.wait_for_run(

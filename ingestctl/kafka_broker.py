@@ -19,13 +19,10 @@ from __future__ import annotations
 import base64
 import contextlib
 import errno
-import fcntl
 import os
 import shutil
-import signal
 import socket
 import subprocess
-import time
 import uuid
 from collections.abc import Iterator
 from dataclasses import dataclass
@@ -34,7 +31,10 @@ from string import Template
 
 import psutil
 
+from ingest_core.locks import file_lock
+from ingest_core.processes import is_alive, stop_process
 from ingest_core.settings import INCLUDE_DIR, KafkaSettings, jars_dir
+from ingest_core.waiting import wait_until
 
 SERVER_PROPERTIES_TEMPLATE = INCLUDE_DIR / "kafka" / "server.properties"
 LOG4J2_PROPERTIES = INCLUDE_DIR / "kafka" / "log4j2.properties"
@@ -248,12 +248,8 @@ class KafkaBroker:
     def _lock(self) -> Iterator[None]:
         """Serialize up/down across processes (two terminals, parallel test sessions)."""
         self.data_dir.mkdir(parents=True, exist_ok=True)
-        with open(self.data_dir / ".lock", "w") as handle:
-            fcntl.flock(handle, fcntl.LOCK_EX)
-            try:
-                yield
-            finally:
-                fcntl.flock(handle, fcntl.LOCK_UN)
+        with file_lock(self.data_dir / ".lock"):
+            yield
 
     def _own_process(self) -> psutil.Process | None:
         try:
@@ -350,16 +346,16 @@ class KafkaBroker:
         from kafka import KafkaAdminClient
         from kafka.errors import KafkaConfigurationError, KafkaError
 
-        deadline = time.monotonic() + self.settings.start_timeout_s
         last_error: Exception | None = None
-        while time.monotonic() < deadline:
-            if pid is None or not psutil.pid_exists(pid) or _is_zombie(pid):
+
+        def answers() -> bool:
+            nonlocal last_error
+            if pid is None or not is_alive(pid):
                 raise BrokerStartError(
                     f"the Kafka broker (pid {pid}) exited during start-up.\n{self.log_tail()}"
                 )
             if not _accepts_connections(self.settings.host, self.settings.port):
-                time.sleep(0.3)
-                continue
+                return False
             try:
                 admin = KafkaAdminClient(
                     bootstrap_servers=self.settings.bootstrap_servers,
@@ -368,14 +364,20 @@ class KafkaBroker:
                 )
                 try:
                     admin.describe_cluster()  # a metadata request
-                    return
+                    return True
                 finally:
                     admin.close()
             except KafkaConfigurationError:
                 raise
             except (KafkaError, OSError) as error:  # not up yet: connection refused, timeout
                 last_error = error
-                time.sleep(0.5)
+                return False
+
+        try:
+            wait_until(answers, self.settings.start_timeout_s, 0.3, what="the Kafka broker")
+            return
+        except TimeoutError:
+            pass
         raise BrokerStartError(
             f"the Kafka broker (pid {pid}) did not answer a metadata request on "
             f"{self.settings.bootstrap_servers} within {self.settings.start_timeout_s:.0f} s "
@@ -384,16 +386,7 @@ class KafkaBroker:
 
     @staticmethod
     def _terminate(pid: int, timeout_s: float) -> None:
-        try:
-            process = psutil.Process(pid)
-            process.send_signal(signal.SIGTERM)
-            try:
-                process.wait(timeout=timeout_s)
-            except psutil.TimeoutExpired:
-                process.kill()
-                process.wait(timeout=10)
-        except psutil.NoSuchProcess:
-            return
+        stop_process(pid, grace_s=timeout_s)
 
 
 def _accepts_connections(host: str, port: int) -> bool:
@@ -402,13 +395,6 @@ def _accepts_connections(host: str, port: int) -> bool:
             return True
     except OSError:
         return False
-
-
-def _is_zombie(pid: int) -> bool:
-    try:
-        return psutil.Process(pid).status() == psutil.STATUS_ZOMBIE
-    except psutil.NoSuchProcess:
-        return True
 
 
 #: How ``ingestctl`` users choose other broker ports (the end of :class:`PortInUseError`).

@@ -247,10 +247,19 @@ def _on_sigterm(handler: Callable[[], None]) -> Callable[[], None]:
 
 
 def _stop_between_batches(queries: list[StreamingQuery], timeout_s: float) -> None:
-    deadline = time.monotonic() + timeout_s
+    from ingest_core.waiting import wait_until
+
+    deadline = time.monotonic() + timeout_s  # one budget for all the queries
     for query in queries:
-        while query.isActive and query.status["isTriggerActive"]:
-            if time.monotonic() > deadline:
-                break  # stop anyway: the interrupted batch is replayed idempotently
-            time.sleep(0.2)
+
+        def between_batches(query: StreamingQuery = query) -> bool:
+            return not (query.isActive and query.status["isTriggerActive"])
+
+        with contextlib.suppress(TimeoutError):  # stop anyway: the batch is replayed idempotently
+            wait_until(
+                between_batches,
+                max(0.0, deadline - time.monotonic()),
+                0.2,
+                what="the query to be between micro-batches",
+            )
         query.stop()

@@ -138,9 +138,9 @@ def write_dimension(
     :returns: the file and the number of rows (keys) it holds afterwards.
     :raises ValueError: ``rows`` lack the ``key`` column.
     """
-    import fcntl
-
     import pandas as pd
+
+    from ingest_core.locks import file_lock
 
     folder.mkdir(parents=True, exist_ok=True)
     target = folder / f"{source}.parquet"
@@ -151,8 +151,7 @@ def write_dimension(
     if key not in incoming.columns:
         incoming[key] = pd.Series(dtype="string")
     incoming = incoming[incoming[key].notna()]
-    with open(folder / f".{source}.lock", "a") as lock:
-        fcntl.flock(lock, fcntl.LOCK_EX)  # released when the file closes (or the process dies)
+    with file_lock(folder / f".{source}.lock"):  # released at the end (or if the process dies)
         if target.exists():
             earlier = pd.read_parquet(target).astype("string")
             merged = pd.concat([earlier, incoming], ignore_index=True)

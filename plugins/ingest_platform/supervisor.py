@@ -27,21 +27,20 @@ checkpoint lock. A second driver can never run on the same checkpoint: the lock 
 from __future__ import annotations
 
 import contextlib
-import fcntl
 import os
-import signal
 import subprocess
 import time
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass
-from pathlib import Path
 from typing import Any
 
 from ingest_core.catalog import get_catalog
-from ingest_core.locks import lock_holder
+from ingest_core.locks import file_lock, lock_holder
+from ingest_core.processes import command_line, stop_group
 from ingest_core.runtime_files import RuntimeFiles, read_json, runtime_files, write_json
 from ingest_core.settings import PROJECT_ROOT, PlatformSettings, get_settings
+from ingest_core.waiting import wait_until
 
 #: Supervisor actions a DAG run can ask for.
 ACTIONS = ("supervise", "start", "stop")
@@ -101,20 +100,13 @@ def _check_job(job: str) -> None:
         raise ValueError(f"{job!r} is not an always-on job; always-on jobs: {always_on_jobs()}")
 
 
-def _command_line(pid: int) -> str | None:
-    try:
-        return Path(f"/proc/{pid}/cmdline").read_bytes().replace(b"\0", b" ").decode()
-    except OSError:
-        return None
-
-
 def _alive(pid: int, job: str) -> bool:
     """Whether ``pid`` is a live driver of ``job``: its command line runs the job's module
     (``spark_jobs/<job>.py`` under spark-submit, ``spark_jobs.<job>`` under ``python -m``).
     A zombie has an empty command line; a reused pid names another program; an operator's
     ``ingestctl checkpoints restore <job>`` or an Airflow task names the job, not its module.
     """
-    cmdline = _command_line(pid)
+    cmdline = command_line(pid)
     return cmdline is not None and (f"{job}.py" in cmdline or f"spark_jobs.{job}" in cmdline)
 
 
@@ -199,17 +191,18 @@ def start(
     record["process_group"] = process.pid
     write_json(files.supervisor, record)
     wait_s = wait_s or max(60.0, settings.supervisor.startup_grace_s)
-    deadline = time.monotonic() + wait_s
-    while time.monotonic() < deadline:
+
+    def started() -> int:  # the driver's pid, 0 while it has not taken its lock
         pid = driver_pid(job, settings)
-        if pid is not None:
-            return pid
-        if process.poll() is not None:
+        if pid is None and process.poll() is not None:
             raise SupervisorError(
                 f"{job} exited with code {process.returncode} while "
                 f"starting; {files.driver_log}:\n{log_tail(files)}"
             )
-        time.sleep(0.5)
+        return pid or 0
+
+    with contextlib.suppress(TimeoutError):
+        return wait_until(started, wait_s, 0.5, what=f"{job}'s driver to take its lock")
     _terminate(process.pid, None, job)
     raise SupervisorError(
         f"{job} did not take its checkpoint lock within "
@@ -219,18 +212,9 @@ def start(
 
 
 def _terminate(process_group: int | None, pid: int | None, job: str, grace_s: float = 20) -> None:
-    """SIGTERM the job's process group (and its driver), SIGKILL what outlives ``grace_s``."""
-    for sig in (signal.SIGTERM, signal.SIGKILL):
-        if process_group:
-            with contextlib.suppress(ProcessLookupError, PermissionError):
-                os.killpg(process_group, sig)
-        if pid and _alive(pid, job):
-            os.kill(pid, sig)
-        deadline = time.monotonic() + grace_s
-        while time.monotonic() < deadline and pid and _alive(pid, job):
-            time.sleep(0.5)
-        if not (pid and _alive(pid, job)):
-            return
+    """SIGTERM the job's process group (and its driver), SIGKILL what outlives ``grace_s``
+    seconds (:func:`ingest_core.processes.stop_group`)."""
+    stop_group(process_group, pid, grace_s, alive=lambda p: _alive(p, job))
 
 
 @contextmanager
@@ -238,8 +222,7 @@ def _acting_on(job: str, settings: PlatformSettings) -> Iterator[None]:
     """One supervisor action per job at a time (two runs at once would both start a driver
     and both rewrite the job's records). Waits for the other action to finish."""
     files = runtime_files(job, settings)
-    with (files.folder / "supervisor.lock").open("a+") as handle:
-        fcntl.flock(handle, fcntl.LOCK_EX)  # released when the file closes
+    with file_lock(files.folder / "supervisor.lock"):
         yield
 
 
@@ -277,7 +260,7 @@ def _supervise(
     if holder and not _alive(holder, job):
         # An operator's restore, recovery or reset holds the lock: neither kill it (a restore
         # cut off half-way leaves a half-copied checkpoint) nor start beside it.
-        what = (_command_line(holder) or "?")[:80]
+        what = (command_line(holder) or "?")[:80]
         return (
             f"{job}: checkpoint lock held by pid {holder} ({what}), not a driver (an "
             "operator's restore or recovery?): left alone this round"
@@ -352,9 +335,13 @@ def _stop(job: str, settings: PlatformSettings, disable: bool) -> str:
     if pid is None:
         return f"{job}: not running" + ("; disabled" if disable else "")
     files.stop_request.touch()
-    deadline = time.monotonic() + settings.supervisor.stop_timeout_s + 30
-    while time.monotonic() < deadline and driver_pid(job, settings) is not None:
-        time.sleep(1)
+    with contextlib.suppress(TimeoutError):
+        wait_until(
+            lambda: driver_pid(job, settings) is None,
+            settings.supervisor.stop_timeout_s + 30,
+            1,
+            what=f"{job} to stop",
+        )
     if driver_pid(job, settings) is None:
         return f"{job}: stopped gracefully (pid {pid})" + ("; disabled" if disable else "")
     _terminate(_record(files).get("process_group"), pid, job)

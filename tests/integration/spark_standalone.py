@@ -8,13 +8,13 @@ import contextlib
 import json
 import os
 import subprocess
-import time
 import urllib.request
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 from ingest_core.processes import stop_process_group
+from ingest_core.waiting import wait_until
 
 
 class ClusterStartError(RuntimeError):
@@ -116,17 +116,20 @@ class StandaloneCluster:
             str(self.folder / "work"),
             self.url,
         )
-        deadline = time.monotonic() + timeout_s
-        while time.monotonic() < deadline:
+
+        def registered() -> bool:
             for name, process in self.processes.items():
                 if process.poll() is not None:
                     raise ClusterStartError(
                         f"spark {name} exited {process.returncode}:\n" + self.tail(name)
                     )
             with contextlib.suppress(OSError, ValueError):
-                if self.state().get("aliveworkers", 0) >= 1:
-                    return
-            time.sleep(1)
+                return bool(self.state().get("aliveworkers", 0) >= 1)
+            return False
+
+        with contextlib.suppress(TimeoutError):
+            wait_until(registered, timeout_s, 1, what="a Spark worker")
+            return
         raise ClusterStartError(
             f"no worker registered within {timeout_s:.0f} s:\n"
             + self.tail("master")

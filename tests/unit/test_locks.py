@@ -68,3 +68,22 @@ def test_a_released_lock_names_no_holder_and_keeps_no_pid(tmp_path) -> None:
     # A pid written by hand into a lock nobody holds is not a holder either.
     lock_path(checkpoint).write_text(f"{os.getpid()}\n")
     assert lock_holder(checkpoint) is None
+
+
+def test_file_lock_exclusive_shared_and_non_blocking(tmp_path) -> None:
+    from ingest_core.locks import file_lock
+
+    path = tmp_path / "some.lock"
+    with file_lock(path, blocking=False) as handle:
+        handle.write("mine\n")
+        handle.flush()
+        with pytest.raises(BlockingIOError), file_lock(path, blocking=False):
+            pass  # another open file of this process is refused too
+        with pytest.raises(BlockingIOError), file_lock(path, blocking=False, shared=True):
+            pass
+    with file_lock(path, shared=True), file_lock(path, blocking=False, shared=True):
+        pass  # shared holders coexist
+    with file_lock(path, blocking=False):
+        pass  # released when the blocks ended
+    with pytest.raises(FileNotFoundError), file_lock(tmp_path / "missing.lock", mode="r"):
+        pass

@@ -1,0 +1,51 @@
+"""Waiting for a condition, on tenacity: the one polling loop of the platform.
+
+:func:`wait_until` calls a predicate every ``interval_s`` seconds until it returns a truthy
+value (returned) or ``timeout_s`` seconds have passed (:class:`TimeoutError` naming what was
+awaited). The predicate is always called at least once, and once more at the end of the
+timeout: a condition met just in time is not reported as a timeout. An exception from the
+predicate propagates at once (it is a failure, not a "not yet").
+"""
+
+from __future__ import annotations
+
+import operator
+from collections.abc import Callable
+from typing import TypeVar
+
+from tenacity import RetryError, Retrying, retry_if_result, stop_after_delay, wait_fixed
+
+T = TypeVar("T")
+
+
+def wait_until(
+    predicate: Callable[[], T],
+    timeout_s: float,
+    interval_s: float = 0.5,
+    what: str = "the condition",
+) -> T:
+    """Call ``predicate`` every ``interval_s`` seconds until it returns a truthy value.
+
+    :param timeout_s: how long to wait, in seconds (0: ask once).
+    :param interval_s: pause between two calls, in seconds.
+    :param what: what is awaited, for the error message ("the broker to answer").
+    :returns: the predicate's first truthy value.
+    :raises TimeoutError: still falsy after ``timeout_s`` seconds; the message names
+        ``what`` and the timeout ("timed out after 60 s waiting for <what>").
+    :raises Exception: whatever the predicate raises, at once.
+    """
+    retrying = Retrying(
+        retry=retry_if_result(operator.not_),
+        stop=stop_after_delay(timeout_s),
+        wait=wait_fixed(interval_s),
+        reraise=True,
+    )
+    try:
+        value = retrying(predicate)
+    except RetryError:
+        # Stopped by the deadline: one last look, so a condition met during the last pause
+        # is not reported as a timeout.
+        value = predicate()
+        if not value:
+            raise TimeoutError(f"timed out after {timeout_s:g} s waiting for {what}") from None
+    return value

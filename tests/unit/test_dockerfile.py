@@ -139,7 +139,8 @@ def test_every_module_the_runtime_code_imports_is_a_runtime_dependency() -> None
     """The image installs the lock's runtime set only (``uv export --no-dev``): a module the
     platform imports at run time from a dev-only package fails there on import (deltalake,
     used by the gates' bookkeeping and by recovery, was dev-only). Every third-party import in
-    ingest_core/, ingestctl/, spark_jobs/, plugins/ and dags/ must belong to a distribution of that set."""
+    ingest_core/, ingestctl/, spark_jobs/, plugins/ and dags/ must belong to a distribution of
+    that set."""
     import ast
     import subprocess
     import sys

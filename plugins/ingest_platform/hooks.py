@@ -303,9 +303,9 @@ class StreamingJobHook(BaseHook):
             "-m",
             LAUNCHER_MODULE,
             "submit",
-            self.job,
             "--conn-id",
             self.conn_id,
+            self.job,
             "--",
             *self.job_args,
         ]
@@ -393,7 +393,7 @@ def _exit_code(error: BaseException) -> int:
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    """``python -m ingest_platform.hooks submit <job> [--conn-id ID] -- <job args>``: the
+    """``python -m ingest_platform.hooks submit [--conn-id ID] <job> -- <job args>``: the
     detached launcher of an always-on job. Submits it through :class:`PlatformJobHook`
     (checkpoint work is the supervisor's) with spark-submit's output on stdout, and waits.
 
@@ -401,22 +401,34 @@ def main(argv: Sequence[str] | None = None) -> int:
     """
     from airflow.sdk.exceptions import AirflowException
 
-    parser = argparse.ArgumentParser(prog=f"python -m {LAUNCHER_MODULE}")
-    commands = parser.add_subparsers(dest="command", required=True)
-    submit = commands.add_parser("submit", help="spark-submit a job and wait for it")
-    submit.add_argument("job")
-    submit.add_argument("--conn-id", default=PlatformJobHook.default_conn_name)
-    submit.add_argument("job_args", nargs=argparse.REMAINDER)
-    args = parser.parse_args(argv)
-    job_args = args.job_args[1:] if args.job_args[:1] == ["--"] else args.job_args
+    job, conn_id, job_args = parse_launcher_args(argv)
     logging.basicConfig(level=logging.INFO, stream=sys.stdout, format="%(message)s")
-    hook = PlatformJobHook(args.job, job_args, conn_id=args.conn_id, manage_checkpoint=False)
+    hook = PlatformJobHook(job, job_args, conn_id=conn_id, manage_checkpoint=False)
     try:
         hook.submit()
     except AirflowException as error:
-        print(f"{args.job}: {error}", file=sys.stderr)
+        print(f"{job}: {error}", file=sys.stderr)
         return _exit_code(error)
     return 0
+
+
+def parse_launcher_args(argv: Sequence[str] | None = None) -> tuple[str, str, list[str]]:
+    """``submit [--conn-id ID] <job> [-- <job args>]`` -> (job, connection id, job args).
+
+    Options come before the job: everything after it is the job's, even what looks like an
+    option of the launcher (argparse's ``REMAINDER``).
+
+    :raises SystemExit: unparsable arguments (argparse prints the usage).
+    """
+    parser = argparse.ArgumentParser(prog=f"python -m {LAUNCHER_MODULE}")
+    commands = parser.add_subparsers(dest="command", required=True)
+    submit = commands.add_parser("submit", help="spark-submit a job and wait for it")
+    submit.add_argument("--conn-id", default=PlatformJobHook.default_conn_name)
+    submit.add_argument("job")
+    submit.add_argument("job_args", nargs=argparse.REMAINDER)
+    args = parser.parse_args(argv)
+    job_args = args.job_args[1:] if args.job_args[:1] == ["--"] else args.job_args
+    return args.job, args.conn_id, list(job_args)
 
 
 if __name__ == "__main__":

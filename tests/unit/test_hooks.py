@@ -229,20 +229,24 @@ def test_operator_execute_delegates_to_the_hook(monkeypatch) -> None:
 
 
 def test_streaming_hook_launches_the_job_through_the_platform_hook(monkeypatch) -> None:
-    from ingest_platform.hooks import StreamingJobHook
+    from ingest_platform.hooks import StreamingJobHook, parse_launcher_args
 
     monkeypatch.setenv("AIRFLOW_CONN_SPARK_DEFAULT", CLUSTER)
     hook = StreamingJobHook("bronze_ingest")
     command = hook.command()
     assert command[:4] == [sys.executable, "-m", "ingest_platform.hooks", "submit"]
-    assert command[4:] == [
+    # What the launcher parses back is what the hook meant (the job's own options stay the
+    # job's: a first version handed "--conn-id spark_default --" to bronze_ingest).
+    assert parse_launcher_args(command[3:]) == (
         "bronze_ingest",
-        "--conn-id",
         "spark_default",
-        "--",
-        "--trigger",
-        "processing-time=10 seconds",
-    ]
+        ["--trigger", "processing-time=10 seconds"],
+    )
+    assert parse_launcher_args(["submit", "bronze_ingest", "--", "--conn-id", "x"]) == (
+        "bronze_ingest",
+        "spark_default",
+        ["--conn-id", "x"],
+    )
     env = hook.environment()
     assert json.loads(env["AIRFLOW_CONN_SPARK_DEFAULT"]) == json.loads(CLUSTER)
     assert env["PYSPARK_PYTHON"] == sys.executable

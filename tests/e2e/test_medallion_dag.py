@@ -9,7 +9,7 @@ backfill of the Olist Gold while scheduled runs go on.
 Only what needs Airflow is here. A bad increment held back by the Silver gate until an
 operator quarantines it is tested without a scheduler in
 tests/integration/test_quality_gate.py (same jobs, same gate); that a failed gate stops the
-Gold tasks is the DAG's structure (tests/unit/test_orchestration.py).
+Gold tasks is the DAG's structure (tests/unit/ingest_platform/test_orchestration.py).
 """
 
 from __future__ import annotations

@@ -13,7 +13,7 @@ from tests.integration.medallion import (
     values_of,
     windows,
 )
-from tests.unit.test_silver_transforms import CASES
+from tests.unit.spark_jobs.transforms.test_silver import CASES
 
 pytestmark = pytest.mark.integration
 

@@ -11,7 +11,7 @@ import pytest
 
 pytestmark = pytest.mark.unit
 
-DAGS = Path(__file__).resolve().parents[2] / "dags"
+DAGS = Path(__file__).resolve().parents[3] / "dags"
 
 
 @pytest.fixture(scope="module")

@@ -109,3 +109,22 @@ def stop_process_group(process: subprocess.Popen[bytes], grace_s: float = 20) ->
         with contextlib.suppress(ProcessLookupError):
             os.killpg(process.pid, signal.SIGKILL)
         process.wait(timeout=10)
+
+
+def stop_tree(pid: int, grace_s: float = 60) -> None:
+    """SIGTERM ``pid`` and all its descendants (whatever their process group); SIGKILL what
+    outlives ``grace_s`` seconds, then wait up to 10 s for it. Processes already gone are
+    not an error."""
+    try:
+        root = psutil.Process(pid)
+        processes = [root, *root.children(recursive=True)]
+    except psutil.NoSuchProcess:
+        return
+    for process in processes:
+        with contextlib.suppress(psutil.NoSuchProcess):
+            process.terminate()
+    _, alive = psutil.wait_procs(processes, timeout=grace_s)
+    for process in alive:
+        with contextlib.suppress(psutil.NoSuchProcess):
+            process.kill()
+    psutil.wait_procs(alive, timeout=10)

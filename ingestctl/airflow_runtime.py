@@ -17,20 +17,19 @@ login: ``airflow standalone`` writes the admin password to
 
 from __future__ import annotations
 
-import contextlib
 import json
 import os
-import signal
 import subprocess
 import sys
-import time
 from collections.abc import Mapping
 from dataclasses import dataclass
 from datetime import datetime
 from pathlib import Path
 from typing import Any, Literal
 
+from ingest_core.processes import command_line, stop_tree
 from ingest_core.settings import PROJECT_ROOT, get_settings, ingest_home
+from ingest_core.waiting import wait_until
 
 #: Local connection: master ``local[*]`` (the provider reads the host of a ``spark``
 #: connection without a port as the whole master URL).
@@ -253,11 +252,11 @@ class Standalone:
         """Pid of the running standalone this platform started, or None."""
         try:
             pid = int(self.pid_file.read_text().strip())
-            cmdline = Path(f"/proc/{pid}/cmdline").read_bytes()
         except (OSError, ValueError):
             return None
+        cmdline = command_line(pid)
         # Right after the fork the command line can still read empty: count it as ours.
-        return pid if b"standalone" in cmdline or not cmdline else None
+        return pid if cmdline is not None and ("standalone" in cmdline or not cmdline) else None
 
     def healthy(self) -> bool:
         """Whether the API server answers its health endpoint."""
@@ -303,18 +302,20 @@ class Standalone:
                     cwd=PROJECT_ROOT,
                 )
             self.pid_file.write_text(f"{process.pid}\n")
-        deadline = time.monotonic() + timeout_s
-        while time.monotonic() < deadline:
+
+        def answering() -> bool:
             if self.pid() is None:
                 raise AirflowError(f"airflow standalone exited; {self.log_file}:\n{self._tail()}")
-            if self.healthy() and self.password_file.exists():
-                ensure_pools()  # before a DAG is unpaused: tasks need their pools
-                return
-            time.sleep(2)
-        raise AirflowError(
-            f"airflow standalone did not answer on {self.url} within "
-            f"{timeout_s:.0f} s; {self.log_file}:\n{self._tail()}"
-        )
+            return self.healthy() and self.password_file.exists()
+
+        try:
+            wait_until(answering, timeout_s, 2, what=f"airflow standalone on {self.url}")
+        except TimeoutError:
+            raise AirflowError(
+                f"airflow standalone did not answer on {self.url} within "
+                f"{timeout_s:.0f} s; {self.log_file}:\n{self._tail()}"
+            ) from None
+        ensure_pools()  # before a DAG is unpaused: tasks need their pools
 
     def down(self, timeout_s: float = 60) -> bool:
         """Stop the standalone this platform started and every process it spawned
@@ -323,21 +324,10 @@ class Standalone:
 
         :returns: whether one was running.
         """
-        import psutil
-
         pid = self.pid()
         if pid is None:
             return False
-        root = psutil.Process(pid)
-        processes = [root, *root.children(recursive=True)]
-        for process in processes:
-            with contextlib.suppress(psutil.NoSuchProcess):
-                process.send_signal(signal.SIGTERM)
-        _, alive = psutil.wait_procs(processes, timeout=timeout_s)
-        for process in alive:
-            with contextlib.suppress(psutil.NoSuchProcess):
-                process.kill()
-        psutil.wait_procs(alive, timeout=10)
+        stop_tree(pid, timeout_s)
         self.pid_file.unlink(missing_ok=True)
         return True
 
@@ -412,12 +402,15 @@ class AirflowClient:
 
     def wait_for_dag(self, dag_id: str, timeout_s: float = 180) -> None:
         """Wait until the DAG processor has parsed ``dag_id``."""
-        deadline = time.monotonic() + timeout_s
-        while time.monotonic() < deadline:
-            if self.http.get(f"/dags/{dag_id}").status_code == 200:
-                return
-            time.sleep(2)
-        raise AirflowError(f"DAG {dag_id} did not appear within {timeout_s:.0f} s")
+        try:
+            wait_until(
+                lambda: self.http.get(f"/dags/{dag_id}").status_code == 200,
+                timeout_s,
+                2,
+                what=f"DAG {dag_id} to be parsed",
+            )
+        except TimeoutError:
+            raise AirflowError(f"DAG {dag_id} did not appear within {timeout_s:.0f} s") from None
 
     def unpause(self, dag_id: str) -> None:
         """Unpause ``dag_id``."""
@@ -464,16 +457,23 @@ class AirflowClient:
         :param on_change: called with ``{task_id: state}`` whenever a task's state changes.
         :raises AirflowError: still running after ``timeout_s``.
         """
-        deadline = time.monotonic() + timeout_s
         seen: dict[str, str] = {}
-        while time.monotonic() < deadline:
+
+        def finished() -> str | None:
+            nonlocal seen
             state = self.run_state(dag_id, run_id)
             if on_change is not None:
                 tasks = self.task_states(dag_id, run_id)
                 if tasks != seen:
                     on_change(tasks)
                     seen = tasks
-            if state in ("success", "failed"):
-                return state
-            time.sleep(3)
-        raise AirflowError(f"{dag_id} run {run_id} still running after {timeout_s:.0f} s")
+            return state if state in ("success", "failed") else None
+
+        try:
+            final = wait_until(finished, timeout_s, 3, what=f"{dag_id} run {run_id}")
+        except TimeoutError:
+            raise AirflowError(
+                f"{dag_id} run {run_id} still running after {timeout_s:.0f} s"
+            ) from None
+        assert final is not None  # wait_until returns a truthy value
+        return final

@@ -26,7 +26,6 @@ Here:
 from __future__ import annotations
 
 import contextlib
-import fcntl
 import importlib.util
 import os
 import pwd
@@ -42,6 +41,8 @@ from typing import Any
 from urllib.parse import quote
 
 import psutil
+
+from ingest_core.locks import file_lock
 
 #: The system user the server runs as when the platform runs as root.
 SERVER_USER = "ingest-postgres"
@@ -299,12 +300,8 @@ class EmbeddedPostgres:
     def _lock(self) -> Iterator[None]:
         """Serialize up/down across processes (two terminals, parallel test workers)."""
         self._private_folder()
-        with open(self.folder / ".lock", "w") as handle:
-            fcntl.flock(handle, fcntl.LOCK_EX)
-            try:
-                yield
-            finally:
-                fcntl.flock(handle, fcntl.LOCK_UN)
+        with file_lock(self.folder / ".lock", mode="w"):
+            yield
 
     def _prepare(self, account: pwd.struct_passwd | None) -> None:
         """Sub-folders owned by the server's user; as root, check it can reach them."""

@@ -117,6 +117,10 @@ class TableSpec(BaseModel):
     :param window: how a windowed Gold table aggregates Silver (None: not windowed).
     :param written_by: who writes the table when no Spark job of the catalog does (e.g.
         ``ingestctl holds``); None: the jobs whose ``outputs`` list it.
+    :param schema_from: where the table's columns are defined: ``contract`` (the event
+        contracts of :mod:`ingest_core.contracts` whose ``silver_table`` it is) or
+        ``<module>:<name>`` (a function or constant of the Spark jobs whose docstring or
+        value gives the schema). Checked by ``tests/unit/ingest_core/test_catalog_consistency.py``.
     """
 
     name: str = Field(pattern=_NAME)
@@ -126,6 +130,7 @@ class TableSpec(BaseModel):
     keys: list[str] = []
     window: WindowSpec | None = None
     written_by: str | None = None
+    schema_from: str = Field(pattern=r"^(contract|[a-z_][a-z0-9_.]*:[A-Za-z_][A-Za-z0-9_]*)$")
 
     @model_validator(mode="after")
     def _name_has_layer(self) -> TableSpec:

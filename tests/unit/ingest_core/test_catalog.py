@@ -38,7 +38,12 @@ def _declaration(**job_overrides: object) -> dict:
         "default_trigger": "available-now",
     } | job_overrides
     return {
-        "tables": {"bronze_events": {"layer": "bronze"}},
+        "tables": {
+            "bronze_events": {
+                "layer": "bronze",
+                "schema_from": "spark_jobs.bronze_ingest:to_bronze",
+            }
+        },
         "jobs": {"bronze_ingest": job},
     }
 
@@ -61,7 +66,9 @@ def test_invalid_topic_name_is_refused() -> None:
 
 def test_table_name_must_carry_its_layer() -> None:
     with pytest.raises(ValidationError, match="must be named silver_<entity>"):
-        Catalog.model_validate({"tables": {"orders": {"layer": "silver"}}, "jobs": {}})
+        Catalog.model_validate(
+            {"tables": {"orders": {"layer": "silver", "schema_from": "contract"}}, "jobs": {}}
+        )
 
 
 def test_bronze_subscribes_to_exactly_the_contract_topics() -> None:

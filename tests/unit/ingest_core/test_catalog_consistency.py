@@ -6,6 +6,7 @@ source, never imported."""
 from __future__ import annotations
 
 import ast
+import importlib
 import importlib.util
 from pathlib import Path
 
@@ -27,6 +28,23 @@ def table_names_used(source: str, tables: set[str]) -> set[str]:
     }
 
 
+def _schema_problems(table: str, schema_from: str) -> list[str]:
+    """``schema_from`` names something that exists: contracts landing in ``table``, or an
+    attribute of an importable module."""
+    if schema_from == "contract":
+        from ingest_core.contracts import CONTRACTS
+
+        if not any(c.silver_table == table for c in CONTRACTS.values()):
+            return [f"{table}: schema_from contract, but no contract lands in it"]
+        return []
+    module, _, name = schema_from.partition(":")
+    if importlib.util.find_spec(module) is None:
+        return [f"{table}: schema_from module {module!r} not found"]
+    if not hasattr(importlib.import_module(module), name):
+        return [f"{table}: schema_from {schema_from!r}: {module} has no {name!r}"]
+    return []
+
+
 def problems(catalog: Catalog) -> list[str]:
     """Every disagreement between ``catalog`` and the code; empty when consistent."""
     found = []
@@ -44,6 +62,7 @@ def problems(catalog: Catalog) -> list[str]:
     for table in catalog.tables.values():
         if not catalog.writers(table.name) and table.written_by is None:
             found.append(f"{table.name}: written by no job")
+        found += _schema_problems(table.name, table.schema_from)
     from spark_jobs.quality.suites import LAYER_RULES
 
     for rules in (r for layer in LAYER_RULES.values() for r in layer):
@@ -67,8 +86,15 @@ def test_the_check_fails_on_an_inconsistent_catalog() -> None:
     jobs["late_corrections"]["outputs"].remove("gold_late_corrections")
     jobs["late_corrections"]["inputs"].remove("gold_late_corrections")
     declared["tables"]["gold_late_corrections"]["written_by"] = "someone"
+    declared["tables"]["gold_payment_alerts"]["schema_from"] = "spark_jobs.transforms.alerts:NOPE"
+    declared["tables"]["silver_quarantine"]["schema_from"] = "contract"
     found = problems(Catalog.model_validate(declared))
     assert "gold_backfill: module 'spark_jobs.no_such_job' not found" in found
+    assert (
+        "gold_payment_alerts: schema_from 'spark_jobs.transforms.alerts:NOPE': "
+        "spark_jobs.transforms.alerts has no 'NOPE'" in found
+    )
+    assert "silver_quarantine: schema_from contract, but no contract lands in it" in found
     assert any(
         p.startswith("late_corrections:")
         and "'gold_late_corrections'" in p

@@ -46,8 +46,6 @@ from ingest_platform.orchestration import GOLD_POOL, SILVER_POOL
 
 AVAILABLE_NOW = ["--trigger", "available-now"]
 INTERVAL = timedelta(minutes=15)
-#: The Silver tables gold_aggregate reads.
-SILVER_EVENTS = ["silver_payments", "silver_orders", "silver_customer_activity"]
 #: The run's data interval, as the gold_backfill job reads it (ISO 8601 with offset).
 DATA_INTERVAL = [
     "--start",
@@ -58,10 +56,9 @@ DATA_INTERVAL = [
 
 
 def _new_data(job: str) -> list[str]:
-    """The tables whose new versions give ``job`` something to do: its catalog inputs that it
-    does not write itself (``include/pipeline.yaml``)."""
-    spec = get_catalog().application(job)
-    return [t for t in spec.inputs if t not in spec.outputs]
+    """The tables whose new versions give ``job`` something to do (``include/pipeline.yaml``:
+    ``work_from``, else its inputs that it does not write itself)."""
+    return get_catalog().application(job).new_data_inputs
 
 
 def _assets(layer: str) -> list[Asset]:
@@ -119,7 +116,7 @@ with DAG(
         job="gold_aggregate",
         job_args=AVAILABLE_NOW,
         pool=GOLD_POOL,
-        inputs=[*SILVER_EVENTS, "ops_gate_holds"],
+        inputs=_new_data("gold_aggregate"),
     )
     gate_gold = LayerGateOperator(task_id="gate_gold", layer="gold", retries=0, pool=GOLD_POOL)
     correct_late = SparkJobOperator(

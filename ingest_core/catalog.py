@@ -186,6 +186,8 @@ class _ApplicationSpec(BaseModel):
     :param inputs: the tables it reads (Kafka topics: see ``source`` / ``topics``).
     :param outputs: every table it writes.
     :param settings: job-specific settings (watermark delays and the like), as strings.
+    :param work_from: the inputs whose new versions give the job something to do (an Airflow
+        task skips the job while none changed); None: its inputs that it does not write.
     """
 
     name: str = Field(pattern=_NAME)
@@ -194,6 +196,22 @@ class _ApplicationSpec(BaseModel):
     inputs: list[str] = []
     outputs: list[str] = Field(min_length=1)
     settings: dict[str, str] = {}
+    work_from: list[str] | None = None
+
+    @model_validator(mode="after")
+    def _work_from_inputs(self) -> _ApplicationSpec:
+        outside = sorted(set(self.work_from or ()) - set(self.inputs))
+        if outside:
+            raise ValueError(f"job {self.name!r}: work_from {outside} are not in its inputs")
+        return self
+
+    @property
+    def new_data_inputs(self) -> list[str]:
+        """The tables whose new versions give the job something to do (``work_from``, else
+        its inputs minus its outputs), in declaration order."""
+        if self.work_from is not None:
+            return list(self.work_from)
+        return [t for t in self.inputs if t not in self.outputs]
 
     def setting(self, key: str) -> str:
         """Return a job setting; :raises KeyError: naming the job and the missing key."""

@@ -85,3 +85,17 @@ def test_every_contract_lands_in_a_declared_silver_table() -> None:
 
     for contract in CONTRACTS.values():
         assert get_catalog().table(contract.silver_table).layer == "silver"
+
+
+def test_work_from_must_be_inputs_and_defaults_to_inputs_not_written() -> None:
+    declared = _declaration(inputs=["bronze_events"], work_from=["bronze_events"])
+    with pytest.raises(ValidationError, match=r"work_from \['bronze_events'\] are not in its"):
+        Catalog.model_validate(_declaration(work_from=["bronze_events"]))
+    assert Catalog.model_validate(declared).job("bronze_ingest").new_data_inputs == [
+        "bronze_events"
+    ]
+    assert get_catalog().application("late_corrections").new_data_inputs == [
+        t
+        for t in get_catalog().application("late_corrections").inputs
+        if t not in get_catalog().application("late_corrections").outputs
+    ]

@@ -58,6 +58,14 @@ def test_medallion_incremental_runs_the_layers_in_order_behind_gates(dagbag) -> 
         "gate_backfill",
     }
     assert dag.get_task("refine_silver").pool == "silver_layer"
+    # What makes each step run, from the catalog (late events alone are correct_late's work).
+    assert dag.get_task("aggregate_gold").inputs == [
+        "silver_payments",
+        "silver_orders",
+        "silver_customer_activity",
+        "ops_gate_holds",
+    ]
+    assert dag.get_task("refine_silver").inputs == ["bronze_events"]
     assert dag.get_task("recompute_gold").job_args == [
         "--start",
         "{{ data_interval_start | ts }}",

@@ -17,6 +17,7 @@ import pytest
 from typer.testing import CliRunner
 
 from ingest_core.settings import get_settings
+from ingest_core.waiting import wait_until
 from ingestctl.airflow_runtime import (
     AirflowClient,
     Standalone,
@@ -35,13 +36,8 @@ DAG_ID = "checkpoint_maintenance"  # Python tasks only: the test is about Airflo
 
 
 def _first_run(client: AirflowClient, timeout_s: float = 180) -> str:
-    deadline = time.monotonic() + timeout_s
-    while time.monotonic() < deadline:
-        run_id = client.latest_run(DAG_ID)
-        if run_id is not None:
-            return run_id
-        time.sleep(2)
-    raise AssertionError(f"the scheduler created no {DAG_ID} run within {timeout_s:.0f} s")
+    what = f"the scheduler to create a {DAG_ID} run"
+    return str(wait_until(lambda: client.latest_run(DAG_ID), timeout_s, 2, what=what))
 
 
 def _scheduler(standalone: Standalone) -> psutil.Process | None:

@@ -18,12 +18,28 @@ from ingest_core.contracts import TOPICS
 from ingest_core.delta_tables import table_exists
 from ingest_core.settings import get_settings
 from ingest_core.topics import ensure_topics
+from ingest_core.waiting import wait_until
 from ingestctl.producer import Message, produce
 from spark_jobs import bronze_ingest, gold_aggregate, late_corrections, silver_refine
 from spark_jobs.triggers import TriggerSpec
 
 AVAILABLE_NOW = TriggerSpec("available-now")
 GAP = timedelta(minutes=10)  # gold_aggregate's session_gap (include/pipeline.yaml)
+
+
+def delete_topic(bootstrap: str, topic: str, timeout_s: float = 60) -> None:
+    """Delete ``topic`` and wait until Kafka no longer lists it.
+
+    :raises TimeoutError: still listed after ``timeout_s`` seconds.
+    """
+    from kafka import KafkaAdminClient
+
+    admin = KafkaAdminClient(bootstrap_servers=bootstrap)
+    try:
+        admin.delete_topics([topic])
+        wait_until(lambda: topic not in admin.list_topics(), timeout_s, 0.3, f"{topic} deleted")
+    finally:
+        admin.close()
 
 
 def payment(event_id: str, when: str, amount: float = 10.0, **extra: Any) -> dict[str, Any]:

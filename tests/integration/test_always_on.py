@@ -15,6 +15,7 @@ import pytest
 
 from ingest_core.runtime_files import read_json, runtime_files
 from ingest_core.settings import get_settings
+from ingest_core.waiting import wait_until
 from ingest_platform import supervisor
 from spark_jobs import bronze_ingest, payment_alerts
 from spark_jobs.streaming_runtime import run_supervised
@@ -75,15 +76,13 @@ def test_heartbeat_and_graceful_stop(platform: Platform) -> None:
 
     thread = threading.Thread(target=run, daemon=True)
     thread.start()
-    deadline = time.monotonic() + 120
-    beat = None
-    while time.monotonic() < deadline:
+
+    def first_batch() -> dict | None:
         beat = read_json(files.heartbeat)
         progress = (beat or {}).get("queries", {}).get("bronze_ingest", {}).get("last_progress")
-        if progress and progress["input_rows"] >= 1:
-            break
-        time.sleep(0.5)
-    assert beat is not None
+        return beat if progress and progress["input_rows"] >= 1 else None
+
+    beat = wait_until(first_batch, 120, 0.5, what="a first batch in the heartbeat")
     assert beat["status"] == "running"
     progress = beat["queries"]["bronze_ingest"]["last_progress"]
     assert progress["batch_id"] >= 0
@@ -91,10 +90,12 @@ def test_heartbeat_and_graceful_stop(platform: Platform) -> None:
     first = beat["updated_at_epoch_s"]
     # Idle triggers keep the heartbeat fresh (Spark posts an idle event at most every
     # spark.sql.streaming.noDataProgressEventInterval, 10 s by default).
-    deadline = time.monotonic() + 30
-    while read_json(files.heartbeat)["updated_at_epoch_s"] == first:
-        assert time.monotonic() < deadline, "no heartbeat while idle"
-        time.sleep(0.5)
+    wait_until(
+        lambda: read_json(files.heartbeat)["updated_at_epoch_s"] != first,
+        30,
+        0.5,
+        what="a heartbeat while idle",
+    )
     assert read_json(files.heartbeat)["queries"]["bronze_ingest"]["status"] in ("idle", "active")
     files.stop_request.touch()
     thread.join(timeout=120)
@@ -122,19 +123,21 @@ def test_sigterm_stops_an_always_on_driver_and_its_heartbeat_says_stopped(
     ]
     pid = supervisor.start("bronze_ingest", command, wait_s=180)
     try:
-        deadline = time.monotonic() + 180
-        while time.monotonic() < deadline:
+
+        def read_its_event() -> bool:
             beat = read_json(files.heartbeat) or {}
             progress = beat.get("queries", {}).get("bronze_ingest", {}).get("last_progress")
-            if beat.get("pid") == pid and progress and progress["input_rows"] >= 1:
-                break
-            time.sleep(0.5)
+            return bool(beat.get("pid") == pid and progress and progress["input_rows"] >= 1)
+
+        wait_until(read_its_event, 180, 0.5, what="the driver's first batch")
         assert read_json(files.heartbeat)["status"] == "running"
         os.kill(pid, signal.SIGTERM)
-        deadline = time.monotonic() + 90
-        while supervisor.driver_pid("bronze_ingest") is not None:
-            assert time.monotonic() < deadline, "the driver outlived SIGTERM by 90 s"
-            time.sleep(0.5)
+        wait_until(
+            lambda: supervisor.driver_pid("bronze_ingest") is None,
+            90,
+            0.5,
+            what="the driver to exit after SIGTERM",
+        )
     finally:
         if supervisor.driver_pid("bronze_ingest") is not None:
             supervisor.stop("bronze_ingest")
@@ -184,11 +187,12 @@ def test_sigterm_while_a_driver_is_still_starting_stops_it_at_once(platform: Pla
         stderr=subprocess.PIPE,
     )
     try:
-        deadline = time.monotonic() + 120
-        while (read_json(files.heartbeat) or {}).get("pid") != driver.pid:
+
+        def heartbeat_written() -> bool:
             assert driver.poll() is None, driver.stderr.read().decode()[-2000:]  # type: ignore[union-attr]
-            assert time.monotonic() < deadline, "the driver never wrote its heartbeat"
-            time.sleep(0.2)
+            return (read_json(files.heartbeat) or {}).get("pid") == driver.pid
+
+        wait_until(heartbeat_written, 120, 0.2, what="the driver's heartbeat")
         assert read_json(files.heartbeat)["status"] == "running"
         time.sleep(1)  # inside ensure_topics, waiting for the broker (30 s before giving up)
         sent = time.monotonic()

@@ -8,18 +8,17 @@ fewer partitions, and a topic that does not exist, are refused in one line."""
 from __future__ import annotations
 
 import json
-import time
 from datetime import UTC, datetime, timedelta
 
 import pandas as pd
 import pytest
-from kafka import KafkaAdminClient
 
 from ingest_core.time_range import TimeRange
 from ingest_core.topics import ensure_topics
+from ingest_core.waiting import wait_until
 from ingestctl.producer import Message, produce
 from spark_jobs import bronze_ingest, bronze_replay
-from tests.integration.medallion import AVAILABLE_NOW, Platform
+from tests.integration.medallion import AVAILABLE_NOW, Platform, delete_topic
 
 pytestmark = pytest.mark.integration
 
@@ -28,15 +27,7 @@ IDENTITY = ["topic_id", "topic", "partition", "offset"]
 
 def _recreate(platform: Platform, topic: str, partitions: int) -> None:
     """Delete ``topic``, wait until Kafka forgot it, create it again."""
-    admin = KafkaAdminClient(bootstrap_servers=platform.bootstrap)
-    try:
-        admin.delete_topics([topic])
-        deadline = time.monotonic() + 60
-        while topic in admin.list_topics():
-            assert time.monotonic() < deadline, f"{topic} still exists 60 s after deletion"
-            time.sleep(0.3)
-    finally:
-        admin.close()
+    delete_topic(platform.bootstrap, topic)
     ensure_topics(platform.bootstrap, [topic], partitions=partitions)
 
 
@@ -160,11 +151,12 @@ def test_topic_recreated_with_fewer_partitions_during_a_run(
         platform.bootstrap, [Message(topic, f"k{i}", {"event_id": f"o{i}"}) for i in range(300)]
     )
     query = bronze_ingest.start(platform.spark, trigger=AVAILABLE_NOW, max_offsets_per_trigger=5)
-    deadline = time.monotonic() + 120
-    while not query.recentProgress:  # a part of the backlog is committed
+
+    def committed_some() -> bool:  # a part of the backlog is committed
         assert query.isActive
-        assert time.monotonic() < deadline
-        time.sleep(0.1)
+        return bool(query.recentProgress)
+
+    wait_until(committed_some, 120, 0.1, what="a first committed batch")
     _recreate(platform, topic, partitions=1)
     with pytest.raises(StreamingQueryException):  # Spark's own data-loss error
         query.awaitTermination()
@@ -212,15 +204,7 @@ def test_missing_topic_is_one_line_naming_it_and_the_command_that_creates_it(
     from ingestctl.cli import app
 
     topic = platform.prefix + "refunds"
-    admin = KafkaAdminClient(bootstrap_servers=platform.bootstrap)
-    try:
-        admin.delete_topics([topic])
-        deadline = time.monotonic() + 60
-        while topic in admin.list_topics():
-            assert time.monotonic() < deadline
-            time.sleep(0.3)
-    finally:
-        admin.close()
+    delete_topic(platform.bootstrap, topic)
     capsys.readouterr()
     assert bronze_ingest.main(["--trigger", "available-now"]) == 1
     err = capsys.readouterr().err

@@ -12,6 +12,7 @@ stopped: the right value is always 14 Bronze rows, offsets 0-13 once each.
 
 from __future__ import annotations
 
+import contextlib
 import json
 import shutil
 from pathlib import Path
@@ -24,6 +25,7 @@ from ingest_core.checkpoints import backup, backups_root
 from ingest_core.delta_tables import sink_committed_batch, txn_app_ids
 from ingest_core.recovery import RestoreRefusedError, recover, restore
 from ingest_core.settings import get_settings
+from ingest_core.waiting import wait_until
 from spark_jobs import bronze_ingest
 from tests.integration.medallion import AVAILABLE_NOW, Platform, payment
 
@@ -227,7 +229,6 @@ def test_the_supervisors_own_repair_then_restart_loses_nothing(platform: Platfor
     then the always-on driver lost offsets 10-13 (2 of 2 runs), or the run after the repair
     refused with 'already runs (pid N)' while no driver ran."""
     import sys
-    import time
 
     from ingest_platform import supervisor
 
@@ -246,11 +247,8 @@ def test_the_supervisors_own_repair_then_restart_loses_nothing(platform: Platfor
         outcome = supervisor.supervise("bronze_ingest", command, echo=said.append)
         assert "started" in outcome, (outcome, said)
         assert any("checkpoint recovery: wrote" in line for line in said)
-        deadline = time.monotonic() + 240
-        while time.monotonic() < deadline:
-            if len(platform.read("bronze_events")) >= FIRST + LATER:
-                break
-            time.sleep(2)
+        with contextlib.suppress(TimeoutError):  # the exactly-once check below says what is missing
+            wait_until(lambda: len(platform.read("bronze_events")) >= FIRST + LATER, 240, 2)
     finally:
         supervisor.stop("bronze_ingest")
     _assert_offsets_exactly_once(platform)

@@ -9,6 +9,7 @@ from ingest_core.settings import get_settings
 from tests.integration.medallion import (
     Platform,
     activity,
+    delete_topic,
     payment,
     values_of,
     windows,
@@ -167,9 +168,6 @@ def test_customer_added_between_runs_is_seen_by_the_next_run(platform: Platform)
 
 
 def test_lost_kafka_data_fails_clearly_unless_accepted_and_recorded(platform: Platform) -> None:
-    import time
-
-    from kafka import KafkaAdminClient
 
     from ingest_core.topics import ensure_topics
     from spark_jobs import bronze_ingest
@@ -178,12 +176,7 @@ def test_lost_kafka_data_fails_clearly_unless_accepted_and_recorded(platform: Pl
     platform.send("refunds", [{"event_id": f"r{i}"} for i in range(6)])
     platform.bronze()
     topic = platform.prefix + "refunds"
-    admin = KafkaAdminClient(bootstrap_servers=platform.bootstrap)
-    admin.delete_topics([topic])
-    deadline = time.monotonic() + 30
-    while topic in admin.list_topics() and time.monotonic() < deadline:
-        time.sleep(0.5)
-    admin.close()
+    delete_topic(platform.bootstrap, topic, timeout_s=30)
     ensure_topics(platform.bootstrap, [topic], partitions=3)  # recreated: offsets restart
     platform.send("refunds", [{"event_id": "after"}])
 

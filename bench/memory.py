@@ -17,7 +17,7 @@ from dataclasses import dataclass, field
 
 import psutil
 
-GROUPS = ("broker", "airflow", "spark", "bench_tools")
+GROUPS = ("broker", "postgres", "airflow", "spark", "bench_tools")
 
 
 def classify(cmdline: list[str]) -> str:
@@ -25,6 +25,10 @@ def classify(cmdline: list[str]) -> str:
     text = " ".join(cmdline)
     if "kafka.Kafka" in text:
         return "broker"
+    # The embedded PostgreSQL: the server ("…/bin/postgres -D …") and its backends, which
+    # retitle themselves ("postgres: airflow airflow [local] idle").
+    if cmdline and (cmdline[0].endswith("/postgres") or text.startswith("postgres:")):
+        return "postgres"
     if (
         "org.apache.spark.deploy.SparkSubmit" in text
         or "pyspark" in text

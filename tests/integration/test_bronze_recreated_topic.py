@@ -13,6 +13,7 @@ from datetime import UTC, datetime, timedelta
 import pandas as pd
 import pytest
 
+from ingest_core import kafka_offsets
 from ingest_core.time_range import TimeRange
 from ingest_core.topics import ensure_topics
 from ingest_core.waiting import wait_until
@@ -32,7 +33,7 @@ def _recreate(platform: Platform, topic: str, partitions: int) -> None:
 
 
 def _topic_id(platform: Platform, topic: str) -> str:
-    topic_id = bronze_ingest.kafka_topic_ids(platform.bootstrap, [topic])[topic]
+    topic_id = kafka_offsets.kafka_topic_ids(platform.bootstrap, [topic])[topic]
     assert topic_id is not None
     return topic_id
 
@@ -56,7 +57,7 @@ def test_recreated_topic_new_records_reach_bronze_once_told_apart_by_topic_id(
     began = datetime.now(UTC) - timedelta(seconds=1)
     platform.send("refunds", [{"event_id": f"new{i}"} for i in range(10)])  # offsets 0-9
 
-    with pytest.raises(bronze_ingest.DataLossError, match=rf"{topic}\[{partition}\] offsets 50"):
+    with pytest.raises(kafka_offsets.DataLossError, match=rf"{topic}\[{partition}\] offsets 50"):
         platform.bronze()
     assert len(platform.read("bronze_events")) == 50  # refused: nothing written
 
@@ -130,7 +131,7 @@ def test_recreated_topic_is_detected_by_its_id_when_new_offsets_passed_the_old_o
     _recreate(platform, topic, partitions=3)
     platform.send("refunds", [{"event_id": f"new{i}"} for i in range(5)])  # ends 5 > next 3
 
-    with pytest.raises(bronze_ingest.DataLossError, match=rf"topic id {old_id} -> "):
+    with pytest.raises(kafka_offsets.DataLossError, match=rf"topic id {old_id} -> "):
         platform.bronze()
     bronze_ingest.start(
         platform.spark, trigger=AVAILABLE_NOW, accept_data_loss=True

@@ -1,5 +1,5 @@
-"""bronze_ingest.resume_after_gaps on a checkpoint written the way Spark writes it (no Spark,
-no Kafka): the positions Spark reads on restart move past accepted gaps."""
+"""ingest_core.kafka_offsets.resume_after_gaps on a checkpoint written the way Spark writes
+it (no Spark, no Kafka): the positions Spark reads on restart move past accepted gaps."""
 
 from __future__ import annotations
 

@@ -125,29 +125,21 @@ LAYER_RULES: dict[str, tuple[TableRules, ...]] = {
         ),
     ),
     "gold": (
-        TableRules(
-            "gold_payment_totals_5m",
-            _WINDOW
-            | {
-                "currency": "StringType",
-                "payment_count": "LongType",
-                "amount_total": "DecimalType",
-            },
-            sets={"currency": CURRENCIES},
-            ordered=(("window_end", "window_start"),),
-            latest_image=True,
-        ),
-        TableRules(
-            "gold_payment_totals_10m_sliding",
-            _WINDOW
-            | {
-                "currency": "StringType",
-                "payment_count": "LongType",
-                "amount_total": "DecimalType",
-            },
-            sets={"currency": CURRENCIES},
-            ordered=(("window_end", "window_start"),),
-            latest_image=True,
+        *(
+            TableRules(
+                table,
+                _WINDOW
+                | {
+                    "currency": "StringType",
+                    "payment_count": "LongType",
+                    "amount_total": "DecimalType",
+                },
+                sets={"currency": CURRENCIES},
+                ordered=(("window_end", "window_start"),),
+                latest_image=True,
+            )
+            # the tumbling and the sliding payment totals: same columns, same rules
+            for table in ("gold_payment_totals_5m", "gold_payment_totals_10m_sliding")
         ),
         TableRules(
             "gold_payment_success_rate_15m",

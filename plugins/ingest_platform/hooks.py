@@ -48,6 +48,11 @@ def job_environment() -> dict[str, str]:
     }
 
 
+#: The metadata database of the always-on launcher: none it uses (see
+#: :meth:`StreamingJobHook.environment`).
+LAUNCHER_DATABASE = "sqlite://"
+
+
 def use_project_spark_submit() -> None:
     """Put this interpreter's ``bin`` first on ``PATH``: the provider runs "spark-submit"
     from ``PATH``, and it must be the one beside this interpreter (pyspark's, same version as
@@ -325,6 +330,11 @@ class StreamingJobHook(BaseHook):
         return {
             **job_environment(),
             f"AIRFLOW_CONN_{self.conn_id.upper()}": self.get_conn().as_json(),
+            # Airflow 3 hands its task processes an unusable metadata-database URL (tasks
+            # may not reach the database), and `import airflow` in the launcher fails to
+            # parse it. The launcher needs no database (its connection is the variable
+            # above): an in-memory SQLite that nothing opens.
+            "AIRFLOW__DATABASE__SQL_ALCHEMY_CONN": LAUNCHER_DATABASE,
         }
 
     def supervise(self, echo: Callable[[str], None] = print) -> str:

@@ -250,3 +250,27 @@ def test_streaming_hook_launches_the_job_through_the_platform_hook(monkeypatch) 
     env = hook.environment()
     assert json.loads(env["AIRFLOW_CONN_SPARK_DEFAULT"]) == json.loads(CLUSTER)
     assert env["PYSPARK_PYTHON"] == sys.executable
+
+
+def test_the_launcher_starts_from_inside_an_airflow_task(monkeypatch) -> None:
+    """A real scheduler runs the supervise task with Airflow 3's task environment, whose
+    metadata-database URL is unusable on purpose ("airflow-db-not-allowed:///"); the detached
+    launcher imports Airflow and died on it, so `make demo` never started bronze_ingest."""
+    import os
+    import subprocess
+
+    from ingest_platform.hooks import LAUNCHER_MODULE, StreamingJobHook
+
+    monkeypatch.setenv("AIRFLOW_CONN_SPARK_DEFAULT", CLUSTER)
+    in_task = {**os.environ, "AIRFLOW__DATABASE__SQL_ALCHEMY_CONN": "airflow-db-not-allowed:///"}
+    launcher = [sys.executable, "-m", LAUNCHER_MODULE, "submit", "--help"]
+
+    def start(env: dict[str, str]) -> subprocess.CompletedProcess[str]:
+        return subprocess.run(launcher, env=env, capture_output=True, text=True, timeout=120)
+
+    broken = start(in_task)  # the environment as the task has it: the failure seen
+    assert broken.returncode != 0
+    assert "Could not parse SQLAlchemy URL" in broken.stderr
+    started = start({**in_task, **StreamingJobHook("bronze_ingest").environment()})
+    assert started.returncode == 0, started.stderr[-2000:]
+    assert "spark-submit a job" in started.stdout or "usage" in started.stdout

@@ -654,6 +654,13 @@ def demo_memory(bench: Bench, database: str = "postgres") -> float:
         bench.step(name, "MB") as loads,
         bench.env.use(home, "demo."),
     ):
+        # use() points the Airflow CLI at the bench's own metadata database; the demo picks
+        # its database itself (an exported connection would win over INGEST_AIRFLOW__DATABASE).
+        for key in (
+            "AIRFLOW__DATABASE__SQL_ALCHEMY_CONN",
+            "AIRFLOW__DATABASE__SQL_ALCHEMY_CONNECT_ARGS",
+        ):
+            os.environ.pop(key, None)
         sampler = memory.MemorySampler(str(bench.env.root))
         sampler.start()
         started = time.monotonic()

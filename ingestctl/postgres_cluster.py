@@ -261,8 +261,13 @@ class EmbeddedPostgres:
                 str(int(timeout_s)),
                 check=False,
             )
+            # pg_ctl returns once postmaster.pid is gone, which the postmaster removes
+            # on its way out: give a clean stop time to finish before any SIGKILL.
             with contextlib.suppress(psutil.NoSuchProcess):
-                if done.returncode != 0 or process.is_running():
+                if done.returncode == 0:
+                    with contextlib.suppress(psutil.TimeoutExpired):
+                        process.wait(timeout=30)
+                if process.is_running():
                     process.kill()
                     process.wait(timeout=10)
             return True

@@ -23,6 +23,7 @@ from typing import Any
 from airflow.providers.apache.spark.operators.spark_submit import SparkSubmitOperator
 
 from ingest_core.catalog import get_catalog
+from ingest_core.settings import get_settings
 from ingest_platform.hooks import PlatformJobHook, inputs_snapshot, job_environment
 
 __all__ = [
@@ -162,8 +163,12 @@ _SET_BY_THE_HOOK = frozenset(
 class LayerGateOperator(SparkJobOperator):
     """Validate ``layer``'s increment with Great Expectations (``spark_jobs.quality.gate``).
 
-    Fails (non-zero exit of the gate job) when an expectation fails: downstream tasks do not
-    run, and every later run fails on the same increment until an operator resolves it.
+    No Delta version pending: the task passes at once. Pending increments of at most
+    ``quality.pandas_max_rows`` change rows in all are validated in the task's own process
+    with GX's pandas engine (no JVM); larger ones by the gate job under spark-submit.
+
+    Fails when an expectation fails: downstream tasks do not run, and every later run fails
+    on the same increment until an operator resolves it.
 
     :param layer: ``silver`` or ``gold``.
     """
@@ -174,12 +179,20 @@ class LayerGateOperator(SparkJobOperator):
         from spark_jobs.quality.suites import layer_rules
 
         layer_rules(layer)  # refuses an ungated layer at parse time
-        args = ["validate", "--layer", layer, "--run-id", "{{ run_id }}"]
+        args = ["validate", "--layer", layer, "--run-id", "{{ run_id }}", "--engine", "spark"]
         super().__init__(job="quality_gate", job_args=args, **kwargs)
         self.layer = layer
 
     def execute(self, context: Any) -> Any:
-        """Skip Spark when no Delta version is pending; else run the gate job."""
+        """Nothing pending: pass. A small increment: validate it here without Spark. Else
+        run the gate job with spark-submit.
+
+        :raises airflow.sdk.exceptions.AirflowException: an expectation failed (the log
+            names each one and the remedy), or the gate job failed.
+        """
+        from airflow.sdk.exceptions import AirflowException
+
+        from spark_jobs.quality import gate
         from spark_jobs.quality.state import pending
 
         increments = pending(self.layer)
@@ -194,7 +207,21 @@ class LayerGateOperator(SparkJobOperator):
                 inc.from_version,
                 inc.to_version,
             )
-        return super().execute(context)
+        settings = get_settings()
+        outcomes = gate.validate_layer_without_spark(
+            self.layer, run_id=str(context["run_id"]), settings=settings
+        )
+        if outcomes is None:
+            self.log.info(
+                "gate %s: more than quality.pandas_max_rows=%d change rows: Spark validates",
+                self.layer,
+                settings.quality.pandas_max_rows,
+            )
+            return super().execute(context)
+        self.log.info("%s", gate.report(self.layer, outcomes, settings))
+        if any(o.status == "failed" for o in outcomes):
+            raise AirflowException(gate.failure_message(self.layer))
+        return None
 
 
 class StagedJobOperator(SparkJobOperator):
@@ -218,7 +245,6 @@ class StagedJobOperator(SparkJobOperator):
         """Skip or run the job with the staging environment (see the class doc)."""
         from airflow.sdk.exceptions import AirflowSkipException
 
-        from ingest_core.settings import get_settings
         from spark_jobs.layer_refresh import RefreshLayout, layers_of
 
         layer = str(context["params"]["layer"])

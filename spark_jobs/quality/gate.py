@@ -4,7 +4,13 @@ For every gated table of the layer (:data:`spark_jobs.quality.suites.LAYER_RULES
 reads the table's increment through Delta's change data feed (versions after the newest
 cleared result in ``ops_gate_results``, up to the current one), validates it with the
 table's GX suite, appends one result row per table to ``ops_gate_results`` and rebuilds the
-GX Data Docs (``<storage.state_dir>/gx/gx/uncommitted/data_docs/local_site/index.html``).
+GX Data Docs once (``<storage.state_dir>/gx/gx/uncommitted/data_docs/local_site/index.html``).
+
+Two engines, same suites and same results: increments of at most
+``quality.pandas_max_rows`` change rows in all are read with delta-rs and validated by GX's
+pandas engine, with no JVM (:func:`validate_layer_without_spark`; the Airflow gate task runs
+it in its own process); larger ones are read and validated by Spark
+(:func:`validate_layer`, under spark-submit).
 
 A failed table keeps its validated mark where it was, so every later run of the gate fails
 on the same increment until an operator resolves it (README, "Quality gates"):
@@ -16,7 +22,7 @@ on the same increment until an operator resolves it (README, "Quality gates"):
 
 Run (Airflow runs ``validate``; operators run the others)::
 
-    python -m spark_jobs.quality.gate validate --layer silver --run-id manual_1
+    python -m spark_jobs.quality.gate validate --layer silver --run-id manual_1 [--engine auto]
     python -m spark_jobs.quality.gate status --layer silver
     python -m spark_jobs.quality.gate quarantine --layer silver --reason "bad amounts" --by ana
     python -m spark_jobs.quality.gate accept --layer gold --reason "known outage" --by ana
@@ -50,6 +56,9 @@ from spark_jobs.quality.suites import ALREADY_IN_TABLE, TableRules, build_suite,
 from spark_jobs.quality.suites import volume_band as learn_band
 
 if TYPE_CHECKING:
+    from collections.abc import Callable
+
+    import pandas as pd
     from pyspark.sql import DataFrame, SparkSession
 
 JOB_NAME = "quality_gate"
@@ -60,6 +69,10 @@ RESULTS_SCHEMA = (
     "resolved_by string, reason string, validated_at timestamp"
 )
 _CDF_COLUMNS = ("_change_type", "_commit_version", "_commit_timestamp")
+#: Change-feed rows that are a table's new rows (inserts, and updated rows' new images).
+_NEW_ROWS = ("insert", "update_postimage")
+#: ``validate --engine``: ``auto`` is pandas up to ``quality.pandas_max_rows``, else Spark.
+ENGINES = ("auto", "pandas", "spark")
 
 
 class RemedyError(ValueError):
@@ -153,6 +166,64 @@ def increment(
     return rows
 
 
+def increment_without_spark(
+    rules: TableRules, inc: Increment, settings: PlatformSettings, max_rows: int
+) -> pd.DataFrame | None:
+    """The rows of :func:`increment` read with delta-rs (``DeltaTable.load_cdf``), as pandas.
+
+    Same rows and columns as the Spark read, with Delta ``timestamp`` columns as naive UTC
+    ``datetime64`` (as Spark shows them with its UTC session time zone), strings and
+    decimals as object columns of ``str`` and ``decimal.Decimal``.
+
+    :param max_rows: most change-feed rows to read (pre-images and deletes count too).
+    :returns: the rows, or None when the increment has more than ``max_rows`` change rows
+        (nothing more is read).
+    """
+    import pyarrow as pa
+    import pyarrow.compute as pc
+    from deltalake import DeltaTable
+
+    from ingest_core.delta_tables import table_exists
+
+    path = str(get_catalog().table(rules.table).path(settings))
+    reader = DeltaTable(path).load_cdf(
+        starting_version=inc.from_version, ending_version=inc.to_version
+    )
+    batches: list[pa.RecordBatch] = []
+    read = 0
+    for batch in reader:
+        batches.append(pa.record_batch(batch))
+        read += batches[-1].num_rows
+        if read > max_rows:
+            return None
+    table = pa.Table.from_batches(batches, schema=pa.schema(reader.schema))
+    rows = table.to_pandas()
+    rows = rows[rows["_change_type"].isin(_NEW_ROWS)]
+    if rules.latest_image:
+        rows = rows.sort_values("_commit_version", kind="stable")
+        rows = rows.drop_duplicates(list(rules.keys), keep="last")
+    rows = rows.drop(columns=list(_CDF_COLUMNS))
+    for column in rows.columns:  # Delta timestamps are UTC instants: naive UTC, like Spark
+        if getattr(rows[column].dtype, "tz", None) is not None:
+            rows[column] = rows[column].dt.tz_convert("UTC").dt.tz_localize(None)
+    holds = get_catalog().table(HOLDS_TABLE).path(settings)
+    if "event_id" in rows.columns and table_exists(holds):
+        from ingest_core.delta_tables import read_pandas
+
+        held = read_pandas(holds)
+        if not held.empty:
+            rows = rows[~rows.event_id.isin(held.event_id[held.table == rules.table])]
+    if rules.unique_in_table:
+        key = rules.keys[0]
+        earlier: set[Any] = set()
+        if inc.from_version > 0 and not rows.empty:
+            before = DeltaTable(path, version=inc.from_version - 1).to_pyarrow_dataset()
+            wanted = pc.field(key).isin(pa.array(rows[key].dropna().unique()))
+            earlier = set(before.to_table(columns=[key], filter=wanted)[key].to_pylist())
+        rows[ALREADY_IN_TABLE] = rows[key].isin(earlier)
+    return rows.reset_index(drop=True)
+
+
 def _summarise(result: Any) -> dict[str, Any]:
     config = result.expectation_config
     details = result.result or {}
@@ -170,16 +241,22 @@ def _summarise(result: Any) -> dict[str, Any]:
 def _validate(
     context: Any,
     rules: TableRules,
-    rows: DataFrame,
+    rows: DataFrame | pd.DataFrame,
     settings: PlatformSettings,
     *,
+    engine: str,
     band: tuple[int, int] | None,
     now: datetime,
     collect_ids: bool,
 ) -> tuple[bool, list[dict[str, Any]], set[str]]:
+    """Validate ``rows`` (a Spark or pandas frame, per ``engine``) with the table's suite.
+    The result is stored in the GX project; Data Docs are built by the caller, once."""
     import great_expectations as gx
 
-    source = context.data_sources.add_or_update_spark(name="platform")
+    if engine == "spark":
+        source = context.data_sources.add_or_update_spark(name="platform")
+    else:
+        source = context.data_sources.add_or_update_pandas(name="platform_pandas")
     names = [asset.name for asset in source.assets]
     asset = (
         source.get_asset(rules.table)
@@ -191,38 +268,30 @@ def _validate(
         if asset.batch_definitions
         else asset.add_batch_definition_whole_dataframe("increment")
     )
-    suite = context.suites.add_or_update(build_suite(rules, settings.quality, band=band, now=now))
+    suite = build_suite(rules, settings.quality, band=band, now=now, engine=engine)
+    suite = context.suites.add_or_update(suite)
     definition = context.validation_definitions.add_or_update(
         gx.ValidationDefinition(name=rules.table, data=batch, suite=suite)
     )
     result_format: dict[str, Any] = {"result_format": "SUMMARY"}
     if collect_ids:
         result_format = {"result_format": "COMPLETE", "unexpected_index_column_names": ["event_id"]}
-    checkpoint = context.checkpoints.add_or_update(
-        gx.Checkpoint(
-            name=rules.table,
-            validation_definitions=[definition],
-            actions=[gx.checkpoint.UpdateDataDocsAction(name="data_docs")],
-            result_format=result_format,
-        )
-    )
-    run = checkpoint.run(batch_parameters={"dataframe": rows})
+    validation = definition.run(batch_parameters={"dataframe": rows}, result_format=result_format)
     failed: list[dict[str, Any]] = []
     ids: set[str] = set()
-    for validation in run.run_results.values():
-        for result in validation.results:
-            if result.success:
-                continue
-            failed.append(_summarise(result))
-            if collect_ids:
-                unexpected = (result.result or {}).get("unexpected_index_list")
-                # A rate rule ("mostly": at most N% nulls) judges the increment, not a row:
-                # each row on its own is fine (a guest checkout has no customer).
-                if unexpected is None or "mostly" in result.expectation_config.kwargs:
-                    failed[-1]["row_wise"] = False
-                else:
-                    ids.update(str(row["event_id"]) for row in unexpected if row.get("event_id"))
-    return run.success, failed, ids
+    for result in validation.results:
+        if result.success:
+            continue
+        failed.append(_summarise(result))
+        if collect_ids:
+            unexpected = (result.result or {}).get("unexpected_index_list")
+            # A rate rule ("mostly": at most N% nulls) judges the increment, not a row:
+            # each row on its own is fine (a guest checkout has no customer).
+            if unexpected is None or "mostly" in result.expectation_config.kwargs:
+                failed[-1]["row_wise"] = False
+            else:
+                ids.update(str(row["event_id"]) for row in unexpected if row.get("event_id"))
+    return bool(validation.success), failed, ids
 
 
 def _band(results: Any, table: str, settings: PlatformSettings) -> tuple[int, int] | None:
@@ -254,30 +323,95 @@ def validate_layer(
     if not increments:
         return []
     rules_by_table = {rules.table: rules for rules in layer_rules(layer)}
-    history = gate_results(settings)
-    context = gx_context(settings)
-    outcomes = []
-    for inc in increments:
-        rules = rules_by_table[inc.table]
-        rows = increment(spark, rules, inc, settings).cache()
-        try:
-            count = rows.count()
-            if count == 0:
-                outcomes.append(TableOutcome(inc, 0, "empty"))
-                continue
-            band = _band(history, inc.table, settings)
-            ok, failed, _ = _validate(
-                context, rules, rows, settings, band=band, now=now, collect_ids=False
-            )
-            outcomes.append(TableOutcome(inc, count, "passed" if ok else "failed", failed))
-        finally:
-            rows.unpersist()
+
+    def spark_rows(inc: Increment) -> tuple[Any, int, Callable[[], object]]:
+        rows = increment(spark, rules_by_table[inc.table], inc, settings).cache()
+        return rows, rows.count(), rows.unpersist
+
+    outcomes = _validate_increments(layer, increments, spark_rows, "spark", settings, now)
     _record(spark, layer, run_id, outcomes, settings, now)
     return outcomes
 
 
+def validate_layer_without_spark(
+    layer: str,
+    *,
+    run_id: str,
+    settings: PlatformSettings | None = None,
+    now: datetime | None = None,
+) -> list[TableOutcome] | None:
+    """:func:`validate_layer` with no JVM: delta-rs reads, GX's pandas engine, delta-rs
+    appends to ``ops_gate_results``. Same suites, outcomes and recorded rows.
+
+    :returns: one outcome per table with pending versions ([] when nothing is pending); None
+        when the pending increments have more than ``quality.pandas_max_rows`` change rows
+        in all (nothing validated, nothing recorded: run :func:`validate_layer`).
+    :raises ValueError: ``layer`` has no gate.
+    """
+    settings = settings or get_settings()
+    now = now or datetime.now(UTC)
+    increments = pending(layer, settings)
+    if not increments:
+        return []
+    rules_by_table = {rules.table: rules for rules in layer_rules(layer)}
+    budget = settings.quality.pandas_max_rows
+    frames = {}
+    for inc in increments:
+        rows = increment_without_spark(rules_by_table[inc.table], inc, settings, budget)
+        if rows is None:
+            return None
+        budget -= len(rows)
+        frames[inc] = rows
+
+    def pandas_rows(inc: Increment) -> tuple[Any, int, Callable[[], object]]:
+        rows = frames.pop(inc)
+        return rows, len(rows), lambda: None
+
+    outcomes = _validate_increments(layer, increments, pandas_rows, "pandas", settings, now)
+    _record(None, layer, run_id, outcomes, settings, now)
+    return outcomes
+
+
+def _validate_increments(
+    layer: str,
+    increments: list[Increment],
+    load: Callable[[Increment], tuple[Any, int, Callable[[], object]]],
+    engine: str,
+    settings: PlatformSettings,
+    now: datetime,
+) -> list[TableOutcome]:
+    """Validate each increment (``load`` gives its rows, their count and a release), then
+    build the Data Docs once."""
+    rules_by_table = {rules.table: rules for rules in layer_rules(layer)}
+    history = gate_results(settings)
+    context = gx_context(settings)
+    outcomes = []
+    for inc in increments:
+        rows, count, release = load(inc)
+        try:
+            if count == 0:
+                outcomes.append(TableOutcome(inc, 0, "empty"))
+                continue
+            ok, failed, _ = _validate(
+                context,
+                rules_by_table[inc.table],
+                rows,
+                settings,
+                engine=engine,
+                band=_band(history, inc.table, settings),
+                now=now,
+                collect_ids=False,
+            )
+            outcomes.append(TableOutcome(inc, count, "passed" if ok else "failed", failed))
+        finally:
+            release()
+    if any(o.status != "empty" for o in outcomes):
+        context.build_data_docs()
+    return outcomes
+
+
 def _record(
-    spark: SparkSession,
+    spark: SparkSession | None,
     layer: str,
     run_id: str,
     outcomes: list[TableOutcome],
@@ -306,7 +440,26 @@ def _record(
         for o in outcomes
     ]
     path = get_catalog().table(RESULTS_TABLE).path(settings)
-    spark.createDataFrame(rows, RESULTS_SCHEMA).write.format("delta").mode("append").save(str(path))
+    if spark is not None:
+        frame = spark.createDataFrame(rows, RESULTS_SCHEMA)
+        frame.write.format("delta").mode("append").save(str(path))
+        return
+    import pyarrow as pa
+    from deltalake import write_deltalake
+
+    arrow_types = {
+        "string": pa.string(),
+        "long": pa.int64(),
+        "timestamp": pa.timestamp("us", "UTC"),
+    }
+    fields = [column.split() for column in RESULTS_SCHEMA.split(",")]
+    schema = pa.schema([(name, arrow_types[type_]) for name, type_ in fields])
+    utc = [(*row[:-1], row[-1].replace(tzinfo=UTC)) for row in rows]  # validated_at is UTC
+    write_deltalake(
+        str(path),
+        pa.Table.from_pylist([dict(zip(schema.names, r, strict=True)) for r in utc], schema),
+        mode="append",
+    )
 
 
 def report(layer: str, outcomes: list[TableOutcome], settings: PlatformSettings) -> str:
@@ -423,6 +576,7 @@ def quarantine(
             rules_by_table[table],
             rows,
             settings,
+            engine="spark",
             band=_band(history, table, settings),
             now=now,
             collect_ids=True,
@@ -507,12 +661,36 @@ def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
         sub.add_argument("--layer", required=True, choices=sorted(("silver", "gold")))
         if name == "validate":
             sub.add_argument("--run-id", default=f"manual__{datetime.now(UTC):%Y%m%dT%H%M%S}")
+            sub.add_argument(
+                "--engine",
+                choices=ENGINES,
+                default="auto",
+                help="pandas (no JVM) up to quality.pandas_max_rows change rows, else Spark",
+            )
         if name in ("accept", "quarantine"):
             sub.add_argument("--reason", required=True, help="why: recorded with the remedy")
             sub.add_argument(
                 "--by", default=os.environ.get("USER", ""), help="who resolves it (default: $USER)"
             )
     return parser.parse_args(argv)
+
+
+def failure_message(layer: str) -> str:
+    """What an operator reads when ``layer``'s gate failed: the increment is held, and how
+    to resolve it."""
+    remedy = f"quarantine|accept --layer {layer} --reason ..."
+    return (
+        f"gate {layer} FAILED: the increment is held back. Resolve with "
+        f"`python -m spark_jobs.quality.gate {remedy}` (docs/quality.md)."
+    )
+
+
+def _validated(layer: str, outcomes: list[TableOutcome], settings: PlatformSettings) -> int:
+    print(report(layer, outcomes, settings))
+    if any(o.status == "failed" for o in outcomes):
+        print(failure_message(layer), file=sys.stderr)
+        return 1
+    return 0
 
 
 def main(argv: Sequence[str] | None = None) -> int:
@@ -523,6 +701,19 @@ def main(argv: Sequence[str] | None = None) -> int:
     if args.command == "status":
         print(status(args.layer, settings))
         return 0
+    if args.command == "validate" and args.engine != "spark":
+        outcomes = validate_layer_without_spark(args.layer, run_id=args.run_id, settings=settings)
+        if outcomes is not None:
+            return _validated(args.layer, outcomes, settings)
+        limit = settings.quality.pandas_max_rows
+        if args.engine == "pandas":
+            print(
+                f"{JOB_NAME}: gate {args.layer}: the increment has more than "
+                f"quality.pandas_max_rows={limit} change rows; use --engine spark or auto",
+                file=sys.stderr,
+            )
+            return 1
+        print(f"gate {args.layer}: more than {limit} change rows pending: validating with Spark")
     if args.command == "validate" and not pending(args.layer, settings):
         print(report(args.layer, [], settings))
         return 0
@@ -540,16 +731,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     try:
         if args.command == "validate":
             outcomes = validate_layer(spark, args.layer, run_id=args.run_id, settings=settings)
-            print(report(args.layer, outcomes, settings))
-            if any(o.status == "failed" for o in outcomes):
-                remedy = f"quarantine|accept --layer {args.layer} --reason ..."
-                print(
-                    f"gate {args.layer} FAILED: the increment is held back. Resolve with "
-                    f"`python -m spark_jobs.quality.gate {remedy}` (README, Quality gates).",
-                    file=sys.stderr,
-                )
-                return 1
-            return 0
+            return _validated(args.layer, outcomes, settings)
         if args.command == "accept":
             tables = accept(spark, args.layer, reason=args.reason, by=args.by, settings=settings)
             print(f"accepted the failed increments of {tables}; the next gate run moves on")

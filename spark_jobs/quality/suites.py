@@ -68,6 +68,22 @@ class TableRules:
         return tuple(get_catalog().table(self.table).keys)
 
 
+#: The GX pandas engine's name for each Spark type of :attr:`TableRules.columns`, as a
+#: delta-rs read converts it (``pyarrow.Table.to_pandas``): strings and decimals become
+#: object columns of ``str`` and ``decimal.Decimal`` values (GX checks each value's type),
+#: timestamps ``datetime64`` (made naive UTC by the gate), longs ``int64``, doubles
+#: ``float64``.
+PANDAS_TYPES = {
+    "StringType": "str",
+    "DecimalType": "Decimal",
+    "TimestampType": "datetime64",
+    "LongType": "int64",
+    "DoubleType": "float64",
+    "BooleanType": "bool",
+}
+#: GX execution engines a suite is built for.
+ENGINES = ("spark", "pandas")
+
 _ENVELOPE = {"event_id": "StringType", "event_type": "StringType", "event_time": "TimestampType"}
 _WINDOW = {"window_start": "TimestampType", "window_end": "TimestampType"}
 
@@ -217,18 +233,25 @@ def build_suite(
     *,
     band: tuple[int, int] | None,
     now: datetime,
+    engine: str = "spark",
 ) -> gx.ExpectationSuite:
     """Build the GX suite of one table's increment (suite name = table name).
 
     :param band: row-count band from :func:`volume_band`; None skips the volume expectation.
     :param now: validation time (UTC), the reference of the freshness expectation.
+    :param engine: ``spark`` or ``pandas``: the engine the increment is validated with; only
+        the type names differ (:data:`PANDAS_TYPES`).
+    :raises ValueError: unknown ``engine``.
     """
     import great_expectations as gx
     import great_expectations.expectations as gxe
 
+    if engine not in ENGINES:
+        raise ValueError(f"unknown GX engine {engine!r}; known: {ENGINES}")
     suite = gx.ExpectationSuite(name=rules.table)
     expectations: list[Any] = []
-    for column, type_ in rules.columns.items():
+    for column, spark_type in rules.columns.items():
+        type_ = PANDAS_TYPES[spark_type] if engine == "pandas" else spark_type
         expectations.append(gxe.ExpectColumnToExist(column=column))
         expectations.append(gxe.ExpectColumnValuesToBeOfType(column=column, type_=type_))
     for key in (*rules.keys, *rules.not_null):

@@ -4,9 +4,13 @@ that hold back only the bad increment, and both remedies (quarantine, accept).""
 from __future__ import annotations
 
 import json
+from datetime import UTC, datetime
 
+import pandas as pd
 import pytest
 
+from ingest_core.catalog import get_catalog
+from ingest_core.settings import get_settings
 from spark_jobs.quality import gate, state
 from tests.integration.medallion import Platform, payment, windows
 
@@ -144,3 +148,103 @@ def test_freshness_expectation_fails_a_stale_increment(platform: Platform, monke
     platform.silver()
     outcome = _silver_gate(platform, "f1")["silver_payments"]
     assert [f["expectation"] for f in outcome.failed] == ["expect_column_max_to_be_between"]
+
+
+def _same_rows(spark_rows: pd.DataFrame, pandas_rows: pd.DataFrame) -> None:
+    columns = sorted(spark_rows.columns)
+    assert sorted(pandas_rows.columns) == columns
+    left = spark_rows[columns].astype(str).sort_values(columns).reset_index(drop=True)
+    right = pandas_rows[columns].astype(str).sort_values(columns).reset_index(drop=True)
+    pd.testing.assert_frame_equal(left, right)
+
+
+def test_pandas_engine_reads_and_judges_increments_like_spark(platform: Platform) -> None:
+    """Same increment, both engines: the same rows (inserts, updated Gold windows' newest
+    images) and the same failed expectations with the same counts."""
+    from spark_jobs.quality.suites import layer_rules
+
+    platform.send("payments", [*_payments("g", 0, 4), payment("w", "2026-01-01T10:50:00Z")])
+    platform.all_layers()
+    for layer in ("silver", "gold"):
+        outcomes = gate.validate_layer(platform.spark, layer, run_id=f"{layer}1")
+        assert {o.status for o in outcomes} == {"passed"}
+    # Absurd amounts and a payment method outside the set reach Silver; late payments
+    # (behind the 10:20 watermark) are corrected into Gold's 10:00 window by a MERGE: the
+    # Gold increment holds new images of existing rows.
+    bad = _payments("x", 40, 3, amount=5_000_000.0)
+    odd = [payment("m0", "2026-01-01T10:45:00Z", 3.0, method="barter")]
+    platform.send("payments", bad + odd + _payments("u", 1, 3, amount=2.0))
+    platform.all_layers()
+    assert platform.correct_late()["gold_payment_totals_5m"] == 1
+    now = datetime.now(UTC)
+    settings = get_settings()
+    context = gate.gx_context(settings)
+    compared = 0
+    for layer in ("silver", "gold"):
+        rules = {r.table: r for r in layer_rules(layer)}
+        for inc in state.pending(layer, settings):
+            by_spark = gate.increment(platform.spark, rules[inc.table], inc, settings).toPandas()
+            by_pandas = gate.increment_without_spark(rules[inc.table], inc, settings, 10_000)
+            assert by_pandas is not None
+            _same_rows(by_spark, by_pandas)
+            spark_ok, spark_failed, _ = gate._validate(
+                context,
+                rules[inc.table],
+                gate.increment(platform.spark, rules[inc.table], inc, settings),
+                settings,
+                engine="spark",
+                band=None,
+                now=now,
+                collect_ids=False,
+            )
+            pandas_ok, pandas_failed, _ = gate._validate(
+                context,
+                rules[inc.table],
+                by_pandas,
+                settings,
+                engine="pandas",
+                band=None,
+                now=now,
+                collect_ids=False,
+            )
+            assert pandas_ok == spark_ok
+            brief = [(f["expectation"], f["column"], f["unexpected_count"]) for f in spark_failed]
+            assert [
+                (f["expectation"], f["column"], f["unexpected_count"]) for f in pandas_failed
+            ] == brief
+            compared += 1
+            if inc.table == "silver_payments":
+                assert {f["expectation"] for f in spark_failed} == {
+                    "expect_column_values_to_be_between",
+                    "expect_column_values_to_be_in_set",
+                }
+    assert compared >= 3  # silver_payments and the corrected Gold payment tables
+
+
+def test_pandas_gate_records_results_spark_reads_and_stops_at_its_row_limit(
+    platform: Platform, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    platform.send("payments", _payments("g", 0, 4) + _payments("x", 10, 2, amount=9e6))
+    platform.bronze()
+    platform.silver()
+    monkeypatch.setenv("INGEST_QUALITY__PANDAS_MAX_ROWS", "5")
+    get_settings.cache_clear()
+    # Six change rows: above the limit, nothing validated or recorded.
+    assert gate.validate_layer_without_spark("silver", run_id="p0") is None
+    assert not get_catalog().table(state.RESULTS_TABLE).path(get_settings()).exists()
+    monkeypatch.setenv("INGEST_QUALITY__PANDAS_MAX_ROWS", "6")
+    get_settings.cache_clear()
+    outcomes = gate.validate_layer_without_spark("silver", run_id="p1")
+    assert outcomes is not None
+    (failed,) = outcomes
+    assert (failed.increment.table, failed.status, failed.rows) == ("silver_payments", "failed", 6)
+    assert [f["unexpected_count"] for f in failed.failed] == [2]
+    # Spark appends after delta-rs, reads both rows; the failure still holds the mark.
+    again = gate.validate_layer(platform.spark, "silver", run_id="s1")
+    assert [(o.status, o.rows) for o in again] == [("failed", 6)]
+    results = platform.spark.read.format("delta").load(
+        str(get_catalog().table(state.RESULTS_TABLE).path(get_settings()))
+    )
+    rows = sorted((r.run_id, r.status, r.rows) for r in results.collect())
+    assert rows == [("p1", "failed", 6), ("s1", "failed", 6)]
+    assert gate.docs_index().exists()

@@ -1,0 +1,121 @@
+"""LayerGateOperator without a JVM: a small increment is validated in the task's own
+process (GX's pandas engine on a delta-rs read), a large one goes to spark-submit.
+
+The Silver table is written with delta-rs (change data feed on, like the platform's own
+tables); no Spark, no broker."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from datetime import UTC, datetime
+from decimal import Decimal
+from pathlib import Path
+
+import pyarrow as pa
+import pytest
+from deltalake import DeltaTable, write_deltalake
+
+from ingest_core.catalog import get_catalog
+from ingest_core.settings import get_settings
+
+pytestmark = pytest.mark.unit
+
+_PAYMENTS = pa.schema(
+    [
+        ("event_id", pa.string()),
+        ("event_type", pa.string()),
+        ("event_time", pa.timestamp("us", "UTC")),
+        ("payment_id", pa.string()),
+        ("order_id", pa.string()),
+        ("customer_id", pa.string()),
+        ("method", pa.string()),
+        ("amount", pa.decimal128(18, 2)),
+        ("currency", pa.string()),
+        ("status", pa.string()),
+    ]
+)
+
+
+def _payments(ids: list[str], amount: str = "10.00") -> pa.Table:
+    when = datetime(2026, 1, 1, 10, tzinfo=UTC)
+    rows = [
+        {
+            "event_id": i,
+            "event_type": "payment",
+            "event_time": when,
+            "payment_id": f"p-{i}",
+            "order_id": f"o-{i}",
+            "customer_id": "c1",
+            "method": "credit_card",
+            "amount": Decimal(amount),
+            "currency": "BRL",
+            "status": "authorized",
+        }
+        for i in ids
+    ]
+    return pa.Table.from_pylist(rows, _PAYMENTS)
+
+
+@pytest.fixture
+def home(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Iterator[Path]:
+    monkeypatch.setenv("INGEST_HOME", str(tmp_path))
+    get_settings.cache_clear()
+    yield tmp_path
+    get_settings.cache_clear()
+
+
+def _append(table: pa.Table) -> None:
+    path = get_catalog().table("silver_payments").path(get_settings())
+    cdf = {"delta.enableChangeDataFeed": "true"}
+    write_deltalake(str(path), table, mode="append", configuration=cdf)
+
+
+def _gate(monkeypatch: pytest.MonkeyPatch) -> tuple[object, list[str]]:
+    from ingest_platform.operators import LayerGateOperator, SparkJobOperator
+
+    submitted: list[str] = []
+    monkeypatch.setattr(SparkJobOperator, "execute", lambda self, context: submitted.append("x"))
+    return LayerGateOperator(task_id="gate_silver", layer="silver"), submitted
+
+
+def test_a_small_increment_is_validated_in_the_task_without_spark(
+    home: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from airflow.sdk.exceptions import AirflowException
+
+    from spark_jobs.quality import state
+
+    operator, submitted = _gate(monkeypatch)
+    _append(_payments(["a", "b", "c"]))
+    operator.execute({"run_id": "r1"})
+    results = state.gate_results()
+    assert list(zip(results.run_id, results.status, results.rows, strict=True)) == [
+        ("r1", "passed", 3)
+    ]
+    assert state.pending("silver") == []
+    # A bad increment fails the task with the remedy; the mark stays, so it fails again.
+    _append(_payments(["d", "e"], amount="9000000.00"))
+    for run_id in ("r2", "r3"):
+        with pytest.raises(AirflowException, match=r"gate silver FAILED.*quarantine\|accept"):
+            operator.execute({"run_id": run_id})
+    failed = state.unresolved_failures("silver")
+    assert list(failed.run_id) == ["r2", "r3"]
+    assert '"unexpected_count": 2' in failed.failed_expectations.iloc[0]
+    assert submitted == []  # never spark-submit
+    version = DeltaTable(str(get_catalog().table("ops_gate_results").path(get_settings())))
+    assert version.version() == 2  # one append per gate run
+
+
+def test_an_increment_above_the_row_limit_goes_to_spark_submit(
+    home: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from spark_jobs.quality import state
+
+    monkeypatch.setenv("INGEST_QUALITY__PANDAS_MAX_ROWS", "2")
+    get_settings.cache_clear()
+    operator, submitted = _gate(monkeypatch)
+    _append(_payments(["a", "b", "c"]))
+    operator.execute({"run_id": "r1"})
+    assert submitted == ["x"]
+    assert state.gate_results().empty  # nothing recorded by the in-task path
+    assert operator.job_args[-2:] == ["--engine", "spark"]

@@ -141,11 +141,23 @@ def _interval_rows(df: DataFrame, spec: WindowedTable, interval: TimeRange) -> D
 
 
 def _source(
-    spark: SparkSession, spec: WindowedTable, settings: PlatformSettings | None
+    spark: SparkSession,
+    spec: WindowedTable,
+    settings: PlatformSettings | None,
+    interval: TimeRange | None = None,
 ) -> DataFrame:
+    """``spec.source``'s rows with late events; with ``interval``, only the rows its
+    windows can reach (every Gold table of the source has a ``reach``), read from the
+    partitions of those days only."""
     from spark_jobs.late_corrections import silver_with_late
 
-    return silver_with_late(spark, spec.source, spec.columns, settings).drop("late")
+    reaches = [s.reach for s in _specs().values() if s.source == spec.source]
+    between = None
+    if interval is not None and reaches and None not in reaches:
+        reach = max(r for r in reaches if r is not None)
+        between = (interval.start - reach, interval.end + reach)
+    rows = silver_with_late(spark, spec.source, spec.columns, settings, between=between)
+    return rows.drop("late")
 
 
 def recompute(
@@ -283,7 +295,7 @@ def run(
         for table in tables or list(specs):
             spec = specs[table]
             if spec.source not in sources:
-                sources[spec.source] = _source(spark, spec, settings).persist()
+                sources[spec.source] = _source(spark, spec, settings, interval).persist()
             reports.append(backfill_table(spark, table, interval, settings, sources[spec.source]))
     finally:
         for frame in sources.values():

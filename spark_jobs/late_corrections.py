@@ -108,6 +108,7 @@ def silver_with_late(
     table: str,
     columns: Sequence[str],
     settings: PlatformSettings | None = None,
+    between: tuple[datetime, datetime] | None = None,
 ) -> DataFrame:
     """On-time rows of Silver ``table`` (without rows held by a gate remedy) plus the late
     events of the same event types from ``silver_late_events``, one row per ``event_id``
@@ -117,6 +118,10 @@ def silver_with_late(
         ``silver_payments``, ``silver_customer_activity``).
     :param columns: columns to keep (envelope or payload fields; ``event_time`` is a
         timestamp).
+    :param between: only rows with ``low <= event_time < high`` (UTC); a table partitioned
+        by ``event_date`` (``include/pipeline.yaml``) then reads only those days'
+        partitions. A late event in range whose id is also on time elsewhere still loses
+        to it (the whole table's ids are read only then).
     :returns: ``columns`` plus ``late`` boolean.
     :raises StopIteration: ``table`` is no event table.
     """
@@ -136,6 +141,17 @@ def silver_with_late(
         on_time = spark.createDataFrame([], schema)
     # Rows an operator held back after a failed gate never reach Gold (quality.holds).
     on_time = without_held(spark, on_time, table, settings)
+    every_on_time = on_time
+    in_range = F.lit(True)
+    if between is not None:
+        low, high = between
+        in_range = (F.col("event_time") >= F.lit(low)) & (F.col("event_time") < F.lit(high))
+        on_time = on_time.where(in_range)
+        if "event_date" in catalog.table(table).partition_by:
+            # event_date is event_time's UTC date (transforms.silver.parse_events): Spark
+            # cannot derive the partitions from event_time, so they are named here.
+            days = F.col("event_date").between(F.lit(low.date()), F.lit(high.date()))
+            on_time = on_time.where(days)
     on_time = on_time.select(*columns).withColumn("late", F.lit(False))
     late = read_table(spark, catalog.table("silver_late_events").path(settings))
     if late is None:
@@ -155,11 +171,14 @@ def silver_with_late(
         parsed.select("p.*", *coordinates, "_event_time")
         .withColumn("event_time", F.col("_event_time"))
         .withColumn("_rank", F.row_number().over(first))
-        .where(F.col("_rank") == 1)
+        .where((F.col("_rank") == 1) & in_range)
         .select(*columns)
-        .join(on_time.select("event_id"), "event_id", "left_anti")
-        .withColumn("late", F.lit(True))
     )
+    if between is not None and late_rows.isEmpty():
+        return on_time
+    # A late duplicate loses to its on-time event, wherever that one's time lies.
+    on_time_ids = every_on_time.select("event_id")
+    late_rows = late_rows.join(on_time_ids, "event_id", "left_anti").withColumn("late", F.lit(True))
     return on_time.unionByName(late_rows)
 
 

@@ -13,6 +13,7 @@ import os
 import socket
 import tempfile
 import uuid
+import warnings
 from collections.abc import Callable, Iterator
 from pathlib import Path
 
@@ -74,6 +75,25 @@ def spark() -> Iterator[object]:
         )
     yield session
     session.stop()
+
+
+@pytest.fixture(autouse=True)
+def _streams_end_with_their_test(request: pytest.FixtureRequest) -> Iterator[None]:
+    """A streaming query a test leaves running in the suite's one driver would poll Kafka
+    and Delta for the rest of the session, on a worker other tests share: stop it, and warn
+    with its name so the test gets fixed."""
+    yield
+    if "spark" not in request.fixturenames:
+        return
+    session = request.getfixturevalue("spark")
+    leftover = list(session.streams.active)  # type: ignore[attr-defined]
+    for query in leftover:
+        query.stop()
+    if leftover:
+        names = [query.name or query.id for query in leftover]
+        warnings.warn(
+            f"{request.node.nodeid} left streaming queries running: {names}", stacklevel=1
+        )
 
 
 @pytest.fixture(scope="session")

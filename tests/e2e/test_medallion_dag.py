@@ -72,6 +72,10 @@ def _start_bronze(platform: AirflowPlatform) -> subprocess.CompletedProcess[str]
     return platform.airflow("tasks", "test", "streaming_supervisor", "supervise_bronze_ingest")
 
 
+# About 7 minutes alone (6,211 events through every task); twice that beside the other
+# worker's tests at load 4. Past its timeout, the killed `airflow dags test` would leave a
+# Gold task "running" in the database, holding the gold_layer pool for the next test.
+@pytest.mark.timeout(1800)
 def test_olist_end_to_end_equals_pandas_and_a_rerun_changes_nothing(
     airflow_platform: AirflowPlatform, olist_path: Path
 ) -> None:
@@ -238,6 +242,15 @@ def test_eight_interval_backfill_recomputes_gold_without_overlapping_scheduled_r
         assert home.stat().st_mode & 0o077 == 0, f"{home} is open to other users"
         client = standalone.client()
         client.wait_for_dag("medallion_incremental")
+        # A task an earlier test's killed `airflow dags test` left "running" keeps its pool
+        # slot for ever: every gold_layer task would wait behind it. Say so at once.
+        leftover = [
+            (run["dag_run_id"], task["task_id"])
+            for run in client.runs("medallion_incremental")
+            for task in client.task_instances("medallion_incremental", run["dag_run_id"])
+            if task["state"] in ("running", "queued")
+        ]
+        assert not leftover, f"tasks of earlier runs hold the pools: {leftover}"
         client.unpause("medallion_incremental")  # the latest interval's scheduled run starts
         last = end - pd.Timedelta(minutes=15)  # --to-date is the last run's logical date
         # Once, beside the running scheduler: the embedded PostgreSQL takes both writers.

@@ -302,6 +302,15 @@ def _band(results: Any, table: str, settings: PlatformSettings) -> tuple[int, in
     return learn_band(history, settings.quality)
 
 
+def _pending(
+    layer: str, settings: PlatformSettings | None, now: datetime | None
+) -> tuple[PlatformSettings, datetime, list[Increment], dict[str, TableRules]]:
+    """Settings, validation time, ``layer``'s pending increments and its rules by table."""
+    settings = settings or get_settings()
+    rules_by_table = {rules.table: rules for rules in layer_rules(layer)}
+    return settings, now or datetime.now(UTC), pending(layer, settings), rules_by_table
+
+
 def validate_layer(
     spark: SparkSession,
     layer: str,
@@ -317,12 +326,9 @@ def validate_layer(
     :returns: one outcome per table with pending versions ([] when nothing is pending).
     :raises ValueError: ``layer`` has no gate.
     """
-    settings = settings or get_settings()
-    now = now or datetime.now(UTC)
-    increments = pending(layer, settings)
+    settings, now, increments, rules_by_table = _pending(layer, settings, now)
     if not increments:
         return []
-    rules_by_table = {rules.table: rules for rules in layer_rules(layer)}
 
     def spark_rows(inc: Increment) -> tuple[Any, int, Callable[[], object]]:
         rows = increment(spark, rules_by_table[inc.table], inc, settings).cache()
@@ -348,12 +354,9 @@ def validate_layer_without_spark(
         in all (nothing validated, nothing recorded: run :func:`validate_layer`).
     :raises ValueError: ``layer`` has no gate.
     """
-    settings = settings or get_settings()
-    now = now or datetime.now(UTC)
-    increments = pending(layer, settings)
+    settings, now, increments, rules_by_table = _pending(layer, settings, now)
     if not increments:
         return []
-    rules_by_table = {rules.table: rules for rules in layer_rules(layer)}
     budget = settings.quality.pandas_max_rows
     frames = {}
     for inc in increments:

@@ -72,7 +72,7 @@ _CDF_COLUMNS = ("_change_type", "_commit_version", "_commit_timestamp")
 #: Change-feed rows that are a table's new rows (inserts, and updated rows' new images).
 _NEW_ROWS = ("insert", "update_postimage")
 #: ``validate --engine``: ``auto`` is pandas up to ``quality.pandas_max_rows``, else Spark.
-ENGINES = ("auto", "pandas", "spark")
+ENGINE_CHOICES = ("auto", "pandas", "spark")
 
 
 class RemedyError(ValueError):
@@ -176,8 +176,8 @@ def increment_without_spark(
     decimals as object columns of ``str`` and ``decimal.Decimal``.
 
     :param max_rows: most change-feed rows to read (pre-images and deletes count too).
-    :returns: the rows, or None when the increment has more than ``max_rows`` change rows
-        (nothing more is read).
+    :returns: the rows (``attrs["change_rows"]``: the change-feed rows read), or None when
+        the increment has more than ``max_rows`` change rows (nothing more is read).
     """
     import pyarrow as pa
     import pyarrow.compute as pc
@@ -221,7 +221,9 @@ def increment_without_spark(
             wanted = pc.field(key).isin(pa.array(rows[key].dropna().unique()))
             earlier = set(before.to_table(columns=[key], filter=wanted)[key].to_pylist())
         rows[ALREADY_IN_TABLE] = rows[key].isin(earlier)
-    return rows.reset_index(drop=True)
+    rows = rows.reset_index(drop=True)
+    rows.attrs["change_rows"] = read
+    return rows
 
 
 def _summarise(result: Any) -> dict[str, Any]:
@@ -363,7 +365,7 @@ def validate_layer_without_spark(
         rows = increment_without_spark(rules_by_table[inc.table], inc, settings, budget)
         if rows is None:
             return None
-        budget -= len(rows)
+        budget -= rows.attrs["change_rows"]
         frames[inc] = rows
 
     def pandas_rows(inc: Increment) -> tuple[Any, int, Callable[[], object]]:
@@ -666,7 +668,7 @@ def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
             sub.add_argument("--run-id", default=f"manual__{datetime.now(UTC):%Y%m%dT%H%M%S}")
             sub.add_argument(
                 "--engine",
-                choices=ENGINES,
+                choices=ENGINE_CHOICES,
                 default="auto",
                 help="pandas (no JVM) up to quality.pandas_max_rows change rows, else Spark",
             )

@@ -336,7 +336,7 @@ def validate_layer(
         rows = increment(spark, rules_by_table[inc.table], inc, settings).cache()
         return rows, rows.count(), rows.unpersist
 
-    outcomes = _validate_increments(layer, increments, spark_rows, "spark", settings, now)
+    outcomes = _validate_increments(rules_by_table, increments, spark_rows, "spark", settings, now)
     _record(spark, layer, run_id, outcomes, settings, now)
     return outcomes
 
@@ -372,13 +372,15 @@ def validate_layer_without_spark(
         rows = frames.pop(inc)
         return rows, len(rows), lambda: None
 
-    outcomes = _validate_increments(layer, increments, pandas_rows, "pandas", settings, now)
+    outcomes = _validate_increments(
+        rules_by_table, increments, pandas_rows, "pandas", settings, now
+    )
     _record(None, layer, run_id, outcomes, settings, now)
     return outcomes
 
 
 def _validate_increments(
-    layer: str,
+    rules_by_table: dict[str, TableRules],
     increments: list[Increment],
     load: Callable[[Increment], tuple[Any, int, Callable[[], object]]],
     engine: str,
@@ -387,7 +389,6 @@ def _validate_increments(
 ) -> list[TableOutcome]:
     """Validate each increment (``load`` gives its rows, their count and a release), then
     build the Data Docs once."""
-    rules_by_table = {rules.table: rules for rules in layer_rules(layer)}
     history = gate_results(settings)
     context = gx_context(settings)
     outcomes = []

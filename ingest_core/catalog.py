@@ -172,6 +172,22 @@ class KafkaSourceSpec(BaseModel):
         return self
 
 
+class KafkaSinkSpec(BaseModel):
+    """A job writing a Kafka topic rather than a table (real-time mode cannot write Delta).
+
+    :param topic_setting: the platform setting that names the topic (``alerts.topic``, so
+        the name lives in one place, before ``kafka.topic_prefix``).
+    """
+
+    kind: Literal["kafka"]
+    topic_setting: Literal["alerts.topic"]
+
+    def topic(self, settings: PlatformSettings | None = None) -> str:
+        """The topic's full name (with ``kafka.topic_prefix``)."""
+        settings = settings or get_settings()
+        return settings.kafka.topic(settings.alerts.topic)
+
+
 class DeltaSourceSpec(BaseModel):
     """A job reading a declared Delta table as a stream."""
 
@@ -184,7 +200,7 @@ class _ApplicationSpec(BaseModel):
 
     :param module: the Python module spark-submit runs (``spark_jobs.silver_refine``).
     :param inputs: the tables it reads (Kafka topics: see ``source`` / ``topics``).
-    :param outputs: every table it writes.
+    :param outputs: every table it writes (none only for a job whose sink is a Kafka topic).
     :param settings: job-specific settings (watermark delays and the like), as strings.
     :param work_from: the inputs whose new versions give the job something to do (an Airflow
         task skips the job while none changed); None: its inputs that it does not write.
@@ -194,7 +210,7 @@ class _ApplicationSpec(BaseModel):
     description: str = ""
     module: str = Field(pattern=r"^[a-z_][a-z0-9_]*(\.[a-z_][a-z0-9_]*)*$")
     inputs: list[str] = []
-    outputs: list[str] = Field(min_length=1)
+    outputs: list[str] = []
     settings: dict[str, str] = {}
     work_from: list[str] | None = None
 
@@ -228,13 +244,14 @@ class JobSpec(_ApplicationSpec):
         supervisor) or ``available_now`` (AvailableNow, run by a DAG).
     :param source: what the stream reads (Kafka topics, or a Delta table of ``inputs``);
         with ``sink`` and ``settings`` it makes the checkpoint's fingerprint.
-    :param sink: the main table it writes (one of ``outputs``).
+    :param sink: the main table it writes (one of ``outputs``), or a Kafka topic
+        (:class:`KafkaSinkSpec`); see :attr:`sink_table`.
     :param default_trigger: see :func:`spark_jobs.triggers.parse_trigger`.
     :param max_offsets_per_trigger: Kafka records per micro-batch at most.
     """
 
     source: KafkaSourceSpec | DeltaSourceSpec = Field(discriminator="kind")
-    sink: str
+    sink: str | KafkaSinkSpec
     mode: Literal["always_on", "available_now"]
     default_trigger: str
     max_offsets_per_trigger: int | None = Field(default=None, ge=1)
@@ -249,13 +266,25 @@ class JobSpec(_ApplicationSpec):
 
     @model_validator(mode="after")
     def _sink_and_source_listed(self) -> JobSpec:
-        if self.sink not in self.outputs:
+        if isinstance(self.sink, str) and self.sink not in self.outputs:
             raise ValueError(f"job {self.name!r}: sink {self.sink!r} is not in its outputs")
+        if isinstance(self.sink, KafkaSinkSpec) and self.outputs:
+            raise ValueError(
+                f"job {self.name!r}: a Kafka sink job writes no table, but outputs lists "
+                f"{self.outputs}"
+            )
+        if isinstance(self.sink, str) and not self.outputs:
+            raise ValueError(f"job {self.name!r} declares no outputs")
         if isinstance(self.source, DeltaSourceSpec) and self.source.table not in self.inputs:
             raise ValueError(
                 f"job {self.name!r}: source table {self.source.table!r} is not in its inputs"
             )
         return self
+
+    @property
+    def sink_table(self) -> str | None:
+        """The table the job's sink writes; None for a Kafka sink."""
+        return self.sink if isinstance(self.sink, str) else None
 
     def checkpoint(
         self, settings: PlatformSettings | None = None, query: str | None = None
@@ -275,6 +304,12 @@ class BatchJobSpec(_ApplicationSpec):
 
     mode: Literal["batch"] = "batch"
     topics: list[str] = []
+
+    @model_validator(mode="after")
+    def _writes_a_table(self) -> BatchJobSpec:
+        if not self.outputs:
+            raise ValueError(f"batch job {self.name!r} declares no outputs")
+        return self
 
 
 class Catalog(BaseModel):

@@ -74,10 +74,11 @@ def query_dirs(checkpoint: Path) -> dict[str, Path]:
     return {p.name: p for p in sorted(checkpoint.iterdir()) if p.is_dir()}
 
 
-def query_sink(job: JobSpec, query_name: str) -> str:
+def query_sink(job: JobSpec, query_name: str) -> str | None:
     """The table a query of ``job`` writes: gold_aggregate's queries are named after their
-    tables; every other query (the job's own, payment_alerts' rules) writes the job's sink."""
-    return query_name if query_name in get_catalog().tables else job.sink
+    tables; every other query (the job's own, payment_alerts' queries) writes the job's
+    sink; None for a job whose sink is a Kafka topic (``payment_alerts_rt``)."""
+    return query_name if query_name in get_catalog().tables else job.sink_table
 
 
 def batch_ids(folder: Path) -> list[int]:
@@ -247,7 +248,8 @@ def find_damage(checkpoint: Path) -> list[Damage]:
 def fingerprint_config(job: JobSpec) -> dict[str, Any]:
     """What makes a checkpoint's content valid: source, sink and job settings (watermarks,
     windows; the stateful operators follow from them)."""
-    return {"source": job.source.model_dump(), "sink": job.sink, "settings": job.settings}
+    sink = job.sink if isinstance(job.sink, str) else job.sink.model_dump()
+    return {"source": job.source.model_dump(), "sink": sink, "settings": job.settings}
 
 
 def fingerprint(job: JobSpec) -> str:

@@ -130,14 +130,15 @@ def backup(job_name: str, settings: PlatformSettings | None = None) -> BackupInf
             if committed is None:
                 raise BackupError(f"{source} has no committed batch yet")
             offsets = committed_offsets(source) or {}
-            sink = catalog.table(query_sink(job, name)).path(settings)
+            sink_name = query_sink(job, name)
+            sink = catalog.table(sink_name).path(settings) if sink_name else None
             manifest["queries"][name] = {
                 "query_id": json.loads((source / "metadata").read_text())["id"],
                 "last_committed_batch": committed,
                 "offsets": (offsets.get("sources") or [None])[0],
                 "watermark_ms": offsets.get("metadata", {}).get("batchWatermarkMs"),
-                "sink_table": sink.name,
-                "sink_delta_version": delta_version(sink),
+                "sink_table": sink.name if sink else None,
+                "sink_delta_version": delta_version(sink) if sink else None,
             }
             for file in sorted(p for p in source.rglob("*") if p.is_file()):
                 relative = file.relative_to(source)

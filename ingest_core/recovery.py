@@ -418,9 +418,9 @@ def _offsets_from_sink(
 
     catalog = get_catalog()
     job = catalog.job(job_name)
-    table = catalog.table(job.sink)
-    if not isinstance(job.source, KafkaSourceSpec) or previous is None:
+    if job.sink_table is None or not isinstance(job.source, KafkaSourceSpec) or previous is None:
         return None
+    table = catalog.table(job.sink_table)
     if not {"topic", "partition", "offset"} <= set(table.keys):
         return None
     path = table.path(settings)
@@ -483,7 +483,10 @@ def _metadata_from_sink(
     if not mine:
         return None
     catalog = get_catalog()
-    sink = catalog.table(query_sink(catalog.job(job_name), name)).path(settings)
+    sink_name = query_sink(catalog.job(job_name), name)
+    if sink_name is None:  # a Kafka sink keeps no commit log to read the query id from
+        return None
+    sink = catalog.table(sink_name).path(settings)
     batches: dict[str, set[int]] = {}
     for commit in streaming_commits(sink):
         batches.setdefault(commit["query_id"], set()).add(commit["batch_id"])

@@ -134,7 +134,8 @@ def start(
         raise TriggerError(REAL_TIME_REFUSAL)
     catalog = get_catalog()
     job = catalog.job(JOB_NAME)
-    table = catalog.table(job.sink)
+    assert job.sink_table is not None
+    table = catalog.table(job.sink_table)
     settings = get_settings()
     assert isinstance(job.source, KafkaSourceSpec)
     bootstrap = bootstrap_servers or settings.kafka.bootstrap_servers

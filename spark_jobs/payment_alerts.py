@@ -1,24 +1,22 @@
-"""payment_alerts: the payments topic -> suspicious-payment alerts, always on.
+"""payment_alerts: the stateful alert rule, and every alert landed in Delta, always on.
 
 Two queries in one driver, each with its own checkpoint (``<checkpoint_dir>/payment_alerts/
-<rule>``) and both in the job's heartbeat:
+<query>``) and both in the job's heartbeat:
 
-* ``amount_above_threshold``: a payment above ``alerts.amount_threshold`` (stateless);
 * ``payment_velocity``: more than ``alerts.max_payments_per_window`` payments by one
   customer in a tumbling 5-minute event-time window (stateful, watermark from
-  ``include/pipeline.yaml``).
+  ``include/pipeline.yaml``) -> the Kafka topic ``alerts.topic`` (key = ``alert_id``). The
+  stateless rules go to the same topic from ``payment_alerts_rt`` in real-time mode.
+* ``landing``: the alerts topic -> ``gold_payment_alerts``, deduplicated on ``alert_id``
+  within the batch and against the table, appended with ``txnAppId``/``txnVersion``: the
+  table holds each alert once whichever path raised it, however often Kafka delivered it
+  (Kafka is at-least-once: a batch replayed after a crash sends its alerts again, and
+  ``alert_id`` is deterministic).
 
-Each micro-batch (``foreachBatch``) keeps the alerts not yet in ``gold_payment_alerts``,
-sends them to the Kafka topic ``alerts.topic`` (key = ``alert_id``), then appends them to
-the Delta table with ``txnAppId``/``txnVersion``. Kafka is at-least-once (a batch replayed
-after a crash between the two writes sends again); consumers deduplicate on ``alert_id``,
-which is deterministic. The Delta table holds each alert once.
-
-The job reads Kafka directly, not Bronze, so that an alert does not wait for a Silver run;
-it parses with the Silver contracts and ignores records Silver would quarantine.
-
-Real-time mode (Spark 4.2) would suit the stateless rule, but it cannot write Delta; both
-rules run with a processing-time trigger (default 5 seconds)::
+The velocity query reads Kafka directly, not Bronze, so that an alert does not wait for a
+Silver run; it parses with the Silver contracts and ignores records Silver would
+quarantine. Real-time mode cannot keep its window state or write Delta, so both queries run
+with a processing-time trigger (default 5 seconds)::
 
     spark-submit spark_jobs/payment_alerts.py --trigger processing-time=5s
 """
@@ -36,7 +34,7 @@ from ingest_core.delta_tables import checkpoint_query_id, table_exists
 from ingest_core.settings import PlatformSettings, get_settings
 from spark_jobs.delta_io import append_idempotent, read_table
 from spark_jobs.job_cli import job_parser, operator_errors, owned_checkpoint, parse_job_args
-from spark_jobs.transforms.alerts import AMOUNT_RULE, VELOCITY_RULE
+from spark_jobs.transforms.alerts import VELOCITY_RULE
 from spark_jobs.triggers import TriggerError, TriggerSpec
 
 if TYPE_CHECKING:
@@ -46,60 +44,93 @@ if TYPE_CHECKING:
     from pyspark.sql.streaming import StreamingQuery
 
 JOB_NAME = "payment_alerts"
+#: The query (and checkpoint folder) that lands the alerts topic in ``gold_payment_alerts``.
+LANDING_QUERY = "landing"
 REAL_TIME_REFUSAL = (
     "payment_alerts writes a Delta table and keeps windowed state; Spark 4.2's real-time "
-    "mode supports only stateless queries with Kafka, foreach, console or memory sinks"
+    "mode supports only stateless queries with Kafka, foreach, console or memory sinks "
+    "(the stateless rules run in real time in payment_alerts_rt)"
 )
 #: parse_topic judges future event times against the batch's clock; alerts leave that to
 #: Silver (a far-future reference time switches the check off here).
 _NO_FUTURE_CHECK = datetime(9000, 1, 1, tzinfo=UTC)
 
 
-class AlertSink:
-    """``foreachBatch`` function: new alerts -> Kafka, then Delta (idempotent per batch)."""
+class VelocitySink:
+    """``foreachBatch`` function of the velocity rule: its alerts that ``gold_payment_alerts``
+    does not hold yet -> the alerts topic (at-least-once; the landing query deduplicates)."""
 
-    def __init__(self, spark: SparkSession, checkpoint: Path, settings: PlatformSettings) -> None:
+    def __init__(self, spark: SparkSession, settings: PlatformSettings) -> None:
         self.spark = spark
-        self.checkpoint = checkpoint
         self.table = get_catalog().table("gold_payment_alerts").path(settings)
         self.kafka_options = settings.kafka.spark_options()
         self.topic = settings.kafka.topic(settings.alerts.topic)
 
     def __call__(self, alerts: DataFrame, batch_id: int) -> None:
-        """Write the batch's alerts that the table does not hold yet."""
-        from pyspark.sql import functions as F
+        """Send the batch's alerts (an update-mode batch repeats a window whose count grew;
+        the ones already landed are not sent again)."""
+        from spark_jobs.transforms.alerts import alert_records
 
         existing = read_table(self.spark, self.table)
         new = alerts.dropDuplicates(["alert_id"])
         if existing is not None:
             new = new.join(existing.select("alert_id"), "alert_id", "left_anti")
-        new = new.withColumn("detected_at", F.current_timestamp()).cache()
+        (
+            alert_records(new)
+            .write.format("kafka")
+            .options(**self.kafka_options)
+            .option("topic", self.topic)
+            .save()
+        )
+
+
+class LandingSink:
+    """``foreachBatch`` function of the landing query: the alerts topic -> ``gold_payment_alerts``,
+    each ``alert_id`` once, whichever rule or path raised it and however often Kafka
+    delivered it (deduplicated within the batch and against the table, then appended with
+    ``txnAppId``/``txnVersion``: a replayed batch is skipped, a re-planned one adds only
+    what the table lacks)."""
+
+    def __init__(self, spark: SparkSession, checkpoint: Path, settings: PlatformSettings) -> None:
+        self.spark = spark
+        self.checkpoint = checkpoint
+        self.table = get_catalog().table("gold_payment_alerts").path(settings)
+
+    def __call__(self, records: DataFrame, batch_id: int) -> None:
+        """Land the batch's alerts that the table does not hold yet."""
+        from spark_jobs.transforms.alerts import alerts_from_records
+
+        parsed = alerts_from_records(records).cache()
         try:
-            if new.isEmpty():
-                return
-            (
-                new.select(
-                    F.col("alert_id").alias("key"),
-                    F.to_json(F.struct(*new.columns)).alias("value"),
+            invalid = parsed.where("NOT _valid").select("topic", "partition", "offset").collect()
+            if invalid:
+                first = invalid[0]
+                print(
+                    f"{JOB_NAME}: {len(invalid)} record(s) of the alerts topic are not alerts "
+                    f"(no alert_id or rule; first: {first.topic} partition {first.partition} "
+                    f"offset {first.offset}): not landed",
+                    file=sys.stderr,
                 )
-                .write.format("kafka")
-                .options(**self.kafka_options)
-                .option("topic", self.topic)
-                .save()
-            )
+            alerts = parsed.where("_valid").drop("_valid", "topic", "partition", "offset")
+            new = alerts.dropDuplicates(["alert_id"])
+            existing = read_table(self.spark, self.table)
+            if existing is not None:
+                new = new.join(existing.select("alert_id"), "alert_id", "left_anti")
             append_idempotent(
                 new, self.table, app_id=checkpoint_query_id(self.checkpoint), version=batch_id
             )
         finally:
-            new.unpersist()
+            parsed.unpersist()
 
 
-def parsed_payments(spark: SparkSession, settings: PlatformSettings) -> DataFrame:
-    """Usable payment events from the Kafka topic, typed as Silver types them."""
+def parse_payments(spark: SparkSession, settings: PlatformSettings, job_name: str) -> DataFrame:
+    """Every record of ``job_name``'s payments topic (Kafka source, from the earliest offset),
+    parsed by Silver's contracts: :func:`spark_jobs.transforms.silver.parse_topic`'s rows,
+    ``_quarantine_reason`` null for a usable payment."""
     from spark_jobs.bronze_ingest import to_bronze
-    from spark_jobs.transforms.silver import parse_topic, usable_rows
+    from spark_jobs.transforms.silver import parse_topic
 
-    job = get_catalog().job(JOB_NAME)
+    job = get_catalog().job(job_name)
     assert isinstance(job.source, KafkaSourceSpec)
     topic = settings.kafka.topic(job.source.topics[0])
     reader = (
@@ -112,19 +143,31 @@ def parsed_payments(spark: SparkSession, settings: PlatformSettings) -> DataFram
     if job.max_offsets_per_trigger:
         reader = reader.option("maxOffsetsPerTrigger", str(job.max_offsets_per_trigger))
     raw = to_bronze(reader.load())
-    parsed = parse_topic(raw, "payments", now=_NO_FUTURE_CHECK, max_future_skew=timedelta(0))
-    return usable_rows(parsed)
+    return parse_topic(raw, "payments", now=_NO_FUTURE_CHECK, max_future_skew=timedelta(0))
+
+
+def alerts_topic_records(spark: SparkSession, settings: PlatformSettings) -> DataFrame:
+    """The alerts topic as a stream (Kafka source rows), from the earliest offset."""
+    return (
+        spark.readStream.format("kafka")
+        .options(**settings.kafka.spark_options())
+        .option("subscribe", settings.kafka.topic(settings.alerts.topic))
+        .option("startingOffsets", "earliest")
+        .option("failOnDataLoss", "true")
+        .load()
+    )
 
 
 def start(
     spark: SparkSession, *, trigger: TriggerSpec, settings: PlatformSettings | None = None
 ) -> list[StreamingQuery]:
-    """Start both alert queries and return them.
+    """Start the velocity rule and the landing query and return them.
 
     :raises TriggerError: a real-time trigger.
     """
     from ingest_core.topics import ensure_topics
-    from spark_jobs.transforms.alerts import ALERTS_DDL, amount_alerts, velocity_alerts
+    from spark_jobs.transforms.alerts import ALERTS_DDL, velocity_alerts
+    from spark_jobs.transforms.silver import usable_rows
 
     if trigger.kind == "real-time":
         raise TriggerError(REAL_TIME_REFUSAL)
@@ -138,35 +181,34 @@ def start(
         allow_partition_mismatch=True,
         kafka=settings.kafka,
     )
-    table = get_catalog().table(job.sink).path(settings)
+    assert job.sink_table is not None
+    table = get_catalog().table(job.sink_table).path(settings)
     if not table_exists(table):
-        # Created up front: two queries creating it concurrently would conflict.
         spark.createDataFrame([], ALERTS_DDL).write.format("delta").save(str(table))
-    payments = parsed_payments(spark, settings)
-    definitions: list[tuple[str, DataFrame, str]] = [
-        (AMOUNT_RULE, amount_alerts(payments, rules.amount_threshold), "append"),
-        (
-            VELOCITY_RULE,
-            velocity_alerts(
-                payments,
-                window=job.setting("velocity_window"),
-                watermark=job.setting("velocity_watermark"),
-                max_payments=rules.max_payments_per_window,
-            ),
-            "update",
-        ),
-    ]
-    queries = []
-    for rule, alerts, mode in definitions:
-        checkpoint = job.checkpoint(settings, rule)
-        writer = (
-            alerts.writeStream.outputMode(mode)
-            .foreachBatch(AlertSink(spark, checkpoint, settings))
-            .option("checkpointLocation", str(checkpoint))
-            .queryName(f"{JOB_NAME}.{rule}")
-        )
-        queries.append(trigger.apply(writer).start())
-    return queries
+    payments = usable_rows(parse_payments(spark, settings, JOB_NAME))
+    velocity = velocity_alerts(
+        payments,
+        window=job.setting("velocity_window"),
+        watermark=job.setting("velocity_watermark"),
+        max_payments=rules.max_payments_per_window,
+    )
+    velocity_query = trigger.apply(
+        velocity.writeStream.outputMode("update")
+        .foreachBatch(VelocitySink(spark, settings))
+        .option("checkpointLocation", str(job.checkpoint(settings, VELOCITY_RULE)))
+        .queryName(f"{JOB_NAME}.{VELOCITY_RULE}")
+    ).start()
+    if trigger.kind == "available-now":
+        # One AvailableNow run lands what its own velocity query sent.
+        velocity_query.awaitTermination()
+    landing = job.checkpoint(settings, LANDING_QUERY)
+    landing_query = trigger.apply(
+        alerts_topic_records(spark, settings)
+        .writeStream.foreachBatch(LandingSink(spark, landing, settings))
+        .option("checkpointLocation", str(landing))
+        .queryName(f"{JOB_NAME}.{LANDING_QUERY}")
+    ).start()
+    return [velocity_query, landing_query]
 
 
 def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:

@@ -124,17 +124,31 @@ def launched_by_spark_submit() -> bool:
     return "PYSPARK_GATEWAY_PORT" in os.environ
 
 
+def submitted_master() -> str | None:
+    """The ``--master`` spark-submit gave this driver (the JVM's ``spark.master`` property),
+    read before any SparkContext exists; None outside spark-submit."""
+    if not launched_by_spark_submit():
+        return None
+    from pyspark import SparkConf
+
+    return SparkConf().get("spark.master", None)
+
+
 def build_spark_session(
     app_name: str,
     *,
     settings: PlatformSettings | None = None,
     extra_conf: Mapping[str, str] | None = None,
+    master: str | None = None,
 ) -> SparkSession:
     """Build (or return the running) SparkSession with Delta and the Kafka connector.
 
     :param app_name: ``spark.app.name``, shown in the Spark UI and logs.
     :param settings: platform settings; the current profile's when ``None``.
     :param extra_conf: more ``spark.*`` settings; they win over the platform's.
+    :param master: a master that wins over the profile's and spark-submit's (the real-time
+        job sizes a local master to its partitions: :func:`spark_jobs.real_time.
+        local_master_for`).
     :returns: a SparkSession whose master comes from ``settings.spark.master`` (default
         ``local[*]``; under ``spark-submit``, from its ``--master``), with the Delta SQL
         extension and catalog and the local Kafka/Delta jars.
@@ -162,6 +176,8 @@ def build_spark_session(
         # spark-submit's --master (from the Airflow connection) wins over the profile's.
         del conf["spark.master"]
     conf.update(extra_conf or {})
+    if master is not None:
+        conf["spark.master"] = master
     builder = SparkSession.builder
     for key, value in conf.items():
         builder = builder.config(key, value)

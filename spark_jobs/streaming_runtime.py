@@ -53,7 +53,8 @@ def progress_summary(progress: Any) -> dict[str, Any]:
         ``processed_rows_per_second``, ``duration_ms`` (phase -> milliseconds),
         ``end_offsets`` (one per source; for Kafka ``{topic: {partition: next offset}}``),
         ``state_rows`` and ``state_memory_bytes`` (summed over stateful operators),
-        ``event_time`` (watermark and min/max event time when the query has a watermark).
+        ``event_time`` (watermark and min/max event time when the query has a watermark),
+        ``observed`` (the query's ``DataFrame.observe`` metrics: name -> {metric: value}).
     """
     state = list(progress.stateOperators or [])
     return {
@@ -66,6 +67,7 @@ def progress_summary(progress: Any) -> dict[str, Any]:
         "state_rows": sum(op.numRowsTotal for op in state),
         "state_memory_bytes": sum(op.memoryUsedBytes for op in state),
         "event_time": dict(progress.eventTime or {}),
+        "observed": {name: row.asDict() for name, row in (progress.observedMetrics or {}).items()},
     }
 
 
@@ -167,12 +169,16 @@ def run_supervised(
     *,
     settings: PlatformSettings | None = None,
     poll_s: float = 2.0,
+    between_batches: bool = True,
 ) -> int:
     """Run a job's queries until they end (AvailableNow), fail, or a stop is requested (the
     ``stop.request`` file, or SIGTERM when called from the main thread).
 
     :param start_queries: starts the job's queries and returns them.
     :param poll_s: seconds between checks for a stop request (whole seconds, at least 1).
+    :param between_batches: a stop waits (up to ``supervisor.stop_timeout_s``) for the
+        current micro-batch to end; False stops at once (real-time mode, whose batch lasts
+        its whole interval and whose Kafka sink replays what an interrupted batch sent).
     :returns: 0 when the queries ended or were stopped on request.
     :raises pyspark.errors.StreamingQueryException: a query failed (the heartbeat says
         ``failed`` with the exception).
@@ -204,7 +210,9 @@ def run_supervised(
             spark.streams.resetTerminated()
             if files.stop_request.exists() or terminate.is_set():
                 listener.beat("stopping")
-                _stop_between_batches(queries, settings.supervisor.stop_timeout_s)
+                _stop_between_batches(
+                    queries, settings.supervisor.stop_timeout_s if between_batches else 0.0
+                )
                 files.stop_request.unlink(missing_ok=True)
                 break
         for query in queries:
@@ -230,6 +238,21 @@ def run_supervised(
             spark.streams.removeListener(listener)
     listener.beat("stopped")
     return 0
+
+
+def mark_failed(job: str, message: str, settings: PlatformSettings | None = None) -> int:
+    """For a driver that cannot start its queries: ``<job>: <message>`` on stderr and a
+    ``failed`` heartbeat (with the message), so the supervisor and the operator see why.
+
+    :returns: 1, the driver's exit code.
+    """
+    import sys
+
+    print(f"{job}: {message}", file=sys.stderr)
+    listener = HeartbeatListener(job, runtime_files(job, settings or get_settings()))
+    listener.queries[job] = {"status": "failed", "exception": message}
+    listener.beat("failed")
+    return 1
 
 
 def _on_sigterm(handler: Callable[[], None]) -> Callable[[], None]:

@@ -22,6 +22,9 @@ if TYPE_CHECKING:
 
 AMOUNT_RULE = "amount_above_threshold"
 VELOCITY_RULE = "payment_velocity"
+#: Rules judged on one payment alone (no state): real-time mode runs them
+#: (``spark_jobs.payment_alerts_rt``); the others stay on micro-batches.
+STATELESS_RULES = (AMOUNT_RULE,)
 #: Spark DDL of ``gold_payment_alerts`` (the alert columns plus ``detected_at``).
 ALERTS_DDL = (
     "alert_id string, rule string, customer_id string, event_id string, payment_count bigint, "
@@ -62,6 +65,46 @@ def amount_alerts(payments: DataFrame, threshold: float) -> DataFrame:
             "detail"
         ),
     )
+
+
+def stateless_alerts(payments: DataFrame, threshold: float) -> DataFrame:
+    """The alerts of every rule in :data:`STATELESS_RULES` (today the amount rule), in the
+    alert row shape: no aggregation, no state, so a real-time query may run it."""
+    return amount_alerts(payments, threshold)
+
+
+def alert_records(alerts: DataFrame) -> DataFrame:
+    """Alert rows -> the records of the alerts topic.
+
+    :returns: ``key`` string (the ``alert_id``) and ``value`` string (JSON of the alert
+        with ``detected_at``, the wall-clock time the alert was computed, in microseconds;
+        read per row with ``java.lang.System.currentTimeMillis`` because
+        ``current_timestamp()`` is the batch's start, a minute early in real-time mode).
+    """
+    from pyspark.sql import functions as F
+
+    now_ms = F.expr("reflect('java.lang.System', 'currentTimeMillis')").cast("bigint")
+    stamped = alerts.withColumn("detected_at", F.timestamp_millis(now_ms))
+    return stamped.select(
+        F.col("alert_id").alias("key"), F.to_json(F.struct(*stamped.columns)).alias("value")
+    )
+
+
+def alerts_from_records(records: DataFrame) -> DataFrame:
+    """Records of the alerts topic -> ``gold_payment_alerts`` rows (:data:`ALERTS_DDL`).
+
+    :param records: Kafka source rows (``value`` binary, ``topic``, ``partition``,
+        ``offset``).
+    :returns: the alert columns of :data:`ALERTS_DDL`, plus ``_valid`` boolean: false for a
+        record that is not an alert (not JSON, or without ``alert_id`` or ``rule``), which
+        the caller reports and keeps out of the table.
+    """
+    from pyspark.sql import functions as F
+
+    alert = F.from_json(F.col("value").cast("string"), ALERTS_DDL)
+    parsed = records.select(alert.alias("_a"), "topic", "partition", "offset")
+    valid = F.col("_a.alert_id").isNotNull() & F.col("_a.rule").isNotNull()
+    return parsed.select("_a.*", "topic", "partition", "offset", valid.alias("_valid"))
 
 
 def velocity_alerts(

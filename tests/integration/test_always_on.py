@@ -17,7 +17,7 @@ from ingest_core.runtime_files import read_json, runtime_files
 from ingest_core.settings import get_settings
 from ingest_core.waiting import wait_until
 from ingest_platform import supervisor
-from spark_jobs import bronze_ingest, payment_alerts
+from spark_jobs import bronze_ingest, payment_alerts, payment_alerts_rt
 from spark_jobs.streaming_runtime import run_supervised
 from spark_jobs.triggers import TriggerSpec
 from tests.conftest import consume_all
@@ -27,6 +27,9 @@ pytestmark = pytest.mark.integration
 
 
 def _alerts_run(platform: Platform) -> None:
+    """Both alert jobs on AvailableNow: the stateless rules (the real-time job's query), then
+    the velocity rule and the landing of the alerts topic."""
+    payment_alerts_rt.start(platform.spark, trigger=AVAILABLE_NOW).awaitTermination()
     for query in payment_alerts.start(platform.spark, trigger=AVAILABLE_NOW):
         query.awaitTermination()
 

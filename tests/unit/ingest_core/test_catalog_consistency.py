@@ -108,7 +108,7 @@ def test_every_operator_job_is_a_catalog_job() -> None:
 
     catalog = get_catalog()
     assert {n: j.module for n, j in catalog.applications.items()} == JOB_MODULES
-    assert len(JOB_MODULES) == 9
+    assert len(JOB_MODULES) == 10
     for job in JOB_MODULES:
         assert Path(job_application(job)).is_file()
 

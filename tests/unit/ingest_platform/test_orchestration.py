@@ -87,7 +87,7 @@ def test_streaming_supervisor_has_one_task_per_always_on_job(dagbag) -> None:
 
     dag = dagbag.dags["streaming_supervisor"]
     assert set(dag.task_ids) == {f"supervise_{job}" for job in always_on_jobs()}
-    assert set(always_on_jobs()) == {"bronze_ingest", "payment_alerts"}
+    assert set(always_on_jobs()) == {"bronze_ingest", "payment_alerts", "payment_alerts_rt"}
     assert dag.params["action"] == "supervise"
 
 
@@ -103,7 +103,10 @@ def test_unknown_job_or_layer_is_refused_when_the_dag_is_parsed() -> None:
 def test_supervisor_parameters_are_validated() -> None:
     from ingest_platform.streaming_control import validate_params
 
-    assert validate_params({}) == ("supervise", ["bronze_ingest", "payment_alerts"])
+    assert validate_params({}) == (
+        "supervise",
+        ["bronze_ingest", "payment_alerts_rt", "payment_alerts"],
+    )
     assert validate_params({"action": "stop", "jobs": ["payment_alerts"]}) == (
         "stop",
         ["payment_alerts"],

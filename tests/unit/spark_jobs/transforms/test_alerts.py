@@ -8,6 +8,7 @@ calling the code under test. Event times are UTC, like the platform's Spark sess
 from __future__ import annotations
 
 import hashlib
+import json
 from datetime import UTC, datetime
 from decimal import Decimal
 
@@ -19,9 +20,13 @@ from pyspark.testing import assertDataFrameEqual, assertSchemaEqual
 from spark_jobs.transforms.alerts import (
     ALERTS_DDL,
     AMOUNT_RULE,
+    STATELESS_RULES,
     VELOCITY_RULE,
     alert_id,
+    alert_records,
+    alerts_from_records,
     amount_alerts,
+    stateless_alerts,
     velocity_alerts,
 )
 
@@ -296,3 +301,57 @@ def test_velocity_alert_id_is_the_customer_and_window_only(spark) -> None:
             sha("payment_velocity|c2|2026-01-01 12:00:00"),
         ]
     )
+
+
+# -- stateless rules and the alerts topic's records ------------------------------------------
+
+
+def test_the_stateless_rules_are_the_amount_rule(spark) -> None:
+    payments = spark.createDataFrame(
+        [("e1", "c1", d("10.00"), "BRL", at(12, 0)), ("e2", "c1", d("900.00"), "BRL", at(12, 1))],
+        PAYMENTS,
+    )
+    assert STATELESS_RULES == (AMOUNT_RULE,)
+    assertDataFrameEqual(stateless_alerts(payments, 500.0), amount_alerts(payments, 500.0))
+
+
+def test_alert_records_round_trip_through_the_topic_with_a_per_row_detection_time(spark) -> None:
+    """key = alert_id; value = the alert as JSON plus detected_at (wall clock, not the batch's
+    start); reading the records back gives the alert row unchanged."""
+    from datetime import datetime
+
+    payments = spark.createDataFrame(
+        [("e1", "c1", d("900.50"), "BRL", at(12, 0)), ("e2", None, d("600.00"), "USD", at(12, 1))],
+        PAYMENTS,
+    )
+    alerts = amount_alerts(payments, 500.0)
+    before = datetime.now(UTC)
+    records = alert_records(alerts).collect()
+    after = datetime.now(UTC)
+    assert sorted(r.key for r in records) == [
+        sha("amount_above_threshold|e1"),
+        sha("amount_above_threshold|e2"),
+    ]
+    for record in records:
+        detected = datetime.fromisoformat(json.loads(record.value)["detected_at"])
+        assert before.replace(microsecond=0) <= detected.astimezone(UTC) <= after
+    kafka_rows = spark.createDataFrame(
+        [(bytearray(r.value.encode()), "alerts", 0, i) for i, r in enumerate(records)],
+        "value binary, topic string, partition int, offset long",
+    )
+    back = alerts_from_records(kafka_rows)
+    assert all(r._valid for r in back.collect())
+    assertDataFrameEqual(back.select(*alerts.columns), alerts)
+
+
+def test_records_that_are_not_alerts_are_flagged_not_dropped(spark) -> None:
+    kafka_rows = spark.createDataFrame(
+        [
+            (bytearray(b"not json"), "alerts", 0, 0),
+            (bytearray(b'{"rule": "amount_above_threshold"}'), "alerts", 0, 1),
+            (bytearray(b'{"alert_id": "x", "rule": "r"}'), "alerts", 1, 7),
+        ],
+        "value binary, topic string, partition int, offset long",
+    )
+    flagged = {(r.partition, r.offset): r._valid for r in alerts_from_records(kafka_rows).collect()}
+    assert flagged == {(0, 0): False, (0, 1): False, (1, 7): True}

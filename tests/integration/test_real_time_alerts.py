@@ -102,6 +102,12 @@ def test_no_alert_lost_or_duplicated_across_a_kill_9_of_the_real_time_driver(
         )
         beat = read_json(runtime_files("payment_alerts_rt").heartbeat)
         assert beat["status"] == "running"
+        wait_until(
+            _committed_batch,
+            120,
+            1.0,
+            what="the restarted driver to commit a real-time batch",
+        )
     finally:
         if driver.poll() is None:
             os.killpg(driver.pid, signal.SIGTERM)
@@ -125,6 +131,11 @@ def test_no_alert_lost_or_duplicated_across_a_kill_9_of_the_real_time_driver(
     for query in payment_alerts.start(platform.spark, trigger=AVAILABLE_NOW):
         query.awaitTermination()
     assert sorted(platform.read("gold_payment_alerts").alert_id) == sorted(expected_ids)
+
+
+def _committed_batch() -> bool:
+    beat = read_json(runtime_files("payment_alerts_rt").heartbeat) or {}
+    return any("last_progress" in q for q in (beat.get("queries") or {}).values())
 
 
 def _expected(sent: list[dict]) -> set[str]:

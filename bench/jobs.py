@@ -13,7 +13,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from bench import eventlog
-from bench.env import REPO, BenchEnv, BenchError, Finished
+from bench.env import BIN, REPO, BenchEnv, BenchError, Finished
 
 PASSTHROUGH = REPO / "bench" / "passthrough.py"
 
@@ -63,23 +63,28 @@ class JobRun:
 
 def submit_command(job: str, args: Sequence[str]) -> list[str]:
     """The spark-submit command of a platform job, or of the bench's passthrough
-    (``job == "passthrough"``: bronze_ingest's command with the application swapped)."""
-    from ingest_platform.operators import job_application, spark_submit_command
+    (``job == "passthrough"``: bronze_ingest's, with the application and name swapped).
 
-    if job != "passthrough":
-        return spark_submit_command(job, list(args))
-    command = spark_submit_command("bronze_ingest", list(args))
-    application = job_application("bronze_ingest")
-    swapped = [str(PASSTHROUGH) if part == application else part for part in command]
+    The command Airflow's ``SparkSubmitHook`` runs on the embedded ``spark_default``
+    connection: ``spark-submit --master local[*]``, the platform's ``--conf``
+    (:func:`spark_jobs.session.spark_submit_conf`), ``--name``, the job's application and
+    arguments. Written out here because the provider builds it only in a private method.
+    """
+    from ingest_platform.operators import job_application
+    from spark_jobs.session import spark_submit_conf
+
+    name = "bench_passthrough" if job == "passthrough" else job
+    conf = spark_submit_conf(name)
+    application = str(PASSTHROUGH) if job == "passthrough" else job_application(job)
     return [
-        (
-            "spark.app.name=bench_passthrough"
-            if p == "spark.app.name=bronze_ingest"
-            else "bench_passthrough"
-            if p == "bronze_ingest"
-            else p
-        )
-        for p in swapped
+        str(BIN / "spark-submit"),
+        "--master",
+        "local[*]",
+        *[part for key, value in conf.items() for part in ("--conf", f"{key}={value}")],
+        "--name",
+        name,
+        application,
+        *map(str, args),
     ]
 
 
@@ -88,7 +93,7 @@ def run_job(
 ) -> JobRun:
     """spark-submit ``job`` in the current home (:meth:`BenchEnv.use`), wait, parse its
     event log. :raises BenchError: the job failed (its log's tail in the message)."""
-    from ingest_platform.operators import job_environment
+    from ingest_platform.hooks import job_environment
 
     command = submit_command(job, args)
     done = env.run(command, f"{label}.log", env=job_environment(), timeout_s=timeout_s)

@@ -17,7 +17,9 @@ Order of one run (one isolated platform under ``<workdir>/<run id>``, see :mod:`
 6. (``--full``) ``--new-events`` new events, Bronze, and a **cycle with new events**;
 7. **freshness** of the always-on Bronze under a steady ``--rate`` with a 1 s and a 10 s
    trigger (p50 and p99 of Kafka timestamp -> Delta commit);
-8. **memory**: ``--full`` runs ``ingestctl demo`` (own home, ports, Airflow on
+8. **alert latency** (``bench.alerts``): payment -> alert on Kafka, real-time mode beside
+   a 5-second micro-batch, at ``Profile.alert_rates`` payments/s;
+9. **memory**: ``--full`` runs ``ingestctl demo`` (own home, ports, Airflow on
    ``--airflow-port``) and samples every platform process every second; the small run
    reports the peaks sampled during the whole bench instead (broker, Airflow CLI, drivers).
 
@@ -74,6 +76,9 @@ class Profile:
     fresh_warmup_s: float
     fresh_window_s: float
     demo: bool
+    alert_rates: tuple[int, ...] = (1000, 5000)
+    alert_warmup_s: float = 15
+    alert_window_s: float = 45
 
 
 SMALL = Profile(
@@ -95,6 +100,7 @@ FULL = Profile(
     fresh_warmup_s=15,
     fresh_window_s=90,
     demo=True,
+    alert_window_s=90,
 )
 
 
@@ -523,7 +529,7 @@ def freshness_run(bench: Bench, trigger_s: int) -> None:
         command = jobs.submit_command(
             "bronze_ingest", ["--trigger", f"processing-time={trigger_s}s"]
         )
-        from ingest_platform.operators import job_environment
+        from ingest_platform.hooks import job_environment
 
         driver = bench.env.spawn(command, f"{name}-driver.log", env=job_environment())
         try:
@@ -722,7 +728,7 @@ def demo_memory_by_database(bench: Bench) -> None:
 
 
 # -- the run -------------------------------------------------------------------------------
-PARTS = ("throughput", "cycles", "freshness", "memory")
+PARTS = ("throughput", "cycles", "freshness", "alerts", "memory")
 
 
 def _positive(kind: type[int] | type[float]) -> Callable[[str], Any]:
@@ -789,7 +795,7 @@ def parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
         "--only",
         default="",
         type=_parts,
-        help="comma list of: throughput, cycles, freshness, memory (default: all)",
+        help=f"comma list of: {', '.join(PARTS)} (default: all)",
     )
     parser.add_argument("--workdir", type=Path, default=Path("/tmp/bench"))
     parser.add_argument("--keep", action="store_true", help="keep the run's folder")
@@ -822,12 +828,7 @@ def profile_from(args: argparse.Namespace) -> Profile:
 def main(argv: Sequence[str] | None = None) -> int:
     args = parse_args(argv)
     profile = profile_from(args)
-    only = {s.strip() for s in args.only.split(",") if s.strip()} or {
-        "throughput",
-        "cycles",
-        "freshness",
-        "memory",
-    }
+    only = {s.strip() for s in args.only.split(",") if s.strip()} or set(PARTS)
     from ingestctl.kafka_broker import PortInUseError, ensure_port_free
 
     try:  # before anything starts: a busy port is one line, not a traceback mid-run
@@ -857,51 +858,17 @@ def main(argv: Sequence[str] | None = None) -> int:
         with interrupts_raise(), env.use(env.home("main")):
             sampler.start()
             print("[bench] " + env.broker_up(), flush=True)
-            init = (
-                env.spawn(
-                    [str(BIN / "ingestctl"), "airflow", "dags", "list"], "airflow-cli-init.log"
-                )
-                if "cycles" in only
-                else None
-            )
-            from ingest_core.contracts import TOPICS
-
-            produced = workload.produce_backlog(env.bootstrap, profile.events)
-            bench.add(
-                Measurement(
-                    "backlog_producer_rate",
-                    produced.rate,
-                    "events/s",
-                    load_avg={"start": report.load_avg()},
-                    params={
-                        "events": produced.acknowledged,
-                        "wall_s": produced.wall_s,
-                        "mean_value_bytes": round(produced.mean_bytes, 1),
-                        "producer": "ingestctl.replay.runner (kafka-python, acks=all)",
-                        "note": "measured while the Airflow CLI database migrated",
-                    },
-                )
-            )
-            if init is not None:
-                init.wait()
-            topics = topic_counts(env.bootstrap, list(TOPICS))
-            passthrough_rate, bronze_last = None, None
-            if "throughput" in only or "cycles" in only:
-                if "throughput" in only:
-                    passthrough_rate = kafka_ceiling_and_throughput(bench, topics)
-                if bench.facts.get("bronze_run") is None:
-                    bench.facts["bronze_run"] = jobs.run_job(
-                        env, "bronze_ingest", ["--trigger", "available-now"], "bronze"
-                    )
-                bronze_last = bench.facts["bronze_run"]
-            if "cycles" in only:
-                backlog_cycle(bench, profile.events, passthrough_rate, bronze_last)
-                empty_cycles(bench)
-                if profile.new_events:
-                    new_events_cycle(bench)
+            if {"throughput", "cycles"} & only:
+                backlog_parts(bench, only)
             if "freshness" in only:
                 for trigger_s in (1, 10):
                     freshness_run(bench, trigger_s)
+            if "alerts" in only:
+                from bench.alerts import alert_latency
+
+                alert_latency(
+                    bench, profile.alert_rates, profile.alert_warmup_s, profile.alert_window_s
+                )
             sampler.stop()
             if "memory" in only and not profile.demo:
                 loads = {"start": report.load_avg(), "end": report.load_avg()}
@@ -934,6 +901,50 @@ def main(argv: Sequence[str] | None = None) -> int:
             if not args.keep:
                 shutil.rmtree(env.root, ignore_errors=True)
     return 0
+
+
+def backlog_parts(bench: Bench, only: set[str]) -> None:
+    """Steps 1-6: the backlog, the Kafka ceiling, throughput and the cycles."""
+    env, profile = bench.env, bench.profile
+    init = (
+        env.spawn([str(BIN / "ingestctl"), "airflow", "dags", "list"], "airflow-cli-init.log")
+        if "cycles" in only
+        else None
+    )
+    from ingest_core.contracts import TOPICS
+
+    produced = workload.produce_backlog(env.bootstrap, profile.events)
+    bench.add(
+        Measurement(
+            "backlog_producer_rate",
+            produced.rate,
+            "events/s",
+            load_avg={"start": report.load_avg()},
+            params={
+                "events": produced.acknowledged,
+                "wall_s": produced.wall_s,
+                "mean_value_bytes": round(produced.mean_bytes, 1),
+                "producer": "ingestctl.replay.runner (kafka-python, acks=all)",
+                "note": "measured while the Airflow CLI database migrated",
+            },
+        )
+    )
+    if init is not None:
+        init.wait()
+    topics = topic_counts(env.bootstrap, list(TOPICS))
+    passthrough_rate = None
+    if "throughput" in only:
+        passthrough_rate = kafka_ceiling_and_throughput(bench, topics)
+    if bench.facts.get("bronze_run") is None:
+        bench.facts["bronze_run"] = jobs.run_job(
+            env, "bronze_ingest", ["--trigger", "available-now"], "bronze"
+        )
+    bronze_last = bench.facts["bronze_run"]
+    if "cycles" in only:
+        backlog_cycle(bench, profile.events, passthrough_rate, bronze_last)
+        empty_cycles(bench)
+        if profile.new_events:
+            new_events_cycle(bench)
 
 
 def kafka_ceiling_and_throughput(bench: Bench, topics: dict[str, int]) -> float | None:

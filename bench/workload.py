@@ -84,7 +84,8 @@ def produce_backlog(
 
 
 class SteadyProducer(threading.Thread):
-    """Send pre-encoded generated events at ``rate`` per second for ``duration_s`` seconds.
+    """Send pre-encoded generated events (or ``messages``: producer messages of the
+    caller's) at ``rate`` per second for ``duration_s`` seconds.
 
     The Kafka timestamp of each record is its send time (CreateTime set by the client), the
     start of the freshness clock. ``result`` holds the produce result once done.
@@ -98,6 +99,7 @@ class SteadyProducer(threading.Thread):
         *,
         topic_prefix: str = "",
         seed: int = 11,
+        messages: list[Any] | None = None,
     ) -> None:
         super().__init__(name="steady-producer", daemon=True)
         from ingestctl.producer import Message, encode_value
@@ -105,11 +107,15 @@ class SteadyProducer(threading.Thread):
 
         self.bootstrap, self.rate, self.duration_s = bootstrap, rate, duration_s
         total = int(rate * duration_s) + 1
-        events = _events(total, seed, BACKLOG_EVENT_RATE, datetime.now(UTC))
-        self.messages = [
-            Message(topic_prefix + s.message.topic, s.message.key, encode_value(s.message.value))
-            for s in inject(events, FaultConfig(), FaultCounts(), timedelta(0))
-        ]
+        if messages is None:
+            events = _events(total, seed, BACKLOG_EVENT_RATE, datetime.now(UTC))
+            messages = [
+                Message(
+                    topic_prefix + s.message.topic, s.message.key, encode_value(s.message.value)
+                )
+                for s in inject(events, FaultConfig(), FaultCounts(), timedelta(0))
+            ]
+        self.messages = messages
         self.result: Any = None
         self.started_at = self.ended_at = 0.0
         self.error: BaseException | None = None

@@ -2,11 +2,11 @@
 ### checkpoint_maintenance
 
 Hourly: a consistent, verified backup of each always-on job's checkpoint (`bronze_ingest`,
-`payment_alerts`; safe while they run: only committed batches are copied), then retention
-for every job's backups (keep the newest `checkpoints.keep_last` and anything younger than
-`checkpoints.keep_days`). Scheduled jobs are backed up after each successful run by their
-own task. Backups: `.ingest/checkpoint_backups/<job>/<id>/`; every removal is in the audit
-log `.ingest/checkpoint_backups/audit.jsonl`.
+`payment_alerts`, `payment_alerts_rt`; safe while they run: only committed batches are
+copied), then retention for every job's backups (keep the newest `checkpoints.keep_last`
+and anything younger than `checkpoints.keep_days`). Scheduled jobs are backed up after
+each successful run by their own task. Backups: `.ingest/checkpoint_backups/<job>/<id>/`;
+every removal is in the audit log `.ingest/checkpoint_backups/audit.jsonl`.
 """
 
 from __future__ import annotations

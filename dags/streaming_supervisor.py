@@ -1,8 +1,8 @@
 """
 ### streaming_supervisor
 
-Keeps the always-on Spark jobs (`bronze_ingest`, `payment_alerts`; `mode: always_on` in
-`include/pipeline.yaml`) running. Every 2 minutes, one task per job:
+Keeps the always-on Spark jobs (`bronze_ingest`, `payment_alerts`, `payment_alerts_rt`;
+`mode: always_on` in `include/pipeline.yaml`) running. Every 2 minutes, one task per job:
 
 * starts a job that is not running (detached `spark-submit` on `spark_default`; exactly one
   driver per checkpoint: the driver holds a lock on it);

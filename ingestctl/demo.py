@@ -160,6 +160,7 @@ def run_demo(
     :raises FileNotFoundError: ``source="olist"`` and the sample is not there.
     """
     from ingest_core.settings import get_settings
+    from ingest_platform import supervisor
     from ingestctl.airflow_runtime import Standalone
     from ingestctl.kafka_broker import KafkaBroker
     from spark_jobs.session import spark_jar_paths
@@ -176,7 +177,10 @@ def run_demo(
     used, produced = _produce(settings, source, events, echo)
     client.unpause("streaming_supervisor")
     run_id = client.trigger("streaming_supervisor")
-    echo("streaming_supervisor: starting the always-on jobs (bronze_ingest, payment_alerts) ...")
+    echo(
+        "streaming_supervisor: starting the always-on jobs "
+        f"({', '.join(supervisor.always_on_jobs())}) ..."
+    )
     if client.wait_for_run("streaming_supervisor", run_id, timeout_s=600) != "success":
         jobs = settings.storage.state_path / "jobs"
         raise DemoError(

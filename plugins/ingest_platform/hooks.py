@@ -267,7 +267,8 @@ class PlatformJobHook(BaseHook):
 class StreamingJobHook(BaseHook):
     """An always-on job (``mode: always_on``) kept running by the supervisor task.
 
-    :param job: an always-on job (``bronze_ingest``, ``payment_alerts``).
+    :param job: an always-on job (``bronze_ingest``, ``payment_alerts``,
+        ``payment_alerts_rt``).
     :param job_args: the job's arguments; default ``--trigger <its default trigger>``.
     :param conn_id: the Spark connection its ``spark-submit`` uses.
     :raises ValueError: ``job`` is not an always-on job.

@@ -1,12 +1,13 @@
 """Bench part ``alerts``: end-to-end latency of the alert path, real-time mode against a
-5-second micro-batch, side by side in the same run (issue 19).
+5-second micro-batch, in the same run (issue 19).
 
-Two drivers of ``payment_alerts_rt`` run at once on the same payments topic, each with its
-own home (checkpoint, heartbeat) and its own alerts topic: one with ``--trigger
-real-time=1 minute`` (the job's default), one with ``--trigger processing-time=5s`` (the
-baseline: the same stateless query on micro-batches, the trigger ``payment_alerts`` uses).
-A steady stream of payments (``--alert-rates``, a fixed share above the threshold) flows
-for a warm-up and a window per rate.
+``payment_alerts_rt`` runs twice, one driver after the other (two JVMs at once on 2 cores
+measure CPU contention, not the trigger), each with its own home (checkpoint, heartbeat)
+and its own topic prefix (payments and alerts topics): first with ``--trigger real-time=1
+minute`` (the job's default), then with ``--trigger processing-time=5s`` (the baseline: the
+same stateless query on micro-batches, the trigger ``payment_alerts`` uses). Each gets a
+steady stream of payments at every rate of ``Profile.alert_rates`` (a fixed share above the
+threshold) for a warm-up and a window.
 
 Latency of one alert = the alert record's Kafka timestamp (the alerts topics are created
 with ``message.timestamp.type=LogAppendTime``: the broker's clock when the alert arrived)
@@ -21,7 +22,7 @@ from __future__ import annotations
 import json
 import time
 from collections.abc import Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
 from bench import jobs, report, workload
@@ -30,7 +31,7 @@ from bench.report import Measurement, Target
 if TYPE_CHECKING:
     from bench.run import Bench
 
-PREFIX = "al."
+PREFIXES = {"real_time": "alrt.", "micro_batch": "almb."}
 #: Share of payments above the threshold (alerts per payment).
 ALERT_SHARE = 0.05
 THRESHOLD = 5000.0
@@ -41,7 +42,7 @@ TARGETS = {
 PATHS = {"real_time": "real-time=1 minute", "micro_batch": "processing-time=5s"}
 
 
-@dataclass(frozen=True)
+@dataclass
 class Latencies:
     """Per path: latencies in seconds of the alerts of payments sent in the window, and the
     count of expected alerts that never arrived."""
@@ -49,6 +50,7 @@ class Latencies:
     seconds: list[float]
     expected: int
     missing: int
+    params: dict[str, Any] = field(default_factory=dict)
 
     def summary(self) -> dict[str, float | None]:
         values = self.seconds
@@ -59,7 +61,7 @@ class Latencies:
         }
 
 
-def payments(count: int, seed: int = 19) -> list[Any]:
+def payments(count: int, prefix: str, seed: int = 19) -> list[Any]:
     """``count`` valid payments (contract fields), one customer each; every 20th (a
     :data:`ALERT_SHARE` of them) above :data:`THRESHOLD`. Returns producer messages."""
     import random
@@ -86,24 +88,26 @@ def payments(count: int, seed: int = 19) -> list[Any]:
             "currency": "BRL",
             "status": "authorized",
         }
-        out.append(Message(PREFIX + "payments", event_id, encode_value(event)))
+        out.append(Message(prefix + "payments", event_id, encode_value(event)))
     return out
 
 
-def create_topics(bootstrap: str, alert_topics: Sequence[str], partitions: int = 3) -> None:
-    """The payments topic and the alerts topics (LogAppendTime), created fresh."""
+def create_topics(bootstrap: str, prefix: str, alerts_topic: str, partitions: int = 3) -> None:
+    """The payments topic and the alerts topic (LogAppendTime) of one path, created fresh."""
     from kafka import KafkaAdminClient
     from kafka.admin import NewTopic
 
     admin = KafkaAdminClient(bootstrap_servers=bootstrap, client_id="bench-alerts")
     try:
         admin.create_topics(
-            [NewTopic(PREFIX + "payments", partitions, 1)]
-            + [
+            [
+                NewTopic(prefix + "payments", partitions, 1),
                 NewTopic(
-                    t, partitions, 1, topic_configs={"message.timestamp.type": "LogAppendTime"}
-                )
-                for t in alert_topics
+                    alerts_topic,
+                    partitions,
+                    1,
+                    topic_configs={"message.timestamp.type": "LogAppendTime"},
+                ),
             ]
         )
     finally:
@@ -150,86 +154,89 @@ def latencies(
 
 def alert_latency(bench: Bench, rates: Sequence[int], warmup_s: float, window_s: float) -> None:
     """Measure both paths at each rate (see the module docstring)."""
+    found: dict[int, dict[str, Latencies]] = {rate: {} for rate in rates}
+    with bench.step("alert_latency", "s") as loads:
+        for path in PATHS:
+            for rate, latency in _one_path(bench, path, rates, warmup_s, window_s, loads).items():
+                found[rate][path] = latency
+        for rate in rates:
+            _record(bench, rate, found[rate], loads)
+
+
+def _one_path(
+    bench: Bench,
+    path: str,
+    rates: Sequence[int],
+    warmup_s: float,
+    window_s: float,
+    loads: dict[str, list[float]],
+) -> dict[int, Latencies]:
+    """Start one path's driver, stream each rate through it, stop it."""
+    from bench.env import BenchError
+    from bench.run import wait_for
     from ingest_core.runtime_files import read_json
     from ingest_platform.hooks import job_environment
 
-    env = bench.env
-    topics = {path: f"{PREFIX}payment_alerts_{path}" for path in PATHS}
-    with bench.step("alert_latency", "s") as loads, env.use(env.home("alerts"), PREFIX):
-        create_topics(env.bootstrap, list(topics.values()))
-        drivers, beats = {}, {}
-        for path, trigger in PATHS.items():
-            home = env.home(f"alerts_{path}")
-            extra = {
-                **job_environment(),
-                **env.variables(home, PREFIX),
-                "INGEST_ALERTS__TOPIC": topics[path].removeprefix(PREFIX),
-                "INGEST_ALERTS__AMOUNT_THRESHOLD": str(THRESHOLD),
-            }
-            command = jobs.submit_command("payment_alerts_rt", ["--trigger", trigger])
-            drivers[path] = env.spawn(command, f"alerts-{path}.log", env=extra)
-            beats[path] = home / "state" / "jobs" / "payment_alerts_rt" / "heartbeat.json"
+    env, prefix = bench.env, PREFIXES[path]
+    alerts_topic = f"{prefix}payment_alerts"
+    home = env.home(f"alerts_{path}")
+    found: dict[int, Latencies] = {}
+    with env.use(home, prefix):
+        create_topics(env.bootstrap, prefix, alerts_topic)
+        extra = {**job_environment(), "INGEST_ALERTS__AMOUNT_THRESHOLD": str(THRESHOLD)}
+        command = jobs.submit_command("payment_alerts_rt", ["--trigger", PATHS[path]])
+        driver = env.spawn(command, f"alerts-{path}.log", env=extra)
+        beat = home / "state" / "jobs" / "payment_alerts_rt" / "heartbeat.json"
 
         def started() -> bool:
-            for path, driver in drivers.items():
-                if driver.poll() is not None:
-                    raise report_error(env, path, driver.returncode)
-            return all(
-                any(
-                    q.get("status") in ("started", "active", "idle")
-                    for q in ((read_json(b) or {}).get("queries") or {}).values()
+            if driver.poll() is not None:
+                raise BenchError(
+                    f"payment_alerts_rt ({path}) exited {driver.returncode}; log "
+                    f"{env.logs / f'alerts-{path}.log'}"
                 )
-                for b in beats.values()
-            )
+            queries = ((read_json(beat) or {}).get("queries") or {}).values()
+            return any(q.get("status") in ("started", "active", "idle") for q in queries)
 
-        from bench.run import wait_for
-
-        wait_for(started, 300, "both alert drivers' queries to start")
         try:
+            wait_for(started, 300, f"the {path} driver's query to start")
             for rate in rates:
-                _one_rate(bench, rate, warmup_s, window_s, topics, loads)
+                loads[f"start_{path}_{rate}"] = report.load_avg()
+                found[rate] = _stream(bench, prefix, alerts_topic, rate, warmup_s, window_s)
+                loads[f"end_{path}_{rate}"] = report.load_avg()
         finally:
-            for driver in drivers.values():
-                env.stop(driver)
+            env.stop(driver)
+    return found
 
 
-def report_error(env: Any, path: str, code: int | None) -> Exception:
-    from bench.env import BenchError
-
-    return BenchError(f"payment_alerts_rt ({path}) exited {code}; log {env.logs}/alerts-{path}.log")
-
-
-def _one_rate(
-    bench: Bench,
-    rate: int,
-    warmup_s: float,
-    window_s: float,
-    topics: dict[str, str],
-    loads: dict[str, list[float]],
-) -> None:
+def _stream(
+    bench: Bench, prefix: str, alerts_topic: str, rate: int, warmup_s: float, window_s: float
+) -> Latencies:
+    """Send payments at ``rate`` for the warm-up and the window; the window's latencies."""
     from bench.env import BenchError
 
     env = bench.env
     duration = warmup_s + window_s
-    messages = payments(int(rate * duration) + 1, seed=rate)
+    messages = payments(int(rate * duration) + 1, prefix, seed=rate)
     producer = workload.SteadyProducer(env.bootstrap, rate, duration, messages=messages)
-    loads[f"start_{rate}"] = report.load_avg()
     producer.start()
     producer.join()
     if producer.error:
         raise BenchError(f"payment producer failed: {producer.error}")
     window = (producer.started_at + warmup_s, producer.ended_at)
     time.sleep(12)  # two micro-batches of the baseline after the last payment
-    loads[f"end_{rate}"] = report.load_avg()
-    sent = read_topic(env.bootstrap, PREFIX + "payments")
-    found = {
-        path: latencies(sent, read_topic(env.bootstrap, t), window) for path, t in topics.items()
-    }
+    sent = read_topic(env.bootstrap, prefix + "payments")
+    found = latencies(sent, read_topic(env.bootstrap, alerts_topic), window)
+    found.params.update(rate=rate, achieved_rate=producer.achieved_rate, window_s=window_s)
+    return found
+
+
+def _record(
+    bench: Bench, rate: int, found: dict[str, Latencies], loads: dict[str, list[float]]
+) -> None:
     summary = {path: found[path].summary() for path in found}
     params = {
         "rate": rate,
-        "achieved_rate": producer.achieved_rate,
-        "window_s": round(window[1] - window[0], 1),
+        "achieved_rate": {p: f.params.get("achieved_rate") for p, f in found.items()},
         "alert_share": ALERT_SHARE,
         "triggers": PATHS,
         "alerts": {p: len(f.seconds) for p, f in found.items()},
@@ -237,33 +244,37 @@ def _one_rate(
         "missing": {p: f.missing for p, f in found.items()},
         "summary_s": summary,
         "latency": "alert LogAppendTime - payment CreateTime (one host's clock)",
+        "order": "real-time driver first, then the micro-batch driver, one at a time",
     }
-    baseline = summary["micro_batch"]
-    for path in PATHS:
+    baseline = summary.get("micro_batch", {})
+    for path in found:
+        load = {
+            "start": loads.get(f"start_{path}_{rate}", []),
+            "end": loads.get(f"end_{path}_{rate}", []),
+        }
         for stat in ("p50", "p99", "max"):
-            value = summary[path][stat]
-            is_rt_p99 = path == "real_time" and stat == "p99"
+            rt = path == "real_time"
             bench.add(
                 Measurement(
                     f"alert_latency_{stat}_{path}_{rate}",
-                    value,
+                    summary[path][stat],
                     "s",
-                    baseline=baseline[stat] if path == "real_time" else None,
-                    baseline_name=f"micro-batch {stat}" if path == "real_time" else None,
-                    target=TARGETS["p99"] if is_rt_p99 and rate == 1000 else None,
-                    load_avg={"start": loads[f"start_{rate}"], "end": loads[f"end_{rate}"]},
+                    baseline=baseline.get(stat) if rt else None,
+                    baseline_name=f"micro-batch {stat}, same run" if rt else None,
+                    target=TARGETS["p99"] if rt and stat == "p99" and rate == 1000 else None,
+                    load_avg=load,
                     params=params,
                 )
             )
-    bench.add(
-        Measurement(
-            f"alert_latency_p99_vs_micro_batch_{rate}",
-            summary["real_time"]["p99"],
-            "s",
-            baseline=baseline["p99"],
-            baseline_name="micro-batch p99, same run",
-            target=TARGETS["vs_micro_batch"],
-            load_avg={"start": loads[f"start_{rate}"], "end": loads[f"end_{rate}"]},
-            params={"rate": rate},
+    if "real_time" in summary and baseline:
+        bench.add(
+            Measurement(
+                f"alert_latency_p99_vs_micro_batch_{rate}",
+                summary["real_time"]["p99"],
+                "s",
+                baseline=baseline.get("p99"),
+                baseline_name="micro-batch p99, same run",
+                target=TARGETS["vs_micro_batch"],
+                params={"rate": rate},
+            )
         )
-    )

@@ -152,6 +152,11 @@ def main(argv: Sequence[str] | None = None) -> int:
         if args.trigger.kind == "real-time":
             master = local_master_for(_master(settings), sum(partitions.values()))
         spark = build_spark_session(JOB_NAME, master=master)
+        print(
+            f"{JOB_NAME}: trigger {args.trigger}, Spark master {spark.sparkContext.master}, "
+            f"Kafka partitions {partitions}",
+            file=sys.stderr,
+        )
         try:
             return run_supervised(
                 spark,

@@ -2,7 +2,8 @@
 (SASL_PLAINTEXT, PLAIN, user names and passwords in its own JAAS configuration), and the
 platform configured only through ``INGEST_KAFKA__*`` environment variables. The replay tool
 produces through it, Spark's Kafka source reads it (bronze_ingest), and Spark's Kafka sink
-writes to it (payment_alerts); the same client settings with a wrong password are refused."""
+writes to it (payment_alerts_rt, payment_alerts); the same client settings with a wrong
+password are refused."""
 
 from __future__ import annotations
 
@@ -23,7 +24,7 @@ from ingest_core.catalog import get_catalog
 from ingest_core.settings import KafkaSettings, get_settings
 from ingestctl.kafka_broker import KafkaBroker
 from ingestctl.producer import Message, produce
-from spark_jobs import bronze_ingest, payment_alerts
+from spark_jobs import bronze_ingest, payment_alerts, payment_alerts_rt
 from spark_jobs.triggers import TriggerSpec
 from tests.conftest import free_port
 from tests.integration.medallion import payment
@@ -154,7 +155,8 @@ def test_sasl_settings_reach_replay_spark_source_and_sink(
     bronze = get_catalog().table("bronze_events").path(get_settings())
     assert len(DeltaTable(str(bronze)).to_pandas()) == acknowledged
 
-    # Spark's Kafka sink (payment_alerts) writes through SASL: one payment above the threshold.
+    # Spark's Kafka sink (payment_alerts_rt) writes through SASL, and payment_alerts' landing
+    # reads it back: one payment above the threshold.
     produce(
         secured_kafka.bootstrap,
         [
@@ -165,6 +167,7 @@ def test_sasl_settings_reach_replay_spark_source_and_sink(
             )
         ],
     )
+    payment_alerts_rt.start(spark, trigger=AVAILABLE_NOW).awaitTermination()
     for query in payment_alerts.start(spark, trigger=AVAILABLE_NOW):
         query.awaitTermination()
     from kafka import KafkaConsumer
@@ -183,3 +186,5 @@ def test_sasl_settings_reach_replay_spark_source_and_sink(
     big = [a for a in alerts if a.get("event_id") == "big-1"]
     assert big, alerts
     assert big[0]["rule"] == "amount_above_threshold"
+    landed = get_catalog().table("gold_payment_alerts").path(get_settings())
+    assert list(DeltaTable(str(landed)).to_pandas().event_id) == ["big-1"]

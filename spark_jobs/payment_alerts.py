@@ -56,6 +56,15 @@ REAL_TIME_REFUSAL = (
 _NO_FUTURE_CHECK = datetime(9000, 1, 1, tzinfo=UTC)
 
 
+def not_landed(spark: SparkSession, table: Path, alerts: DataFrame) -> DataFrame:
+    """``alerts`` (alert rows) once per ``alert_id``, without those ``table`` already holds."""
+    new = alerts.dropDuplicates(["alert_id"])
+    existing = read_table(spark, table)
+    if existing is None:
+        return new
+    return new.join(existing.select("alert_id"), "alert_id", "left_anti")
+
+
 class VelocitySink:
     """``foreachBatch`` function of the velocity rule: its alerts that ``gold_payment_alerts``
     does not hold yet -> the alerts topic (at-least-once; the landing query deduplicates)."""
@@ -71,12 +80,8 @@ class VelocitySink:
         the ones already landed are not sent again)."""
         from spark_jobs.transforms.alerts import alert_records
 
-        existing = read_table(self.spark, self.table)
-        new = alerts.dropDuplicates(["alert_id"])
-        if existing is not None:
-            new = new.join(existing.select("alert_id"), "alert_id", "left_anti")
         (
-            alert_records(new)
+            alert_records(not_landed(self.spark, self.table, alerts))
             .write.format("kafka")
             .options(**self.kafka_options)
             .option("topic", self.topic)
@@ -112,10 +117,7 @@ class LandingSink:
                     file=sys.stderr,
                 )
             alerts = parsed.where("_valid").drop("_valid", "topic", "partition", "offset")
-            new = alerts.dropDuplicates(["alert_id"])
-            existing = read_table(self.spark, self.table)
-            if existing is not None:
-                new = new.join(existing.select("alert_id"), "alert_id", "left_anti")
+            new = not_landed(self.spark, self.table, alerts)
             append_idempotent(
                 new, self.table, app_id=checkpoint_query_id(self.checkpoint), version=batch_id
             )
@@ -133,6 +135,15 @@ def parse_payments(spark: SparkSession, settings: PlatformSettings, job_name: st
     job = get_catalog().job(job_name)
     assert isinstance(job.source, KafkaSourceSpec)
     topic = settings.kafka.topic(job.source.topics[0])
+    raw = to_bronze(kafka_stream(spark, settings, topic, job.max_offsets_per_trigger))
+    return parse_topic(raw, "payments", now=_NO_FUTURE_CHECK, max_future_skew=timedelta(0))
+
+
+def kafka_stream(
+    spark: SparkSession, settings: PlatformSettings, topic: str, max_offsets: int | None = None
+) -> DataFrame:
+    """``topic`` (full name) as a stream of Kafka source rows, from the earliest offset,
+    failing on data loss; at most ``max_offsets`` records per micro-batch when given."""
     reader = (
         spark.readStream.format("kafka")
         .options(**settings.kafka.spark_options())
@@ -140,22 +151,9 @@ def parse_payments(spark: SparkSession, settings: PlatformSettings, job_name: st
         .option("startingOffsets", "earliest")
         .option("failOnDataLoss", "true")
     )
-    if job.max_offsets_per_trigger:
-        reader = reader.option("maxOffsetsPerTrigger", str(job.max_offsets_per_trigger))
-    raw = to_bronze(reader.load())
-    return parse_topic(raw, "payments", now=_NO_FUTURE_CHECK, max_future_skew=timedelta(0))
-
-
-def alerts_topic_records(spark: SparkSession, settings: PlatformSettings) -> DataFrame:
-    """The alerts topic as a stream (Kafka source rows), from the earliest offset."""
-    return (
-        spark.readStream.format("kafka")
-        .options(**settings.kafka.spark_options())
-        .option("subscribe", settings.kafka.topic(settings.alerts.topic))
-        .option("startingOffsets", "earliest")
-        .option("failOnDataLoss", "true")
-        .load()
-    )
+    if max_offsets:
+        reader = reader.option("maxOffsetsPerTrigger", str(max_offsets))
+    return reader.load()
 
 
 def start(
@@ -203,7 +201,7 @@ def start(
         velocity_query.awaitTermination()
     landing = job.checkpoint(settings, LANDING_QUERY)
     landing_query = trigger.apply(
-        alerts_topic_records(spark, settings)
+        kafka_stream(spark, settings, settings.kafka.topic(rules.topic))
         .writeStream.foreachBatch(LandingSink(spark, landing, settings))
         .option("checkpointLocation", str(landing))
         .queryName(f"{JOB_NAME}.{LANDING_QUERY}")

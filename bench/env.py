@@ -125,7 +125,7 @@ class BenchEnv:
         previous = (self._home, self._prefix)
         self._home, self._prefix = home, prefix
         os.environ.update(self.variables(home, prefix))
-        # spark_submit_command needs the spark_default connection (local[*]) and an
+        # The Airflow CLI (cycles) needs the spark_default connection (local[*]) and an
         # AIRFLOW_HOME; the CLI's own home keeps any demo's metadata database untouched.
         os.environ.update(airflow_environment(self.airflow_port, cli=True))
         get_settings.cache_clear()

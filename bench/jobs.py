@@ -1,9 +1,9 @@
 """Run the platform's Spark jobs with their real entry points and time them.
 
 A job is started with the ``spark-submit`` command Airflow would run
-(:func:`ingest_platform.operators.spark_submit_command`: the Spark provider's own command
-builder on ``spark_default`` = ``local[*]``, the platform's ``--conf``), in the bench's
-environment; its Spark event log (see :mod:`bench.eventlog`) says where the time went.
+(:func:`submit_command`: what the Spark provider's hook runs on ``spark_default`` =
+``local[*]``, with the platform's ``--conf``), in the bench's environment; its Spark
+event log (see :mod:`bench.eventlog`) says where the time went.
 """
 
 from __future__ import annotations

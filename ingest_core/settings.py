@@ -420,7 +420,8 @@ class CheckpointSettings(BaseModel):
 
 
 class AlertSettings(BaseModel):
-    """Rules of the ``payment_alerts`` job.
+    """Rules of the alert jobs (``payment_alerts_rt``: the amount rule; ``payment_alerts``:
+    the velocity rule and the landing of the alerts topic).
 
     :param amount_threshold: a payment above this amount (in its currency's units) raises an
         ``amount_above_threshold`` alert.

@@ -92,9 +92,10 @@ class VelocitySink:
 class LandingSink:
     """``foreachBatch`` function of the landing query: the alerts topic -> ``gold_payment_alerts``,
     each ``alert_id`` once, whichever rule or path raised it and however often Kafka
-    delivered it (deduplicated within the batch and against the table, then appended with
-    ``txnAppId``/``txnVersion``: a replayed batch is skipped, a re-planned one adds only
-    what the table lacks)."""
+    delivered it: deduplicated within the batch and against the table, then appended with
+    ``txnAppId``/``txnVersion`` (a replayed batch id the table already committed is
+    skipped; the alerts of a batch re-planned under a new id that the table already holds
+    are left out by the anti-join)."""
 
     def __init__(self, spark: SparkSession, checkpoint: Path, settings: PlatformSettings) -> None:
         self.spark = spark
@@ -107,13 +108,15 @@ class LandingSink:
 
         parsed = alerts_from_records(records).cache()
         try:
-            invalid = parsed.where("NOT _valid").select("topic", "partition", "offset").collect()
-            if invalid:
-                first = invalid[0]
+            invalid = parsed.where("NOT _valid").select("topic", "partition", "offset")
+            count = invalid.count()
+            if count:
+                first = invalid.orderBy("partition", "offset").first()
+                assert first is not None
                 print(
-                    f"{JOB_NAME}: {len(invalid)} record(s) of the alerts topic are not alerts "
-                    f"(no alert_id or rule; first: {first.topic} partition {first.partition} "
-                    f"offset {first.offset}): not landed",
+                    f"{JOB_NAME}: {count} record(s) of the alerts topic are not alerts "
+                    f"(unknown rule or malformed alert_id; first: {first.topic} partition "
+                    f"{first.partition} offset {first.offset}): not landed",
                     file=sys.stderr,
                 )
             alerts = parsed.where("_valid").drop("_valid", "topic", "partition", "offset")
@@ -201,7 +204,9 @@ def start(
         velocity_query.awaitTermination()
     landing = job.checkpoint(settings, LANDING_QUERY)
     landing_query = trigger.apply(
-        kafka_stream(spark, settings, settings.kafka.topic(rules.topic))
+        kafka_stream(
+            spark, settings, settings.kafka.topic(rules.topic), job.max_offsets_per_trigger
+        )
         .writeStream.foreachBatch(LandingSink(spark, landing, settings))
         .option("checkpointLocation", str(landing))
         .queryName(f"{JOB_NAME}.{LANDING_QUERY}")

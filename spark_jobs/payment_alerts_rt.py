@@ -106,7 +106,8 @@ def start(
     if trigger.kind == "real-time":
         check_plan(JOB_NAME, records, SINK_FORMAT)
         master = spark.sparkContext.master or "?"
-        check_task_slots(JOB_NAME, partitions, master, task_slots(spark))
+        slots = task_slots(spark, needed=sum(partitions.values()))
+        check_task_slots(JOB_NAME, partitions, master, slots)
     writer = (
         records.writeStream.format(SINK_FORMAT)
         .options(**settings.kafka.spark_options())
@@ -119,9 +120,25 @@ def start(
 
 
 def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
-    """Parse the command line; a bad value exits 2 with a message saying what is wrong."""
+    """Parse the command line; a bad value exits 2 with a message saying what is wrong.
+
+    A real-time batch writes the heartbeat once, at its end: an interval of half
+    ``supervisor.heartbeat_timeout_s`` or more would let the supervisor take a healthy job
+    for a stuck one and restart it, so it is refused.
+    """
+    from ingest_core.intervals import parse_interval
+
     parser = job_parser(JOB_NAME, __doc__.splitlines()[0])
-    return parse_job_args(parser, argv, None)
+    args = parse_job_args(parser, argv, None)
+    if args.trigger.kind == "real-time":
+        limit_s = get_settings().supervisor.heartbeat_timeout_s / 2
+        if parse_interval(args.trigger.interval).total_seconds() >= limit_s:
+            parser.error(
+                f"--trigger {args.trigger}: a real-time batch must be shorter than half "
+                f"supervisor.heartbeat_timeout_s ({limit_s:g} s): the heartbeat is written "
+                "once per batch"
+            )
+    return args
 
 
 @operator_errors
@@ -143,14 +160,19 @@ def main(argv: Sequence[str] | None = None) -> int:
     with owned_checkpoint(JOB_NAME):
         try:
             partitions = topic_partitions(settings)
-        except (KafkaError, TopicCollisionError) as error:
+        except TopicCollisionError as error:
+            return mark_failed(JOB_NAME, str(error))
+        except KafkaError as error:
             return mark_failed(
                 JOB_NAME,
-                f"Kafka at {settings.kafka.bootstrap_servers} refused or did not answer: {error}",
+                f"Kafka at {settings.kafka.bootstrap_servers} refused or did not answer: "
+                f"{error!r} (is the broker up? `ingestctl kafka status`)",
             )
         master = None
         if args.trigger.kind == "real-time":
-            master = local_master_for(_master(settings), sum(partitions.values()))
+            given = _master(settings)
+            sized = local_master_for(given, sum(partitions.values()))
+            master = sized if sized != given.strip() else None
         spark = build_spark_session(JOB_NAME, master=master)
         print(
             f"{JOB_NAME}: trigger {args.trigger}, Spark master {spark.sparkContext.master}, "
@@ -164,8 +186,8 @@ def main(argv: Sequence[str] | None = None) -> int:
                 lambda: [start(spark, trigger=args.trigger, partitions=partitions)],
                 between_batches=args.trigger.kind != "real-time",
             )
-        except RealTimeRefusedError as error:
-            return mark_failed(JOB_NAME, str(error))
+        except RealTimeRefusedError as error:  # its message names the job already
+            return mark_failed(JOB_NAME, str(error).removeprefix(f"{JOB_NAME}: "))
 
 
 def _master(settings: PlatformSettings) -> str:

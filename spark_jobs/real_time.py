@@ -20,6 +20,7 @@ spends its time waiting on Kafka, so one thread per partition costs no extra cor
 
 from __future__ import annotations
 
+import contextlib
 import re
 from collections.abc import Mapping
 from typing import TYPE_CHECKING
@@ -123,11 +124,12 @@ def local_master_for(master: str, partitions: int) -> str:
     return stripped
 
 
-def task_slots(spark: SparkSession, wait_s: float = 30.0) -> int:
+def task_slots(spark: SparkSession, needed: int = 1, wait_s: float = 30.0) -> int:
     """Tasks the session can run at once: local threads, or the registered executors' cores
     (Spark's ``SparkContext.maxNumConcurrentTasks`` for the default resource profile; not
     ``defaultParallelism``, which is ``spark.default.parallelism`` when that is set). On a
-    cluster, waits up to ``wait_s`` seconds for executors to register."""
+    cluster, waits up to ``wait_s`` seconds for executors to register until ``needed``
+    slots are there, and returns what registered by then."""
     from ingest_core.waiting import wait_until
 
     context = spark.sparkContext._jsc.sc()
@@ -138,10 +140,9 @@ def task_slots(spark: SparkSession, wait_s: float = 30.0) -> int:
 
     if local_threads(spark.sparkContext.master or "", 1) is not None:
         return slots()
-    try:
-        return wait_until(slots, wait_s, 1.0, what="executors to register")
-    except TimeoutError:
-        return 0
+    with contextlib.suppress(TimeoutError):  # what registered by then is the answer
+        wait_until(lambda: slots() >= needed, wait_s, 1.0, what="executors to register")
+    return slots()
 
 
 def check_task_slots(job: str, partitions: Mapping[str, int], master: str, slots: int) -> None:

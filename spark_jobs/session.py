@@ -129,8 +129,10 @@ def submitted_master() -> str | None:
     read before any SparkContext exists; None outside spark-submit."""
     if not launched_by_spark_submit():
         return None
-    from pyspark import SparkConf
+    from pyspark import SparkConf, SparkContext
 
+    # A SparkConf made before the gateway is up has no JVM behind it and reads nothing.
+    SparkContext._ensure_initialized()
     return SparkConf().get("spark.master", None)
 
 

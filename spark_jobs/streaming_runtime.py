@@ -1,6 +1,7 @@
 """What an always-on job needs to be supervised: a heartbeat, a pid, and a graceful stop.
 
-Each always-on job (``bronze_ingest``, ``payment_alerts``) runs its queries through
+Each always-on job (``bronze_ingest``, ``payment_alerts``, ``payment_alerts_rt``) runs its
+queries through
 :func:`run_supervised`, which
 
 * registers a :class:`HeartbeatListener` (a ``StreamingQueryListener``) that rewrites
@@ -11,8 +12,9 @@ Each always-on job (``bronze_ingest``, ``payment_alerts``) runs its queries thro
 * stops the queries gracefully when ``stop.request`` appears beside the heartbeat: it waits
   until no micro-batch is running (``isTriggerActive`` false), then stops, so a stop never
   interrupts a batch half-written (a batch that is interrupted anyway is replayed
-  idempotently on restart); SIGTERM (``kill <pid>``, the supervisor's terminate, a container
-  stop) is the same request;
+  idempotently on restart); a real-time job (``between_batches=False``) stops at once, its
+  batch lasting its whole interval; SIGTERM (``kill <pid>``, the supervisor's terminate, a
+  container stop) is the same request;
 * leaves the heartbeat at ``stopped`` after a stop, SIGTERM or Ctrl-C, ``failed`` after a
   query's failure: never ``running`` for a driver that has gone.
 

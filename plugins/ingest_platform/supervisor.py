@@ -106,8 +106,12 @@ def _alive(pid: int, job: str) -> bool:
     A zombie has an empty command line; a reused pid names another program; an operator's
     ``ingestctl checkpoints restore <job>`` or an Airflow task names the job, not its module.
     """
+    import re
+
     cmdline = command_line(pid)
-    return cmdline is not None and (f"{job}.py" in cmdline or f"spark_jobs.{job}" in cmdline)
+    # Whole module names: payment_alerts is not payment_alerts_rt.
+    module = re.compile(rf"(spark_jobs/{job}\.py|spark_jobs\.{job})(\s|$)")
+    return cmdline is not None and module.search(cmdline) is not None
 
 
 def driver_pid(job: str, settings: PlatformSettings | None = None) -> int | None:

@@ -25,6 +25,9 @@ VELOCITY_RULE = "payment_velocity"
 #: Rules judged on one payment alone (no state): real-time mode runs them
 #: (``spark_jobs.payment_alerts_rt``); the others stay on micro-batches.
 STATELESS_RULES = (AMOUNT_RULE,)
+#: JSON timestamps of the alert records: microseconds, as the table keeps them (Spark's
+#: default JSON format stops at milliseconds).
+_JSON_OPTIONS = {"timestampFormat": "yyyy-MM-dd'T'HH:mm:ss.SSSSSSXXX"}
 #: Spark DDL of ``gold_payment_alerts`` (the alert columns plus ``detected_at``).
 ALERTS_DDL = (
     "alert_id string, rule string, customer_id string, event_id string, payment_count bigint, "
@@ -77,16 +80,18 @@ def alert_records(alerts: DataFrame) -> DataFrame:
     """Alert rows -> the records of the alerts topic.
 
     :returns: ``key`` string (the ``alert_id``) and ``value`` string (JSON of the alert
-        with ``detected_at``, the wall-clock time the alert was computed, in microseconds;
-        read per row with ``java.lang.System.currentTimeMillis`` because
-        ``current_timestamp()`` is the batch's start, a minute early in real-time mode).
+        with ``detected_at``, the wall-clock time the alert was computed, to the
+        millisecond: read per row with ``java.lang.System.currentTimeMillis`` because
+        ``current_timestamp()`` is the batch's start, a minute early in real-time mode;
+        timestamps in microseconds, :data:`_JSON_OPTIONS`).
     """
     from pyspark.sql import functions as F
 
     now_ms = F.expr("reflect('java.lang.System', 'currentTimeMillis')").cast("bigint")
     stamped = alerts.withColumn("detected_at", F.timestamp_millis(now_ms))
     return stamped.select(
-        F.col("alert_id").alias("key"), F.to_json(F.struct(*stamped.columns)).alias("value")
+        F.col("alert_id").alias("key"),
+        F.to_json(F.struct(*stamped.columns), _JSON_OPTIONS).alias("value"),
     )
 
 
@@ -96,14 +101,19 @@ def alerts_from_records(records: DataFrame) -> DataFrame:
     :param records: Kafka source rows (``value`` binary, ``topic``, ``partition``,
         ``offset``).
     :returns: the alert columns of :data:`ALERTS_DDL`, plus ``_valid`` boolean: false for a
-        record that is not an alert (not JSON, or without ``alert_id`` or ``rule``), which
-        the caller reports and keeps out of the table.
+        record that is not an alert (not JSON, a rule this module does not have, or an
+        ``alert_id`` that is not 32 lower-case hex digits), which the caller reports and
+        keeps out of the table (a stray record must not take a real alert's id).
     """
     from pyspark.sql import functions as F
 
-    alert = F.from_json(F.col("value").cast("string"), ALERTS_DDL)
+    alert = F.from_json(F.col("value").cast("string"), ALERTS_DDL, _JSON_OPTIONS)
     parsed = records.select(alert.alias("_a"), "topic", "partition", "offset")
-    valid = F.col("_a.alert_id").isNotNull() & F.col("_a.rule").isNotNull()
+    valid = F.coalesce(
+        F.col("_a.rule").isin(AMOUNT_RULE, VELOCITY_RULE)
+        & F.col("_a.alert_id").rlike("^[0-9a-f]{32}$"),
+        F.lit(False),
+    )
     return parsed.select("_a.*", "topic", "partition", "offset", valid.alias("_valid"))
 
 

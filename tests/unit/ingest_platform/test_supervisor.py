@@ -209,3 +209,22 @@ def test_an_operators_restore_holding_the_lock_is_neither_killed_nor_doubled(hom
     finally:
         holder.kill()
         holder.wait()
+
+
+def test_a_driver_is_recognised_by_its_whole_module_name(monkeypatch) -> None:
+    """payment_alerts is not payment_alerts_rt (a pid recorded for one never passes for the
+    other's driver), under spark-submit or python -m."""
+    lines = {
+        1: "python /x/spark_jobs/payment_alerts_rt.py --trigger real-time=1m",
+        2: "python -m spark_jobs.payment_alerts_rt --trigger real-time=1m",
+        3: "python /x/spark_jobs/payment_alerts.py --trigger processing-time=5s",
+        4: "python -m spark_jobs.payment_alerts",
+    }
+    monkeypatch.setattr(supervisor, "command_line", lines.get)
+    assert [supervisor._alive(pid, "payment_alerts") for pid in lines] == [False, False, True, True]
+    assert [supervisor._alive(pid, "payment_alerts_rt") for pid in lines] == [
+        True,
+        True,
+        False,
+        False,
+    ]

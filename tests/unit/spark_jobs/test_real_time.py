@@ -124,3 +124,14 @@ def test_a_local_master_is_sized_to_the_partitions(monkeypatch) -> None:
     # An explicit thread count and a cluster are the operator's choice (then checked).
     assert local_master_for("local[2]", 3) == "local[2]"
     assert local_master_for("spark://h:7077", 3) == "spark://h:7077"
+
+
+def test_a_real_time_batch_as_long_as_half_the_heartbeat_timeout_is_refused(capsys) -> None:
+    """The heartbeat is written once per real-time batch: 90 s (half of the default 180 s
+    timeout) would let the supervisor restart a healthy job."""
+    assert payment_alerts_rt.parse_args(["--trigger", "real-time=89s"]).trigger.interval
+    with pytest.raises(SystemExit) as exited:
+        payment_alerts_rt.parse_args(["--trigger", "real-time=90s"])
+    assert exited.value.code == 2
+    assert "shorter than half supervisor.heartbeat_timeout_s (90 s)" in capsys.readouterr().err
+    assert payment_alerts_rt.parse_args([]).trigger == TriggerSpec("real-time", "1 minutes")

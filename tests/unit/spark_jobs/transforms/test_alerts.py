@@ -321,7 +321,10 @@ def test_alert_records_round_trip_through_the_topic_with_a_per_row_detection_tim
     from datetime import datetime
 
     payments = spark.createDataFrame(
-        [("e1", "c1", d("900.50"), "BRL", at(12, 0)), ("e2", None, d("600.00"), "USD", at(12, 1))],
+        [
+            ("e1", "c1", d("900.50"), "BRL", at(12, 0).replace(microsecond=123456)),
+            ("e2", None, d("600.00"), "USD", at(12, 1)),
+        ],
         PAYMENTS,
     )
     alerts = amount_alerts(payments, 500.0)
@@ -345,13 +348,23 @@ def test_alert_records_round_trip_through_the_topic_with_a_per_row_detection_tim
 
 
 def test_records_that_are_not_alerts_are_flagged_not_dropped(spark) -> None:
+    """Not JSON, no alert_id, an unknown rule, an id that is not 32 hex digits: flagged (a
+    stray record must not take a real alert's id in the table)."""
+    good = sha("amount_above_threshold|e1")
     kafka_rows = spark.createDataFrame(
         [
             (bytearray(b"not json"), "alerts", 0, 0),
             (bytearray(b'{"rule": "amount_above_threshold"}'), "alerts", 0, 1),
-            (bytearray(b'{"alert_id": "x", "rule": "r"}'), "alerts", 1, 7),
+            (bytearray(f'{{"alert_id": "{good}", "rule": "r"}}'.encode()), "alerts", 0, 2),
+            (bytearray(b'{"alert_id": "x", "rule": "payment_velocity"}'), "alerts", 0, 3),
+            (
+                bytearray(f'{{"alert_id": "{good}", "rule": "{AMOUNT_RULE}"}}'.encode()),
+                "alerts",
+                1,
+                7,
+            ),
         ],
         "value binary, topic string, partition int, offset long",
     )
     flagged = {(r.partition, r.offset): r._valid for r in alerts_from_records(kafka_rows).collect()}
-    assert flagged == {(0, 0): False, (0, 1): False, (1, 7): True}
+    assert flagged == {(0, 0): False, (0, 1): False, (0, 2): False, (0, 3): False, (1, 7): True}

@@ -273,8 +273,6 @@ class JobSpec(_ApplicationSpec):
                 f"job {self.name!r}: a Kafka sink job writes no table, but outputs lists "
                 f"{self.outputs}"
             )
-        if isinstance(self.sink, str) and not self.outputs:
-            raise ValueError(f"job {self.name!r} declares no outputs")
         if isinstance(self.source, DeltaSourceSpec) and self.source.table not in self.inputs:
             raise ValueError(
                 f"job {self.name!r}: source table {self.source.table!r} is not in its inputs"

@@ -30,7 +30,7 @@ import sys
 from collections.abc import Sequence
 from typing import TYPE_CHECKING
 
-from ingest_core.catalog import KafkaSourceSpec, get_catalog
+from ingest_core.catalog import KafkaSinkSpec, KafkaSourceSpec, get_catalog
 from ingest_core.settings import PlatformSettings, get_settings
 from spark_jobs.job_cli import job_parser, operator_errors, owned_checkpoint, parse_job_args
 from spark_jobs.triggers import TriggerSpec
@@ -56,10 +56,11 @@ def topic_partitions(settings: PlatformSettings) -> dict[str, int]:
 
     job = get_catalog().job(JOB_NAME)
     assert isinstance(job.source, KafkaSourceSpec)
+    assert isinstance(job.sink, KafkaSinkSpec)
     topics = [settings.kafka.topic(t) for t in job.source.topics]
     counts = ensure_topics(
         settings.kafka.bootstrap_servers,
-        [*topics, settings.kafka.topic(settings.alerts.topic)],
+        [*topics, job.sink.topic(settings)],
         partitions=settings.replay.partitions,
         allow_partition_mismatch=True,
         kafka=settings.kafka,
@@ -74,12 +75,12 @@ def alert_stream(spark: SparkSession, settings: PlatformSettings) -> DataFrame:
 
     from spark_jobs.payment_alerts import parse_payments
     from spark_jobs.transforms.alerts import alert_records, stateless_alerts
+    from spark_jobs.transforms.silver import usable_rows
 
     parsed = parse_payments(spark, settings, JOB_NAME).observe(
         "skipped", F.count_if(F.col("_quarantine_reason").isNotNull()).alias("skipped")
     )
-    usable = parsed.where("_quarantine_reason IS NULL")
-    return alert_records(stateless_alerts(usable, settings.alerts.amount_threshold))
+    return alert_records(stateless_alerts(usable_rows(parsed), settings.alerts.amount_threshold))
 
 
 def start(
@@ -101,6 +102,7 @@ def start(
 
     settings = settings or get_settings()
     job = get_catalog().job(JOB_NAME)
+    assert isinstance(job.sink, KafkaSinkSpec)
     partitions = partitions or topic_partitions(settings)
     records = alert_stream(spark, settings)
     if trigger.kind == "real-time":
@@ -111,7 +113,7 @@ def start(
     writer = (
         records.writeStream.format(SINK_FORMAT)
         .options(**settings.kafka.spark_options())
-        .option("topic", settings.kafka.topic(settings.alerts.topic))
+        .option("topic", job.sink.topic(settings))
         .option("checkpointLocation", str(checkpoint or job.checkpoint(settings)))
         .outputMode("update")
         .queryName(JOB_NAME)

@@ -170,3 +170,42 @@ def test_the_driver_refuses_too_few_task_slots_with_one_line_and_a_failed_heartb
     beat = read_json(runtime_files("payment_alerts_rt").heartbeat)
     assert beat["status"] == "failed"
     assert "needs 3 task slots" in json.dumps(beat)
+
+
+def test_restoring_an_older_real_time_checkpoint_re_sends_and_lands_every_alert_once(
+    platform: Platform, monkeypatch
+) -> None:
+    """The real-time job's live checkpoint is lost and its backup from after the first lot
+    restored: the query re-plans the second lot and sends its alerts again (Kafka keeps
+    them twice); gold_payment_alerts still holds every alert exactly once."""
+    import shutil
+
+    from ingest_core.catalog import get_catalog
+    from ingest_core.recovery import restore
+    from spark_jobs import payment_alerts_rt
+
+    monkeypatch.setenv("INGEST_ALERTS__AMOUNT_THRESHOLD", str(THRESHOLD))
+    get_settings.cache_clear()
+
+    def run_both() -> None:
+        payment_alerts_rt.start(platform.spark, trigger=AVAILABLE_NOW).awaitTermination()
+        for query in payment_alerts.start(platform.spark, trigger=AVAILABLE_NOW):
+            query.awaitTermination()
+
+    first, second = _batch(0, 30), _batch(30, 30)
+    platform.send("payments", first)
+    run_both()
+    backup_id = backup("payment_alerts_rt").backup_id
+    platform.send("payments", second)
+    run_both()
+    sent_before = _alert_keys(platform)
+    shutil.rmtree(get_catalog().job("payment_alerts_rt").checkpoint())
+    restore("payment_alerts_rt", backup_id)
+    run_both()  # the real-time query resumes after the first lot
+    keys = _alert_keys(platform)
+    resent = len(keys) - len(sent_before)
+    assert resent == len(_expected(second))  # the second lot's alerts went out again
+    expected_ids = _expected(first + second)
+    assert set(keys) == expected_ids
+    table = platform.read("gold_payment_alerts")
+    assert sorted(table.alert_id) == sorted(expected_ids)

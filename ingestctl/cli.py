@@ -135,6 +135,41 @@ def kafka_status(
         raise typer.Exit(code=3)
 
 
+@kafka_app.command("consumer-groups")
+def kafka_consumer_groups(
+    job: Annotated[str, typer.Argument(help="An always-on job, e.g. bronze_ingest.")],
+    command_config: Annotated[
+        Path | None,
+        typer.Option(
+            "--command-config",
+            exists=True,
+            dir_okay=False,
+            help="Client properties for a secured broker (SASL/SSL), as Kafka's tools take.",
+        ),
+    ] = None,
+) -> None:
+    """Show a job's Kafka lag with Kafka's own ConsumerGroupCommand (what
+    kafka-consumer-groups.sh --describe prints): its drivers commit the offsets their
+    checkpoint committed to the consumer group <topic prefix><job> after every batch."""
+    from ingest_core.catalog import get_catalog
+    from ingest_core.consumer_groups import consumer_group
+    from ingestctl.kafka_broker import BrokerError, KafkaBroker
+
+    settings = get_settings()
+    if job not in get_catalog().jobs:
+        raise _fail(f"{job!r} is not a streaming job; jobs: {sorted(get_catalog().jobs)}")
+    args = ["--describe", "--group", consumer_group(job, settings)]
+    if command_config is not None:
+        args += ["--command-config", str(command_config)]
+    try:
+        done = KafkaBroker(settings.kafka).consumer_groups(*args)
+    except BrokerError as error:
+        raise _fail(str(error)) from None
+    typer.echo(done.stdout.rstrip())
+    if done.returncode != 0:
+        raise _fail(done.stderr.strip().splitlines()[-1] if done.stderr.strip() else "failed")
+
+
 @kafka_app.command("create-topics")
 def kafka_create_topics(
     partitions: Annotated[

@@ -274,6 +274,27 @@ class KafkaBroker:
             )
         return f"{jars}/*"
 
+    def consumer_groups(
+        self, *args: str, timeout_s: float = 120
+    ) -> subprocess.CompletedProcess[str]:
+        """Run Kafka's ``ConsumerGroupCommand`` (what ``kafka-consumer-groups.sh`` runs)
+        from the broker's jars against :attr:`KafkaSettings.bootstrap_servers`, e.g.
+        ``consumer_groups("--describe", "--group", "bronze_ingest")``. Output captured as
+        text; the caller reads ``returncode``.
+
+        :raises BrokerStartError: the broker's jars are missing (``make jars``).
+        """
+        command = self._java_command(
+            "org.apache.kafka.tools.consumer.group.ConsumerGroupCommand",
+            "--bootstrap-server",
+            self.settings.bootstrap_servers,
+            *args,
+        )
+        command[1] = "-Xmx256m"  # a client, not the broker's heap
+        return subprocess.run(
+            command, capture_output=True, text=True, timeout=timeout_s, check=False
+        )
+
     def _render_config(self) -> None:
         template = Template(SERVER_PROPERTIES_TEMPLATE.read_text())
         self.config_path.write_text(

@@ -6,8 +6,9 @@ queries through
 
 * registers a :class:`HeartbeatListener` (a ``StreamingQueryListener``) that rewrites
   ``<storage.state_dir>/jobs/<job>/heartbeat.json`` on every query event: started, progress
-  (batch id, input rows, rates, durations, end offsets, state rows and memory), idle, and
-  terminated; the streaming supervisor restarts a job whose heartbeat grows older than
+  (batch id, input rows, rates, durations, end offsets, state rows and memory, and the
+  last :data:`HISTORY` batches for the Streaming page's charts), idle, and terminated; the
+  streaming supervisor restarts a job whose heartbeat grows older than
   ``supervisor.heartbeat_timeout_s``;
 * stops the queries gracefully when ``stop.request`` appears beside the heartbeat: it waits
   until no micro-batch is running (``isTriggerActive`` false), then stops, so a stop never
@@ -15,6 +16,8 @@ queries through
   idempotently on restart); a real-time job (``between_batches=False``) stops at once, its
   batch lasting its whole interval; SIGTERM (``kill <pid>``, the supervisor's terminate, a
   container stop) is the same request;
+* commits each batch's Kafka end offsets to the job's consumer group
+  (:mod:`ingest_core.consumer_groups`), so Kafka's own tools show the job's lag;
 * leaves the heartbeat at ``stopped`` after a stop, SIGTERM or Ctrl-C, ``failed`` after a
   query's failure: never ``running`` for a driver that has gone.
 
@@ -34,6 +37,7 @@ from collections.abc import Callable
 from datetime import UTC, datetime
 from typing import TYPE_CHECKING, Any
 
+from ingest_core.consumer_groups import GroupOffsetCommitter, kafka_offsets
 from ingest_core.runtime_files import RuntimeFiles, runtime_files, write_json
 from ingest_core.settings import PlatformSettings, get_settings
 
@@ -47,12 +51,16 @@ try:  # pyspark is absent in processes that only read heartbeats (Airflow's)
 except ImportError:  # pragma: no cover - pyspark is a dependency of the project
     _Listener = object
 
+#: Batches kept per query in the heartbeat's ``history`` (the Streaming page's charts).
+HISTORY = 60
+
 
 def progress_summary(progress: Any) -> dict[str, Any]:
     """The heartbeat's view of one ``StreamingQueryProgress``.
 
-    :returns: ``batch_id``, ``input_rows``, ``input_rows_per_second``,
-        ``processed_rows_per_second``, ``duration_ms`` (phase -> milliseconds),
+    :returns: ``batch_id``, ``timestamp`` (the trigger's start, ISO UTC), ``input_rows``,
+        ``input_rows_per_second``, ``processed_rows_per_second``, ``duration_ms`` (phase ->
+        milliseconds),
         ``end_offsets`` (one per source; for Kafka ``{topic: {partition: next offset}}``),
         ``state_rows`` and ``state_memory_bytes`` (summed over stateful operators),
         ``event_time`` (watermark and min/max event time when the query has a watermark),
@@ -61,6 +69,7 @@ def progress_summary(progress: Any) -> dict[str, Any]:
     state = list(progress.stateOperators or [])
     return {
         "batch_id": progress.batchId,
+        "timestamp": progress.timestamp,
         "input_rows": progress.numInputRows,
         "input_rows_per_second": progress.inputRowsPerSecond,
         "processed_rows_per_second": progress.processedRowsPerSecond,
@@ -87,12 +96,21 @@ class HeartbeatListener(_Listener):
     Heartbeat JSON: ``job``, ``pid``, ``status`` (``running``, ``stopping``, ``stopped``,
     ``failed``), ``updated_at`` (ISO UTC), ``updated_at_epoch_s`` (float seconds) and
     ``queries``: query name -> ``id``, ``run_id``, ``status``, ``last_event_at``,
-    ``last_progress`` (:func:`progress_summary`), ``exception``.
+    ``last_progress`` (:func:`progress_summary`), ``history`` (the last :data:`HISTORY`
+    batches: ``batch_id``, ``timestamp``, ``input_rows``, ``input_rows_per_second``,
+    ``processed_rows_per_second``, ``duration_ms`` (the whole trigger, milliseconds)),
+    ``exception``.
+
+    :param committer: commits each batch's Kafka end offsets to the job's consumer group;
+        None commits nothing.
     """
 
-    def __init__(self, job: str, files: RuntimeFiles) -> None:
+    def __init__(
+        self, job: str, files: RuntimeFiles, committer: GroupOffsetCommitter | None = None
+    ) -> None:
         self.job = job
         self.files = files
+        self.committer = committer
         self.status = "running"
         self.queries: dict[str, dict[str, Any]] = {}
         self._terminated: set[str] = set()
@@ -147,8 +165,20 @@ class HeartbeatListener(_Listener):
         progress = event.progress
         entry = self._query(progress)
         entry["status"] = "active"
-        entry["last_progress"] = progress_summary(progress)
+        summary = progress_summary(progress)
+        entry["last_progress"] = summary
+        point = {
+            "batch_id": summary["batch_id"],
+            "timestamp": summary["timestamp"],
+            "input_rows": summary["input_rows"],
+            "input_rows_per_second": summary["input_rows_per_second"],
+            "processed_rows_per_second": summary["processed_rows_per_second"],
+            "duration_ms": summary["duration_ms"].get("triggerExecution"),
+        }
+        entry["history"] = [*entry.get("history", []), point][-HISTORY:]
         self.beat()
+        if self.committer is not None:
+            self.committer.commit(kafka_offsets(summary["end_offsets"]))
 
     def onQueryIdle(self, event: Any) -> None:  # noqa: N802
         self._query(event)["status"] = "idle"
@@ -190,7 +220,8 @@ def run_supervised(
     settings = settings or get_settings()
     files = runtime_files(job, settings)
     files.stop_request.unlink(missing_ok=True)  # a request older than this driver is void
-    listener = HeartbeatListener(job, files)
+    committer = GroupOffsetCommitter(job, settings)
+    listener = HeartbeatListener(job, files, committer)
     spark.streams.addListener(listener)
     listener.beat("running")
     terminate = threading.Event()
@@ -238,6 +269,7 @@ def run_supervised(
             ended = [str(query.id) for query in queries if not query.isActive]
             listener.wait_terminated(ended, timeout_s=10)
             spark.streams.removeListener(listener)
+        committer.close()
     listener.beat("stopped")
     return 0
 

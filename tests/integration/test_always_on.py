@@ -208,3 +208,65 @@ def test_sigterm_while_a_driver_is_still_starting_stops_it_at_once(platform: Pla
     assert code == 143
     assert waited < 15, f"exited {waited:.0f} s after SIGTERM"
     assert read_json(files.heartbeat)["status"] == "stopped"
+
+
+def _group_lag(platform: Platform) -> dict[tuple[str, int], int | None]:
+    """``kafka-consumer-groups --describe`` of bronze_ingest's group, run by Kafka's own
+    ConsumerGroupCommand from the broker's jars: ``(topic, partition) -> lag`` (None for a
+    partition without a committed offset); {} while the group does not exist."""
+    from ingest_core.consumer_groups import consumer_group
+    from ingestctl.kafka_broker import KafkaBroker
+
+    group = consumer_group("bronze_ingest")
+    done = KafkaBroker(get_settings().kafka).consumer_groups("--describe", "--group", group)
+    lags: dict[tuple[str, int], int | None] = {}
+    for line in done.stdout.splitlines():
+        fields = line.split()
+        if len(fields) >= 6 and fields[0] == group:
+            lags[(fields[1], int(fields[2]))] = None if fields[5] == "-" else int(fields[5])
+    return lags
+
+
+def test_kafka_tools_show_the_lag_the_checkpoint_has(platform: Platform) -> None:
+    """After every batch the driver commits the offsets its checkpoint committed to the
+    consumer group ``<prefix>bronze_ingest``: Kafka's ConsumerGroupCommand then shows lag 0
+    once the job drained its topics, and the records sent while it is stopped as lag, on
+    the partitions they went to. The Streaming page's lag (checkpoint against the broker's
+    end offsets) says the same."""
+    from ingest_platform.streaming_status import kafka_lag
+
+    platform.send("payments", [payment(f"g{i}", "2026-01-01T10:00:00Z") for i in range(5)])
+    trigger = TriggerSpec("processing-time", "1 second")
+    outcome: dict[str, object] = {}
+
+    def run() -> None:
+        start = lambda: [bronze_ingest.start(platform.spark, trigger=trigger)]  # noqa: E731
+        outcome["rc"] = run_supervised(platform.spark, "bronze_ingest", start, poll_s=0.5)
+
+    thread = threading.Thread(target=run, daemon=True)
+    thread.start()
+    topics = {platform.prefix + t for t in ("orders", "payments", "refunds", "customer_activity")}
+
+    def drained() -> dict | None:
+        lags = _group_lag(platform)
+        mine = {k: v for k, v in lags.items() if k[0] in topics}
+        return mine if len(mine) == 12 and all(v == 0 for v in mine.values()) else None
+
+    try:
+        wait_until(drained, 180, 2, what="lag 0 in the job's consumer group")
+    finally:
+        runtime_files("bronze_ingest").stop_request.touch()
+        thread.join(timeout=120)
+    assert outcome["rc"] == 0
+    later = [payment(f"h{i}", "2026-01-01T10:00:00Z") for i in range(4)]
+    platform.send("payments", later, key="one-key")  # one key: one partition
+    lags = _group_lag(platform)
+    behind = {k: v for k, v in lags.items() if v}
+    assert list(behind.values()) == [4], lags
+    ((topic, partition),) = behind
+    assert topic == platform.prefix + "payments"
+    page = kafka_lag(get_settings(), time.time())
+    rows = [r for r in page["partitions"] if r["job"] == "bronze_ingest" and r["lag"]]
+    assert [(r["topic"], r["partition"], r["lag"]) for r in rows] == [(topic, partition, 4)]
+    (total,) = [j["total"] for j in page["jobs"] if j["job"] == "bronze_ingest"]
+    assert total == 4

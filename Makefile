@@ -30,7 +30,7 @@ export UV_PROJECT_ENVIRONMENT := $(VENV)
 # common in CI images) that costs ~9 s more per start (bench/README.md).
 export UV_COMPILE_BYTECODE := 1
 
-.PHONY: help setup prereqs jars demo demo-down test lint typecheck unit integration \
+.PHONY: help setup prereqs jars browser demo demo-down test lint typecheck unit integration \
         kafka-up kafka-down kafka-status postgres-up postgres-down postgres-status clean-data \
         bench docs
 
@@ -58,6 +58,10 @@ setup: prereqs $(VENV_STAMP) $(JARS_STAMP) ## Python environment (uv.lock) and J
 
 jars: $(JARS_STAMP) ## Fetch the JVM jars into .ingest/jars (once)
 
+# The Streaming page's test drives Debian's Chromium with Playwright (no browser downloads).
+browser: ## Debian's chromium for the browser tests (apt-get when missing)
+	@include/scripts/install_chromium.sh
+
 AIRFLOW_PORT ?= 8080
 
 demo: setup ## Run the platform under Airflow on embedded defaults (UI port: AIRFLOW_PORT=8080)
@@ -73,7 +77,7 @@ lint: $(VENV_STAMP) ## ruff check and ruff format --check
 typecheck: $(VENV_STAMP) ## mypy
 	$(BIN)/mypy ingest_core ingestctl spark_jobs plugins/ingest_platform $(wildcard dags/*.py)
 
-test: setup lint typecheck ## Lint, type-check and run every test (starts its own Kafka and PostgreSQL)
+test: setup browser lint typecheck ## Lint, type-check and run every test (starts its own Kafka and PostgreSQL)
 	$(BIN)/pytest -n $(TEST_WORKERS) --dist loadfile $(PYTEST_ARGS)
 
 unit: setup ## Unit tests only (no services)

@@ -1,0 +1,109 @@
+"""The platform's Airflow plugin: a **Streaming** page in the Airflow UI and ``/metrics``.
+
+:class:`IngestPlatformPlugin` (registered through the ``airflow.plugins`` entry point in
+pyproject.toml) adds, on Airflow 3's plugin interface:
+
+* a FastAPI app mounted at ``/streaming`` on the API server: ``/streaming/`` (the page),
+  ``/streaming/api/status`` (the page's data as JSON:
+  :func:`ingest_platform.streaming_status.snapshot`) and ``/streaming/metrics`` (the same in
+  the Prometheus text format). Every route requires Airflow's login like the rest of the API
+  (the UI's session cookie or ``Authorization: Bearer <token>`` from ``POST /auth/token``)
+  and the ``PLUGINS`` view permission; an anonymous request gets 401;
+* an external view ``Streaming`` in the UI's navigation that shows ``/streaming/`` inside
+  the UI (``/plugin/streaming``).
+
+Imports no pyspark (the API server loads it); snapshots are shared between requests for
+:data:`SNAPSHOT_TTL_S` seconds, so a page left open and a Prometheus scrape cost one
+snapshot at a time.
+"""
+
+from __future__ import annotations
+
+import threading
+import time
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+from airflow.api_fastapi.auth.managers.models.resource_details import AccessView
+from airflow.api_fastapi.core_api.security import requires_access_view
+from airflow.plugins_manager import AirflowPlugin
+from fastapi import Depends, FastAPI, Response
+from fastapi.responses import HTMLResponse
+
+#: Where the app is mounted on Airflow's API server.
+URL_PREFIX = "/streaming"
+#: Seconds a snapshot is reused (the page refreshes every 5 s).
+SNAPSHOT_TTL_S = 2.0
+PAGE = Path(__file__).with_name("static") / "streaming.html"
+
+_cache: dict[str, Any] = {}
+_cache_lock = threading.Lock()
+
+
+def current_snapshot() -> dict[str, Any]:
+    """:func:`ingest_platform.streaming_status.snapshot`, reused for
+    :data:`SNAPSHOT_TTL_S` seconds."""
+    from ingest_platform.streaming_status import snapshot
+
+    with _cache_lock:
+        now = time.monotonic()
+        if "at" not in _cache or now - _cache["at"] > SNAPSHOT_TTL_S:
+            _cache["value"] = snapshot()
+            _cache["at"] = now
+        return dict(_cache["value"])
+
+
+class _SnapshotCollector:
+    """A ``prometheus_client`` collector over :func:`current_snapshot`."""
+
+    def collect(self) -> Iterator[Any]:
+        from ingest_platform.streaming_status import metric_families
+
+        yield from metric_families(current_snapshot())
+
+
+def create_app() -> FastAPI:
+    """The plugin's FastAPI app (module docstring); every route requires the login."""
+    app = FastAPI(
+        title="Streaming",
+        description="Always-on jobs, Kafka lag, tables and gates of the ingest platform.",
+        dependencies=[Depends(requires_access_view(AccessView.PLUGINS))],
+    )
+
+    @app.get("/", response_class=HTMLResponse, include_in_schema=False)
+    def page() -> HTMLResponse:
+        return HTMLResponse(PAGE.read_text())
+
+    @app.get("/api/status")
+    def status() -> dict[str, Any]:
+        """The page's data (:func:`ingest_platform.streaming_status.snapshot`)."""
+        return current_snapshot()
+
+    @app.get("/metrics")
+    def metrics() -> Response:
+        """Prometheus text format (:func:`ingest_platform.streaming_status.metric_families`)."""
+        from prometheus_client import CONTENT_TYPE_LATEST, CollectorRegistry, generate_latest
+
+        registry = CollectorRegistry(auto_describe=False)
+        registry.register(_SnapshotCollector())
+        return Response(generate_latest(registry), media_type=CONTENT_TYPE_LATEST)
+
+    return app
+
+
+class IngestPlatformPlugin(AirflowPlugin):
+    """The Streaming page and metrics (module docstring)."""
+
+    name = "ingest_platform"
+    fastapi_apps = [  # noqa: RUF012 - Airflow's plugin interface
+        {"app": create_app(), "url_prefix": URL_PREFIX, "name": "Streaming"}
+    ]
+    external_views = [  # noqa: RUF012
+        {
+            "name": "Streaming",
+            "href": f"{URL_PREFIX}/",
+            "destination": "nav",
+            "url_route": "streaming",
+        }
+    ]

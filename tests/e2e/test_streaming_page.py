@@ -1,0 +1,265 @@
+"""The Streaming page in a real browser: Airflow's API server with the platform's plugin,
+``bronze_ingest`` running as the supervisor starts it (spark-submit) on the real broker
+while payments keep arriving, and Playwright driving Debian's Chromium through Airflow's
+login to the page. Anonymous requests to the page's API are refused; ``/metrics`` parses as
+Prometheus text with a token from Airflow's ``/auth/token``.
+
+Only the API server runs (no scheduler): the page reads heartbeats, checkpoints, Kafka and
+Delta, not Airflow's database. SQLite keeps its start short."""
+
+from __future__ import annotations
+
+import os
+import shutil
+import subprocess
+import sys
+import threading
+import uuid
+from collections.abc import Iterator
+from dataclasses import dataclass
+from pathlib import Path
+
+import httpx
+import pytest
+
+from ingest_core.settings import PROJECT_ROOT, get_settings
+from ingest_core.waiting import wait_until
+from ingestctl.airflow_runtime import PASSWORD_FILE, airflow_environment, airflow_home, run_cli
+from tests.conftest import free_ports
+
+pytestmark = [pytest.mark.e2e, pytest.mark.slow]
+
+#: Where the test leaves its screenshot (``build/`` is ignored by git).
+#: What the page shows for a missing value (an en dash).
+NONE = "\u2013"
+SCREENSHOT = PROJECT_ROOT / "build" / "test-artifacts" / "streaming_page.png"
+
+
+@dataclass
+class ApiServer:
+    url: str
+    password: str
+
+
+def chromium() -> str:
+    """Debian's Chromium (``make test`` installs it; Playwright cannot download browsers)."""
+    path = shutil.which("chromium")
+    if path is None:
+        pytest.fail("no `chromium` on PATH: run `make browser` (apt-get install chromium)")
+    return path
+
+
+@pytest.fixture(scope="module")
+def platform_home(kafka_bootstrap: str, tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
+    """An isolated platform (own home and topic prefix) on SQLite; yields the prefix."""
+    from ingest_core.contracts import TOPICS
+    from ingest_core.topics import ensure_topics
+
+    home = tmp_path_factory.mktemp("page") / "home"
+    prefix = f"p{uuid.uuid4().hex[:8]}."
+    host, port = kafka_bootstrap.rsplit(":", 1)
+    with pytest.MonkeyPatch.context() as patch:
+        for key, value in {
+            "INGEST_HOME": str(home),
+            "INGEST_AIRFLOW__DATABASE": "sqlite",
+            "INGEST_KAFKA__HOST": host,
+            "INGEST_KAFKA__PORT": port,
+            "INGEST_KAFKA__TOPIC_PREFIX": prefix,
+        }.items():
+            patch.setenv(key, value)
+        patch.delenv("AIRFLOW__CORE__UNIT_TEST_MODE", raising=False)
+        for suffix in ("", "_CMD", "_SECRET"):
+            patch.delenv(f"AIRFLOW__DATABASE__SQL_ALCHEMY_CONN{suffix}", raising=False)
+        get_settings.cache_clear()
+        ensure_topics(kafka_bootstrap, [prefix + t for t in TOPICS], partitions=3)
+        try:
+            yield prefix
+        finally:
+            get_settings.cache_clear()
+
+
+@pytest.fixture(scope="module")
+def api_server(platform_home: str) -> Iterator[ApiServer]:
+    """``airflow api-server`` alone, with the platform's plugin and Airflow's login."""
+    from ingest_core.processes import stop_tree
+
+    run_cli(["db", "migrate"])
+    port, worker_log, trigger_log = free_ports(3)
+    env = {**os.environ, **airflow_environment(port, log_ports=(worker_log, trigger_log))}
+    log = airflow_home() / "api-server.log"
+    with log.open("ab") as out:
+        server = subprocess.Popen(
+            [str(Path(sys.executable).parent / "airflow"), "api-server", "--port", str(port)],
+            env=env,
+            stdout=out,
+            stderr=subprocess.STDOUT,
+            start_new_session=True,
+            cwd=PROJECT_ROOT,
+        )
+    url = f"http://127.0.0.1:{port}"
+    passwords = airflow_home() / PASSWORD_FILE
+
+    def answering() -> bool:
+        assert server.poll() is None, log.read_text(errors="replace")[-3000:]
+        try:
+            healthy = httpx.get(f"{url}/api/v2/monitor/health", timeout=3).status_code == 200
+        except httpx.HTTPError:
+            return False
+        return healthy and passwords.exists()
+
+    try:
+        wait_until(answering, 240, 2, what="the API server")
+        import json
+
+        yield ApiServer(url=url, password=json.loads(passwords.read_text())["admin"])
+    finally:
+        stop_tree(server.pid, 30)
+
+
+@pytest.fixture(scope="module")
+def running_ingest(platform_home: str) -> Iterator[threading.Event]:
+    """bronze_ingest started by the supervisor (spark-submit, 1 s trigger) while a thread
+    sends 20 payments a second; yields the event that stops the sender."""
+    from ingest_platform import supervisor
+    from ingestctl.producer import Message, produce
+    from tests.integration.medallion import payment
+
+    command = [
+        sys.executable,
+        "-m",
+        "spark_jobs.bronze_ingest",
+        "--trigger",
+        "processing-time=1 second",
+    ]
+    stop = threading.Event()
+    bootstrap = get_settings().kafka.bootstrap_servers
+
+    def send() -> None:
+        n = 0
+        while not stop.wait(0.5):
+            batch = [
+                Message(
+                    platform_home + "payments",
+                    f"c{n + i}",
+                    payment(f"s{n + i}", "2026-01-01T10:00:00Z", 5.0),
+                )
+                for i in range(10)
+            ]
+            produce(bootstrap, batch)
+            n += 10
+
+    sender = threading.Thread(target=send, daemon=True)
+    sender.start()
+    supervisor.start("bronze_ingest", command, wait_s=240)
+    try:
+        yield stop
+    finally:
+        stop.set()
+        sender.join(timeout=30)
+        supervisor.stop("bronze_ingest", disable=False)
+
+
+def test_anonymous_requests_are_refused(api_server: ApiServer) -> None:
+    for route in ("/streaming/", "/streaming/api/status", "/streaming/metrics"):
+        response = httpx.get(f"{api_server.url}{route}", timeout=30)
+        assert response.status_code == 401, (route, response.text[:200])
+    forged = httpx.get(
+        f"{api_server.url}/streaming/api/status",
+        headers={"Authorization": "Bearer not-a-token"},
+        timeout=30,
+    )
+    assert forged.status_code in (401, 403)
+
+
+def test_metrics_parse_as_prometheus_text_with_a_token(
+    api_server: ApiServer, running_ingest: threading.Event
+) -> None:
+    from prometheus_client.parser import text_string_to_metric_families
+
+    token = httpx.post(
+        f"{api_server.url}/auth/token",
+        json={"username": "admin", "password": api_server.password},
+        timeout=30,
+    ).json()["access_token"]
+    headers = {"Authorization": f"Bearer {token}"}
+
+    def job_up() -> dict | None:
+        text = httpx.get(f"{api_server.url}/streaming/metrics", headers=headers, timeout=60).text
+        samples = {
+            (s.name, tuple(sorted(s.labels.items()))): s.value
+            for family in text_string_to_metric_families(text)
+            for s in family.samples
+        }
+        up = samples.get(("ingest_job_up", (("job", "bronze_ingest"),)))
+        bronze = (("layer", "bronze"), ("table", "bronze_events"))
+        rate = (("job", "bronze_ingest"), ("query", "bronze_ingest"))
+        written = ("ingest_table_version", bronze) in samples
+        ran = ("ingest_query_input_rows_per_second", rate) in samples
+        return samples if up and written and ran else None
+
+    samples = wait_until(job_up, 240, 3, what="bronze_ingest up and bronze_events written")
+    names = {name for name, _ in samples}
+    assert {
+        "ingest_job_state",
+        "ingest_query_input_rows_per_second",
+        "ingest_kafka_lag_records",
+        "ingest_kafka_lag_total_records",
+        "ingest_table_version",
+        "ingest_table_freshness_seconds",
+        "ingest_gate_pending_versions",
+    } <= names
+    partitions = [
+        labels
+        for name, labels in samples
+        if name == "ingest_kafka_lag_records" and ("job", "bronze_ingest") in labels
+    ]
+    assert len(partitions) == 12  # 4 topics x 3 partitions
+
+
+def test_streaming_page_in_a_browser(
+    api_server: ApiServer, running_ingest: threading.Event
+) -> None:
+    from playwright.sync_api import expect, sync_playwright
+
+    with sync_playwright() as playwright:
+        browser = playwright.chromium.launch(
+            executable_path=chromium(),
+            args=[
+                "--no-sandbox",
+                "--disable-gpu",
+                "--disable-background-networking",
+                "--disable-component-update",
+                "--disable-sync",
+                "--no-first-run",
+            ],
+        )
+        try:
+            page = browser.new_page(viewport={"width": 1600, "height": 1100})
+            page.goto(f"{api_server.url}/")
+            page.get_by_label("Username").fill("admin")
+            page.get_by_label("Password").fill(api_server.password)
+            page.get_by_role("button", name="Sign in").click()
+            page.get_by_role("link", name="Streaming").click()
+            page.wait_for_url("**/plugin/streaming")
+            frame = page.frame_locator("iframe")
+            job = frame.locator('#jobs tr[data-job="bronze_ingest"]').first
+            expect(job.locator(".state")).to_have_text("running", timeout=240_000)
+
+            def input_rate() -> float | None:
+                text = job.locator(".input-rate").inner_text().replace(",", "")
+                return float(text) if text not in ("", NONE) and float(text) > 0 else None
+
+            wait_until(input_rate, 120, 2, what="a non-zero input rate on the page")
+            lag = frame.locator('#lag-jobs tr[data-job="bronze_ingest"] .total-lag')
+            expect(lag).not_to_have_text(NONE)
+            assert int(lag.inner_text().replace(",", "")) >= 0
+            assert frame.locator('#lag tr[data-job="bronze_ingest"]').count() == 12
+            fresh = frame.locator('#tables tr[data-table="bronze_events"] .freshness')
+            expect(fresh).to_contain_text("ago")
+            for job_name in ("payment_alerts", "payment_alerts_rt"):  # from the catalog
+                expect(frame.locator(f'#jobs tr[data-job="{job_name}"]').first).to_be_visible()
+            SCREENSHOT.parent.mkdir(parents=True, exist_ok=True)
+            page.screenshot(path=str(SCREENSHOT), full_page=True)
+        finally:
+            browser.close()
+    assert SCREENSHOT.stat().st_size > 10_000

@@ -1,0 +1,283 @@
+"""The Streaming page's data: job states, query views, Kafka lag arithmetic, table facts
+from real Delta tables (written with delta-rs), Prometheus series, the heartbeat history,
+consumer-group offsets and the plugin's login requirement. No Spark, no broker here (the
+broker-backed checks are in tests/integration/test_always_on.py and tests/e2e)."""
+
+from __future__ import annotations
+
+import json
+import math
+from pathlib import Path
+from types import SimpleNamespace
+
+import pandas as pd
+import pytest
+from prometheus_client.parser import text_string_to_metric_families
+
+from ingest_core.consumer_groups import consumer_group, kafka_offsets
+from ingest_core.runtime_files import read_json, runtime_files
+from ingest_core.settings import get_settings
+from ingest_platform.streaming_status import (
+    JOB_STATES,
+    job_state,
+    lag_rows,
+    metric_families,
+    query_view,
+    table_view,
+)
+
+pytestmark = pytest.mark.unit
+
+
+@pytest.fixture
+def home(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
+    monkeypatch.setenv("INGEST_HOME", str(tmp_path))
+    monkeypatch.setenv("INGEST_KAFKA__TOPIC_PREFIX", "t1.")
+    get_settings.cache_clear()
+    yield tmp_path
+    get_settings.cache_clear()
+
+
+@pytest.mark.parametrize(
+    ("running", "status", "age", "expected"),
+    [
+        (True, "running", 5.0, "running"),
+        (True, "running", 500.0, "stale"),
+        (True, None, None, "starting"),
+        (False, "stopped", 5.0, "stopped"),
+        (False, None, None, "stopped"),
+        (False, "failed", 5.0, "failed"),
+        (True, "failed", 5.0, "failed"),
+    ],
+)
+def test_job_state(running: bool, status: str | None, age: float | None, expected: str) -> None:
+    assert job_state(running, status, age, timeout_s=180) == expected
+    assert expected in JOB_STATES
+
+
+def test_query_view_reads_rates_durations_and_the_watermark() -> None:
+    query = {
+        "status": "active",
+        "last_progress": {
+            "batch_id": 7,
+            "timestamp": "2026-01-01T10:00:00.000Z",
+            "input_rows_per_second": 120.5,
+            "processed_rows_per_second": float("nan"),
+            "duration_ms": {"triggerExecution": 1500, "addBatch": 900},
+            "event_time": {"watermark": "2026-01-01T09:59:00.000Z"},
+            "state_rows": 42,
+        },
+        "history": [{"batch_id": 6}, {"batch_id": 7}],
+    }
+    now = pd.Timestamp("2026-01-01T10:00:30Z").timestamp()
+    view = query_view("velocity", query, now)
+    assert view["batch_id"] == 7
+    assert view["input_rows_per_second"] == 120.5
+    assert view["processed_rows_per_second"] is None  # NaN is not JSON
+    assert view["batch_duration_s"] == 1.5
+    assert view["watermark_delay_s"] == pytest.approx(90.0)
+    assert view["state_rows"] == 42
+    assert [b["batch_id"] for b in view["history"]] == [6, 7]
+    # Spark's "no watermark yet" is the epoch: shown as none, not as a 56-year delay.
+    query["last_progress"]["event_time"] = {"watermark": "1970-01-01T00:00:00.000Z"}
+    assert query_view("", query, now)["watermark_delay_s"] is None
+    assert query_view("", query, now)["name"] == "(job)"
+
+
+def test_kafka_offsets_keeps_kafka_sources_only() -> None:
+    sources = [
+        {"t1.orders": {"0": 5, "1": 7}},
+        {"reservoirId": "abc", "reservoirVersion": 3, "index": -1, "isStartingVersion": False},
+        None,
+        {"t1.orders": {"0": 9}, "t1.payments": {"2": 1}},
+    ]
+    assert kafka_offsets(sources) == {"t1.orders": {0: 9, 1: 7}, "t1.payments": {2: 1}}
+    assert kafka_offsets([]) == {}
+
+
+def test_consumer_group_is_the_job_under_the_topic_prefix(home: Path) -> None:
+    assert consumer_group("bronze_ingest") == "t1.bronze_ingest"
+
+
+def test_lag_rows_equal_end_minus_committed() -> None:
+    positions = {"bronze_ingest": {"": {"t1.orders": {0: 10, 1: 4}}}}
+    ends = {("t1.orders", 0): 15, ("t1.orders", 1): 4, ("t1.orders", 2): 8, ("t1.payments", 0): 3}
+    starts = {("t1.orders", 2): 2, ("t1.payments", 0): 0}
+    declared = {"bronze_ingest": ["t1.orders"], "payment_alerts_rt": ["t1.payments"]}
+    rows = lag_rows(positions, ends, starts, declared)
+    got = {(r["job"], r["topic"], r["partition"]): (r["committed"], r["lag"]) for r in rows}
+    # Independent arithmetic: end - committed; a partition never committed counts from the
+    # earliest offset Kafka holds.
+    assert got == {
+        ("bronze_ingest", "t1.orders", 0): (10, 5),
+        ("bronze_ingest", "t1.orders", 1): (4, 0),
+        ("bronze_ingest", "t1.orders", 2): (None, 6),
+        ("payment_alerts_rt", "t1.payments", 0): (None, 3),
+    }
+    assert {r["query"] for r in rows if r["job"] == "bronze_ingest"} == {"bronze_ingest"}
+
+
+def test_table_view_reads_version_freshness_and_rows_added(home: Path) -> None:
+    from deltalake import write_deltalake
+
+    from ingest_core.catalog import get_catalog
+
+    path = get_catalog().table("gold_payment_alerts").path()
+    path.parent.mkdir(parents=True, exist_ok=True)
+    write_deltalake(str(path), pd.DataFrame({"alert_id": ["a", "b"]}))
+    write_deltalake(str(path), pd.DataFrame({"alert_id": ["c", "d", "e"]}), mode="append")
+    import time
+
+    view = table_view("gold_payment_alerts", get_settings(), time.time(), gate=None)
+    assert view["layer"] == "gold"
+    assert view["version"] == 1
+    assert view["rows_added"] == 3
+    assert 0 <= view["freshness_s"] < 120
+    missing = table_view("silver_orders", get_settings(), time.time(), gate=None)
+    assert missing["version"] is None
+    assert missing["freshness_s"] is None
+
+
+def test_metric_families_parse_as_prometheus_text() -> None:
+    from prometheus_client import CollectorRegistry, generate_latest
+
+    snap = {
+        "jobs": [
+            {
+                "job": "bronze_ingest",
+                "state": "running",
+                "restarts_last_hour": 1,
+                "queries": [
+                    {
+                        "name": "bronze_ingest",
+                        "input_rows_per_second": 50.0,
+                        "processed_rows_per_second": 60.0,
+                        "batch_duration_s": 1.2,
+                        "batch_id": 3,
+                        "watermark_delay_s": None,
+                        "state_rows": 0,
+                    }
+                ],
+            },
+            {"job": "payment_alerts"},  # a job whose view failed: skipped
+        ],
+        "lag": {
+            "partitions": [
+                {
+                    "job": "bronze_ingest",
+                    "query": "bronze_ingest",
+                    "topic": "orders",
+                    "partition": 0,
+                    "lag": 7,
+                },
+            ],
+            "jobs": [{"job": "bronze_ingest", "total": 7}],
+        },
+        "tables": [
+            {
+                "table": "silver_orders",
+                "layer": "silver",
+                "version": 4,
+                "freshness_s": 12.5,
+                "rows_added": 100,
+                "gate": {"pending_versions": 2, "held": True},
+            },
+            {"table": "bronze_events", "layer": "bronze", "version": None},
+        ],
+        "errors": {"alerts": "boom"},
+    }
+
+    class Collector:
+        def collect(self):
+            return metric_families(snap)
+
+    registry = CollectorRegistry(auto_describe=False)
+    registry.register(Collector())  # type: ignore[arg-type]
+    text = generate_latest(registry).decode()
+    samples = {
+        (s.name, tuple(sorted(s.labels.items()))): s.value
+        for family in text_string_to_metric_families(text)
+        for s in family.samples
+    }
+    assert samples[("ingest_job_up", (("job", "bronze_ingest"),))] == 1.0
+    assert samples[("ingest_job_state", (("job", "bronze_ingest"), ("state", "stale")))] == 0.0
+    assert samples[("ingest_job_restarts_last_hour", (("job", "bronze_ingest"),))] == 1.0
+    rate = (
+        "ingest_query_input_rows_per_second",
+        (("job", "bronze_ingest"), ("query", "bronze_ingest")),
+    )
+    assert samples[rate] == 50.0
+    lag = (
+        "ingest_kafka_lag_records",
+        (
+            ("job", "bronze_ingest"),
+            ("partition", "0"),
+            ("query", "bronze_ingest"),
+            ("topic", "orders"),
+        ),
+    )
+    assert samples[lag] == 7.0
+    silver = (("layer", "silver"), ("table", "silver_orders"))
+    assert samples[("ingest_table_freshness_seconds", silver)] == 12.5
+    assert samples[("ingest_gate_pending_versions", silver)] == 2.0
+    assert samples[("ingest_gate_held", silver)] == 1.0
+    assert (
+        "ingest_table_version",
+        (("layer", "bronze"), ("table", "bronze_events")),
+    ) not in samples
+    assert samples[("ingest_status_errors", (("section", "alerts"),))] == 1.0
+    assert not any(math.isnan(v) for v in samples.values())
+
+
+def _progress(batch: int) -> SimpleNamespace:
+    return SimpleNamespace(
+        id="q-id",
+        runId="run",
+        name="bronze_ingest",
+        batchId=batch,
+        timestamp=f"2026-01-01T10:00:{batch % 60:02d}.000Z",
+        numInputRows=10,
+        inputRowsPerSecond=5.0,
+        processedRowsPerSecond=20.0,
+        durationMs={"triggerExecution": 500},
+        sources=[SimpleNamespace(endOffset=json.dumps({"t1.orders": {"0": 10 * batch}}))],
+        stateOperators=[],
+        eventTime={},
+        observedMetrics={},
+    )
+
+
+def test_heartbeat_keeps_a_bounded_history_and_commits_kafka_offsets(home: Path) -> None:
+    from spark_jobs.streaming_runtime import HISTORY, HeartbeatListener
+
+    committed: list[dict] = []
+    committer = SimpleNamespace(commit=committed.append)
+    files = runtime_files("bronze_ingest")
+    listener = HeartbeatListener("bronze_ingest", files, committer)  # type: ignore[arg-type]
+    for batch in range(HISTORY + 5):
+        listener.onQueryProgress(SimpleNamespace(progress=_progress(batch)))
+    history = read_json(files.heartbeat)["queries"]["bronze_ingest"]["history"]
+    assert [p["batch_id"] for p in history] == list(range(5, HISTORY + 5))
+    assert history[-1] == {
+        "batch_id": HISTORY + 4,
+        "timestamp": _progress(HISTORY + 4).timestamp,
+        "input_rows": 10,
+        "input_rows_per_second": 5.0,
+        "processed_rows_per_second": 20.0,
+        "duration_ms": 500,
+    }
+    assert committed[-1] == {"t1.orders": {0: 10 * (HISTORY + 4)}}
+    assert len(committed) == HISTORY + 5
+
+
+def test_plugin_routes_refuse_anonymous_requests() -> None:
+    from fastapi.testclient import TestClient
+
+    from ingest_platform.streaming_page import IngestPlatformPlugin, create_app
+
+    client = TestClient(create_app())
+    for route in ("/", "/api/status", "/metrics"):
+        assert client.get(route).status_code == 401, route
+    (view,) = IngestPlatformPlugin.external_views
+    assert view["href"] == "/streaming/"
+    assert view["destination"] == "nav"

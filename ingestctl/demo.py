@@ -18,6 +18,8 @@ from datetime import UTC, datetime
 from ingest_core.settings import PROJECT_ROOT, PlatformSettings
 from ingest_core.waiting import wait_until
 from ingestctl.producer import ProduceError
+from ingestctl.replay.faults import FaultConfig
+from ingestctl.replay.model import SourceEvent
 
 #: Where the shared datasets sit relative to the repository (never copied into it).
 OLIST_SAMPLE = PROJECT_ROOT.parent / "shared" / "datasets" / "olist_ecommerce" / "sample"
@@ -45,12 +47,20 @@ class DemoResult:
     rows: dict[str, int]
 
 
+#: The injector's faults in the demo, at modest rates, so that Silver's duplicates,
+#: quarantine (every malformed reason in turn) and out-of-order handling have something to
+#: show (:class:`ingestctl.replay.faults.FaultConfig`).
+DEMO_FAULTS = FaultConfig(duplicate_rate=0.02, malformed_rate=0.01, out_of_order_rate=0.02, seed=7)
+#: Sessions in the late lot, sent after the first medallion run, one day of event time
+#: before the newest event: Silver's next run routes them to ``silver_late_events``.
+LATE_SESSIONS = 5
+
+
 def _produce(
     settings: PlatformSettings, source: str, events: int, echo: Callable[[str], None]
-) -> tuple[str, int]:
-    from ingestctl.replay import olist, runner
-    from ingestctl.replay.faults import FaultConfig
-    from ingestctl.replay.generator import generate_events
+) -> tuple[str, int, list[SourceEvent]]:
+    from ingestctl.replay import olist
+    from ingestctl.replay.generator import companion_events, generate_events
 
     use_olist = source == "olist" or (source == "auto" and OLIST_SAMPLE.is_dir())
     if use_olist:
@@ -58,6 +68,12 @@ def _produce(
             raise FileNotFoundError(f"no Olist sample at {OLIST_SAMPLE}")
         echo(f"replaying the Olist sample from {OLIST_SAMPLE} ...")
         stream = olist.read_events(OLIST_SAMPLE)
+        # Olist has no clickstream and no refunds: sessions and refunds for its customers.
+        companions = companion_events(stream, seed=7)
+        echo(f"  with {len(companions)} generated customer activity and refund events")
+        stream = sorted([*stream, *companions], key=lambda e: e.event_time)
+        from ingestctl.replay import runner
+
         runner.write_dimension(
             olist.read_customers(OLIST_SAMPLE), settings.storage.landing_path / "customers", "olist"
         )
@@ -67,11 +83,28 @@ def _produce(
         # the watermarks to finalise Gold windows.
         start = datetime(2026, 1, 1, tzinfo=UTC)
         stream = list(generate_events(events, seed=7, start=start, rate=0.5))
+    used = "olist" if use_olist else "generator"
+    return used, _send(settings, used, stream, DEMO_FAULTS, echo), stream
+
+
+def _send(
+    settings: PlatformSettings,
+    source: str,
+    stream: list[SourceEvent],
+    faults: FaultConfig,
+    echo: Callable[[str], None],
+) -> int:
+    """Send ``stream`` with ``faults`` injected; :returns: records acknowledged.
+
+    :raises ProduceError: a record was not acknowledged.
+    """
+    from ingestctl.replay import runner
+
     summary = runner.run(
-        "olist" if use_olist else "generator",
+        source,
         stream,
         bootstrap_servers=settings.kafka.bootstrap_servers,
-        faults=FaultConfig(),
+        faults=faults,
         pace=runner.Pace(None),
         topic_prefix=settings.kafka.topic_prefix,
         progress=False,
@@ -79,8 +112,41 @@ def _produce(
     )
     if summary.produce.failed:
         raise ProduceError(summary.produce)
-    echo(f"produced {summary.produce.acknowledged} events")
-    return ("olist" if use_olist else "generator"), summary.produce.acknowledged
+    counts = summary.faults.as_dict()
+    echo(
+        f"produced {summary.produce.acknowledged} records (duplicates {counts['duplicates']}, "
+        f"malformed {counts['malformed_total']}, out of order {counts['out_of_order']})"
+    )
+    return summary.produce.acknowledged
+
+
+def late_lot(stream: list[SourceEvent], sessions: int = LATE_SESSIONS) -> list[SourceEvent]:
+    """Browsing sessions of ``sessions`` customers of ``stream``, one day of event time
+    before its newest event: valid events that arrive after Silver's watermark passed them
+    (new ids, ``late:<n>`` source references).
+
+    :raises ValueError: ``stream`` has no customers.
+    """
+    import random
+    from datetime import timedelta
+
+    from ingestctl.replay.generator import browse
+
+    customers = sorted(
+        {str(e.payload["customer_id"]) for e in stream if "customer_id" in e.payload}
+    )
+    if not customers:
+        raise ValueError("the stream has no customers to send late events for")
+    rng = random.Random(11)
+    at = max(e.event_time for e in stream) - timedelta(days=1)
+    made: list[SourceEvent] = []
+
+    def push(when: datetime, event_type: str, payload: dict[str, object]) -> None:
+        made.append(SourceEvent(when, event_type, dict(payload), f"late:{len(made)}"))
+
+    for n in range(sessions):
+        browse(rng, push, rng.choice(customers), f"late-{n}", at + timedelta(minutes=10 * n))
+    return made
 
 
 def kafka_backlog(settings: PlatformSettings) -> int:
@@ -174,7 +240,7 @@ def run_demo(
     client = standalone.client()
     for dag_id in DAGS:
         client.wait_for_dag(dag_id)
-    used, produced = _produce(settings, source, events, echo)
+    used, produced, stream = _produce(settings, source, events, echo)
     client.unpause("streaming_supervisor")
     run_id = client.trigger("streaming_supervisor")
     echo(
@@ -207,6 +273,19 @@ def run_demo(
         medallion_run,
         on_change=lambda tasks: echo("  " + ", ".join(f"{t}={s}" for t, s in tasks.items())),
     )
+    if state == "success":
+        # Events that arrive after Silver's watermark passed them: a second run shows them
+        # in silver_late_events (the 15-minute schedule would, a little later).
+        echo(f"sending {LATE_SESSIONS} late sessions (one day of event time behind) ...")
+        produced += _send(settings, used, late_lot(stream), FaultConfig(), echo)
+        wait_for_bronze(settings, kafka_backlog(settings), echo=echo)
+        medallion_run = client.trigger("medallion_incremental")
+        echo(f"medallion_incremental: run {medallion_run} ...")
+        state = client.wait_for_run(
+            "medallion_incremental",
+            medallion_run,
+            on_change=lambda tasks: echo("  " + ", ".join(f"{t}={s}" for t, s in tasks.items())),
+        )
     rows = table_rows(settings)
     _summary(settings, rows, echo)
     echo(f"Airflow UI: {standalone.url}  (user admin; password in {standalone.password_file})")

@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import heapq
 import random
-from collections.abc import Iterator
+from collections.abc import Callable, Iterable, Iterator
 from datetime import datetime, timedelta
 from typing import Any
 
@@ -29,6 +29,120 @@ _WARM_UP_SESSIONS = 20_000
 
 def _pick(rng: random.Random, weighted: tuple[tuple[str, float], ...]) -> str:
     return rng.choices([v for v, _ in weighted], weights=[w for _, w in weighted])[0]
+
+
+#: Adds one event: ``push(event time, event type, payload)``.
+Push = Callable[[datetime, str, dict[str, Any]], None]
+#: Share of paid orders refunded, 5 to 30 minutes after the payment.
+REFUND_RATE = 0.05
+
+
+def browse(
+    rng: random.Random, push: Push, customer: str, session_id: str, at: datetime
+) -> datetime | None:
+    """One browsing session of ``customer`` from ``at``: 1-6 page views 5-90 s apart, then
+    (half the time) an add-to-cart, then (60 % of those) a checkout.
+
+    :returns: the checkout's time, or None when the session ended without one.
+    """
+    when = at
+    product = ""
+    for _ in range(rng.randint(1, 6)):
+        product = f"gp{rng.randint(1, 400):04d}"
+        push(
+            when,
+            "customer_activity",
+            {
+                "customer_id": customer,
+                "activity": "page_view",
+                "session_id": session_id,
+                "url": f"/product/{product}",
+                "product_id": product,
+            },
+        )
+        when += timedelta(seconds=rng.uniform(5, 90))
+    if rng.random() > 0.5:
+        return None
+    push(
+        when,
+        "customer_activity",
+        {
+            "customer_id": customer,
+            "activity": "add_to_cart",
+            "session_id": session_id,
+            "product_id": product,
+        },
+    )
+    if rng.random() > 0.6:
+        return None
+    when += timedelta(seconds=rng.uniform(10, 120))
+    push(
+        when,
+        "customer_activity",
+        {
+            "customer_id": customer,
+            "activity": "checkout",
+            "session_id": session_id,
+            "url": "/checkout",
+        },
+    )
+    return when
+
+
+def maybe_refund(rng: random.Random, push: Push, paid: datetime, order: dict[str, Any]) -> None:
+    """Refund ``order`` (``order_id``, ``customer_id``, ``currency``, ``total``) in full
+    5 to 30 minutes after ``paid``, with probability :data:`REFUND_RATE`."""
+    if rng.random() < REFUND_RATE:
+        push(
+            paid + timedelta(minutes=rng.uniform(5, 30)),
+            "refund",
+            {
+                "refund_id": f"{order['order_id']}-r1",
+                "order_id": order["order_id"],
+                "customer_id": order["customer_id"],
+                "amount": order["total"],
+                "currency": order["currency"],
+                "reason": "customer_request",
+            },
+        )
+
+
+def companion_events(events: Iterable[SourceEvent], *, seed: int) -> list[SourceEvent]:
+    """Customer activity and refunds for the customers of a replayed source that has
+    neither (Olist): before each placed order a browsing session of its customer
+    (:func:`browse`, ending at the order), and after each authorized payment a refund with
+    probability :data:`REFUND_RATE`. Deterministic for ``seed``; event ids derive from
+    ``companion:<seed>:<n>``.
+
+    :param events: the source's events (``order_placed`` and ``payment`` are used).
+    :returns: the new events only, in event-time order.
+    """
+    rng = random.Random(seed)
+    made: list[SourceEvent] = []
+
+    def push(when: datetime, event_type: str, payload: dict[str, Any]) -> None:
+        made.append(SourceEvent(when, event_type, payload, f"companion:{seed}:{len(made)}"))
+
+    orders: dict[str, dict[str, Any]] = {}
+    paid: set[str] = set()  # one refund decision per order, whatever its payment count
+    for event in events:
+        payload = event.payload
+        if event.event_type == "order_placed" and payload["order_id"] not in orders:
+            orders[payload["order_id"]] = payload
+            start = event.event_time - timedelta(minutes=rng.uniform(3, 10))
+            browse(rng, push, str(payload["customer_id"]), f"c{seed}-{len(made)}", start)
+        elif event.event_type == "payment" and payload.get("status") == "authorized":
+            if payload["order_id"] in paid:
+                continue
+            paid.add(payload["order_id"])
+            order = {
+                "order_id": payload["order_id"],
+                "customer_id": payload["customer_id"],
+                "currency": payload["currency"],
+                "total": payload["amount"],
+            }
+            maybe_refund(rng, push, event.event_time, order)
+    return sorted(made, key=lambda e: e.event_time)
 
 
 def generate_events(
@@ -60,47 +174,10 @@ def generate_events(
 
     def session(at: datetime) -> None:
         customer = f"gc{rng.randint(1, customers):05d}"
-        session_id = f"s{seed}-{seq}"
-        when = at
-        for _ in range(rng.randint(1, 6)):
-            product = f"gp{rng.randint(1, 400):04d}"
-            push(
-                when,
-                "customer_activity",
-                {
-                    "customer_id": customer,
-                    "activity": "page_view",
-                    "session_id": session_id,
-                    "url": f"/product/{product}",
-                    "product_id": product,
-                },
-            )
-            when += timedelta(seconds=rng.uniform(5, 90))
-        if rng.random() > 0.5:
+        checkout = browse(rng, push, customer, f"s{seed}-{seq}", at)
+        if checkout is None:
             return
-        push(
-            when,
-            "customer_activity",
-            {
-                "customer_id": customer,
-                "activity": "add_to_cart",
-                "session_id": session_id,
-                "product_id": product,
-            },
-        )
-        if rng.random() > 0.6:
-            return
-        when += timedelta(seconds=rng.uniform(10, 120))
-        push(
-            when,
-            "customer_activity",
-            {
-                "customer_id": customer,
-                "activity": "checkout",
-                "session_id": session_id,
-                "url": "/checkout",
-            },
-        )
+        when = checkout
         order_id = f"go{seed}-{seq:08d}"
         currency = _pick(rng, _CURRENCIES)
         lines: list[dict[str, Any]] = [
@@ -136,19 +213,8 @@ def generate_events(
                 "status": "authorized" if authorized else "failed",
             },
         )
-        if authorized and rng.random() < 0.05:
-            push(
-                paid + timedelta(minutes=rng.uniform(5, 30)),
-                "refund",
-                {
-                    "refund_id": f"{order_id}-r1",
-                    "order_id": order_id,
-                    "customer_id": customer,
-                    "amount": total,
-                    "currency": currency,
-                    "reason": "customer_request",
-                },
-            )
+        if authorized:
+            maybe_refund(rng, push, paid, order | {"total": total})
 
     # Start sessions before `start` so that the stream begins in a steady state (sessions
     # under way, orders being paid) rather than with a burst of first page views.

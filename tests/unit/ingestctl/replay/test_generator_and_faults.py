@@ -143,3 +143,51 @@ def test_oversize_count_is_honoured_even_with_few_events() -> None:
     _, scheduled, counts = _inject(FaultConfig(oversize_count=5), count=2)
     assert counts.oversize == 5
     assert sum(s.message.tag == "oversize" for s in scheduled) == 5
+
+
+def test_companion_events_give_olist_customers_sessions_and_refunds(olist_path) -> None:
+    """Olist has no clickstream and no refunds: the demo adds both for its own customers.
+    Checked with pandas against the source events."""
+    import pandas as pd
+
+    from ingestctl.replay import olist
+    from ingestctl.replay.generator import REFUND_RATE, companion_events
+
+    source = olist.read_events(olist_path)
+    made = companion_events(source, seed=7)
+    assert made == companion_events(source, seed=7)  # deterministic, ids included
+    assert [e.event_time for e in made] == sorted(e.event_time for e in made)
+    frame = pd.DataFrame([{"type": e.event_type, "id": e.event_id, **e.payload} for e in made])
+    assert set(frame["type"]) == {"customer_activity", "refund"}
+    assert frame["id"].is_unique
+    orders = pd.DataFrame([e.payload for e in source if e.event_type == "order_placed"])
+    payments = pd.DataFrame([e.payload for e in source if e.event_type == "payment"])
+    activity = frame[frame["type"] == "customer_activity"]
+    # One session per placed order, of that order's customer.
+    assert activity["session_id"].nunique() == orders["order_id"].nunique()
+    assert set(activity["customer_id"]) <= set(orders["customer_id"])
+    refunds = frame[frame["type"] == "refund"]
+    authorized = payments[payments["status"] == "authorized"]
+    assert refunds["order_id"].is_unique
+    assert set(refunds["order_id"]) <= set(authorized["order_id"])
+    share = len(refunds) / authorized["order_id"].nunique()
+    assert 0.3 * REFUND_RATE < share < 3 * REFUND_RATE
+    first_paid = authorized.drop_duplicates("order_id").set_index("order_id")["amount"]
+    assert (refunds.set_index("order_id")["amount"] == first_paid[refunds["order_id"]]).all()
+
+
+def test_late_lot_is_a_day_behind_the_stream_for_known_customers() -> None:
+    from ingestctl.demo import LATE_SESSIONS, late_lot
+
+    stream = list(generate_events(300, seed=3, start=START))
+    late = late_lot(stream)
+    newest = max(e.event_time for e in stream)
+    assert late
+    assert all(newest - e.event_time > timedelta(hours=20) for e in late)
+    assert {e.payload["customer_id"] for e in late} <= {
+        e.payload["customer_id"] for e in stream
+    }
+    assert len({e.payload["session_id"] for e in late}) == LATE_SESSIONS
+    assert not {e.event_id for e in late} & {e.event_id for e in stream}
+    with pytest.raises(ValueError, match="no customers"):
+        late_lot([])

@@ -61,35 +61,52 @@ def run_state(result: subprocess.CompletedProcess[str]) -> str:
     return f"unknown (exit {result.returncode}): {(result.stdout + result.stderr)[-3000:]}"
 
 
+def isolate(
+    patch: pytest.MonkeyPatch, home: Path, prefix: str, bootstrap: str, **extra: str
+) -> None:
+    """Point this process (and what it starts) at an isolated platform: its own
+    ``INGEST_HOME`` and topic prefix on the test broker, no unit-test mode and no inherited
+    Airflow database; ``extra`` settings as environment variables. Creates the topics."""
+    from ingest_core.contracts import TOPICS
+    from ingest_core.topics import ensure_topics
+
+    host, port = bootstrap.rsplit(":", 1)
+    env = {
+        "INGEST_HOME": str(home),
+        "INGEST_KAFKA__HOST": host,
+        "INGEST_KAFKA__PORT": port,
+        "INGEST_KAFKA__TOPIC_PREFIX": prefix,
+        **extra,
+    }
+    for key, value in env.items():
+        patch.setenv(key, value)
+    patch.delenv("AIRFLOW__CORE__UNIT_TEST_MODE", raising=False)
+    for suffix in ("", "_CMD", "_SECRET"):
+        patch.delenv(f"AIRFLOW__DATABASE__SQL_ALCHEMY_CONN{suffix}", raising=False)
+    get_settings.cache_clear()
+    ensure_topics(bootstrap, [prefix + t for t in TOPICS], partitions=3)
+
+
 @pytest.fixture(scope="module")
 def airflow_platform(
     kafka_bootstrap: str, tmp_path_factory: pytest.TempPathFactory
 ) -> Iterator[AirflowPlatform]:
     """An isolated platform with a migrated Airflow database; stops its always-on jobs after."""
-    from ingest_core.contracts import TOPICS
-    from ingest_core.topics import ensure_topics
     from ingest_platform import supervisor
 
     home = tmp_path_factory.mktemp("e2e") / "home"
     prefix = f"e{uuid.uuid4().hex[:8]}."
-    host, port = kafka_bootstrap.rsplit(":", 1)
     with pytest.MonkeyPatch.context() as patch, embedded_postgres_folder() as postgres:
-        for key, value in {
-            "INGEST_HOME": str(home),
+        isolate(
+            patch,
+            home,
+            prefix,
+            kafka_bootstrap,
             # Started by the first Airflow command below; stopped after the module.
-            "INGEST_AIRFLOW__POSTGRES_DIR": str(postgres),
-            "INGEST_KAFKA__HOST": host,
-            "INGEST_KAFKA__PORT": port,
-            "INGEST_KAFKA__TOPIC_PREFIX": prefix,
+            INGEST_AIRFLOW__POSTGRES_DIR=str(postgres),
             # Tests restart at once after a kill; production backs off 30 s, doubling.
-            "INGEST_SUPERVISOR__BACKOFF_BASE_S": "0",
-        }.items():
-            patch.setenv(key, value)
-        patch.delenv("AIRFLOW__CORE__UNIT_TEST_MODE", raising=False)
-        for suffix in ("", "_CMD", "_SECRET"):
-            patch.delenv(f"AIRFLOW__DATABASE__SQL_ALCHEMY_CONN{suffix}", raising=False)
-        get_settings.cache_clear()
-        ensure_topics(kafka_bootstrap, [prefix + t for t in TOPICS], partitions=3)
+            INGEST_SUPERVISOR__BACKOFF_BASE_S="0",
+        )
         run_cli(["db", "migrate"])
         ensure_pools()
         platform = AirflowPlatform(home=home, prefix=prefix, bootstrap=kafka_bootstrap)

@@ -52,26 +52,12 @@ def chromium() -> str:
 @pytest.fixture(scope="module")
 def platform_home(kafka_bootstrap: str, tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
     """An isolated platform (own home and topic prefix) on SQLite; yields the prefix."""
-    from ingest_core.contracts import TOPICS
-    from ingest_core.topics import ensure_topics
+    from tests.e2e.conftest import isolate
 
     home = tmp_path_factory.mktemp("page") / "home"
     prefix = f"p{uuid.uuid4().hex[:8]}."
-    host, port = kafka_bootstrap.rsplit(":", 1)
     with pytest.MonkeyPatch.context() as patch:
-        for key, value in {
-            "INGEST_HOME": str(home),
-            "INGEST_AIRFLOW__DATABASE": "sqlite",
-            "INGEST_KAFKA__HOST": host,
-            "INGEST_KAFKA__PORT": port,
-            "INGEST_KAFKA__TOPIC_PREFIX": prefix,
-        }.items():
-            patch.setenv(key, value)
-        patch.delenv("AIRFLOW__CORE__UNIT_TEST_MODE", raising=False)
-        for suffix in ("", "_CMD", "_SECRET"):
-            patch.delenv(f"AIRFLOW__DATABASE__SQL_ALCHEMY_CONN{suffix}", raising=False)
-        get_settings.cache_clear()
-        ensure_topics(kafka_bootstrap, [prefix + t for t in TOPICS], partitions=3)
+        isolate(patch, home, prefix, kafka_bootstrap, INGEST_AIRFLOW__DATABASE="sqlite")
         try:
             yield prefix
         finally:
@@ -122,15 +108,9 @@ def running_ingest(platform_home: str) -> Iterator[threading.Event]:
     sends 20 payments a second; yields the event that stops the sender."""
     from ingest_platform import supervisor
     from ingestctl.producer import Message, produce
-    from tests.integration.medallion import payment
+    from tests.integration.medallion import bronze_driver, payment
 
-    command = [
-        sys.executable,
-        "-m",
-        "spark_jobs.bronze_ingest",
-        "--trigger",
-        "processing-time=1 second",
-    ]
+    command = bronze_driver()
     stop = threading.Event()
     bootstrap = get_settings().kafka.bootstrap_servers
 

@@ -24,6 +24,23 @@ from spark_jobs import bronze_ingest, gold_aggregate, late_corrections, silver_r
 from spark_jobs.triggers import TriggerSpec
 
 AVAILABLE_NOW = TriggerSpec("available-now")
+
+
+def bronze_driver(*extra: str) -> list[str]:
+    """The command that runs a bronze_ingest driver on a 1-second trigger (as the supervisor
+    would start it), with ``extra`` arguments."""
+    import sys
+
+    return [
+        sys.executable,
+        "-m",
+        "spark_jobs.bronze_ingest",
+        "--trigger",
+        "processing-time=1 second",
+        *extra,
+    ]
+
+
 GAP = timedelta(minutes=10)  # gold_aggregate's session_gap (include/pipeline.yaml)
 
 

@@ -21,7 +21,7 @@ from spark_jobs import bronze_ingest, payment_alerts, payment_alerts_rt
 from spark_jobs.streaming_runtime import run_supervised
 from spark_jobs.triggers import TriggerSpec
 from tests.conftest import consume_all
-from tests.integration.medallion import AVAILABLE_NOW, Platform, payment
+from tests.integration.medallion import AVAILABLE_NOW, Platform, bronze_driver, payment
 
 pytestmark = pytest.mark.integration
 
@@ -67,9 +67,9 @@ def test_payment_alerts_rules_ids_and_no_duplicates(platform: Platform, monkeypa
     assert {json.loads(record.value)["rule"] for record in sent} == set(by_rule)
 
 
-def test_heartbeat_and_graceful_stop(platform: Platform) -> None:
-    platform.send("payments", [payment("h1", "2026-01-01T10:00:00Z")])
-    files = runtime_files("bronze_ingest")
+def _supervised_bronze(platform: Platform) -> tuple[threading.Thread, dict[str, object]]:
+    """bronze_ingest on a 1 s trigger under :func:`run_supervised`, in a thread of this
+    process (stop it with its stop request); the dict gets ``rc`` when it returns."""
     trigger = TriggerSpec("processing-time", "1 second")
     outcome: dict[str, object] = {}
 
@@ -79,6 +79,13 @@ def test_heartbeat_and_graceful_stop(platform: Platform) -> None:
 
     thread = threading.Thread(target=run, daemon=True)
     thread.start()
+    return thread, outcome
+
+
+def test_heartbeat_and_graceful_stop(platform: Platform) -> None:
+    platform.send("payments", [payment("h1", "2026-01-01T10:00:00Z")])
+    files = runtime_files("bronze_ingest")
+    thread, outcome = _supervised_bronze(platform)
 
     def first_batch() -> dict | None:
         beat = read_json(files.heartbeat)
@@ -117,13 +124,7 @@ def test_sigterm_stops_an_always_on_driver_and_its_heartbeat_says_stopped(
     checkpoint lock, exits, and its heartbeat ends ``stopped`` instead of ``running``."""
     platform.send("payments", [payment("term1", "2026-01-01T11:00:00Z")])
     files = runtime_files("bronze_ingest")
-    command = [
-        sys.executable,
-        "-m",
-        "spark_jobs.bronze_ingest",
-        "--trigger",
-        "processing-time=1 second",
-    ]
+    command = bronze_driver()
     pid = supervisor.start("bronze_ingest", command, wait_s=180)
     try:
 
@@ -236,15 +237,7 @@ def test_kafka_tools_show_the_lag_the_checkpoint_has(platform: Platform) -> None
     from ingest_platform.streaming_status import kafka_lag
 
     platform.send("payments", [payment(f"g{i}", "2026-01-01T10:00:00Z") for i in range(5)])
-    trigger = TriggerSpec("processing-time", "1 second")
-    outcome: dict[str, object] = {}
-
-    def run() -> None:
-        start = lambda: [bronze_ingest.start(platform.spark, trigger=trigger)]  # noqa: E731
-        outcome["rc"] = run_supervised(platform.spark, "bronze_ingest", start, poll_s=0.5)
-
-    thread = threading.Thread(target=run, daemon=True)
-    thread.start()
+    thread, outcome = _supervised_bronze(platform)
     topics = {platform.prefix + t for t in ("orders", "payments", "refunds", "customer_activity")}
 
     def drained() -> dict | None:

@@ -7,7 +7,6 @@ import contextlib
 import json
 import random
 import shutil
-import sys
 import threading
 import time
 from datetime import UTC, datetime, timedelta
@@ -29,7 +28,7 @@ from ingest_core.recovery import RestoreRefusedError, prune, recover, restore
 from ingest_core.settings import get_settings
 from ingest_core.waiting import wait_until
 from ingest_platform import supervisor
-from tests.integration.medallion import Platform, payment
+from tests.integration.medallion import Platform, bronze_driver, payment
 
 pytestmark = pytest.mark.integration
 
@@ -235,15 +234,7 @@ def test_retention_keeps_exactly_what_the_policy_says(platform: Platform, monkey
 @pytest.mark.slow
 def test_kill_9_five_times_while_producing_keeps_bronze_exactly_once(platform: Platform) -> None:
     """20,000 events produced while the bronze_ingest driver is killed at random moments."""
-    command = [
-        sys.executable,
-        "-m",
-        "spark_jobs.bronze_ingest",
-        "--trigger",
-        "processing-time=1 second",
-        "--max-offsets-per-trigger",
-        "3000",
-    ]
+    command = bronze_driver("--max-offsets-per-trigger", "3000")
     events = [payment(f"k{i}", f"2026-01-01T10:{i % 60:02d}:00Z") for i in range(20_000)]
     rng = random.Random(5)
 

@@ -27,7 +27,7 @@ from ingest_core.recovery import RestoreRefusedError, recover, restore
 from ingest_core.settings import get_settings
 from ingest_core.waiting import wait_until
 from spark_jobs import bronze_ingest
-from tests.integration.medallion import AVAILABLE_NOW, Platform, payment
+from tests.integration.medallion import AVAILABLE_NOW, Platform, bronze_driver, payment
 
 pytestmark = pytest.mark.integration
 
@@ -228,20 +228,13 @@ def test_the_supervisors_own_repair_then_restart_loses_nothing(platform: Platfor
     """Issue #15 case 1 through streaming_supervisor: it repaired the checkpoint by itself,
     then the always-on driver lost offsets 10-13 (2 of 2 runs), or the run after the repair
     refused with 'already runs (pid N)' while no driver ran."""
-    import sys
 
     from ingest_platform import supervisor
 
     checkpoint = _base(platform)
     (checkpoint / "commits" / "4").unlink()
     _damage(checkpoint / "offsets" / "4", "empty")
-    command = [
-        sys.executable,
-        "-m",
-        "spark_jobs.bronze_ingest",
-        "--trigger",
-        "processing-time=1 second",
-    ]
+    command = bronze_driver()
     said: list[str] = []
     try:
         outcome = supervisor.supervise("bronze_ingest", command, echo=said.append)

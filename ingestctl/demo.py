@@ -51,9 +51,14 @@ class DemoResult:
 #: quarantine (every malformed reason in turn) and out-of-order handling have something to
 #: show (:class:`ingestctl.replay.faults.FaultConfig`).
 DEMO_FAULTS = FaultConfig(duplicate_rate=0.02, malformed_rate=0.01, out_of_order_rate=0.02, seed=7)
-#: Sessions in the late lot, sent after the first medallion run, one day of event time
-#: before the newest event: Silver's next run routes them to ``silver_late_events``.
-LATE_SESSIONS = 5
+#: Tables that stay empty while nothing goes wrong, and why (the summary says so rather
+#: than listing them with 0 rows).
+EMPTY_WHEN_ALL_WELL = {
+    "bronze_kafka_gaps": "Kafka lost no record bronze_ingest had not read",
+    "ops_gate_holds": "no gate failed, so no operator quarantined rows",
+}
+#: Orders re-placed late (with their payment and browsing) by :func:`late_lot`.
+LATE_ORDERS = 5
 
 
 def _produce(
@@ -120,32 +125,54 @@ def _send(
     return summary.produce.acknowledged
 
 
-def late_lot(stream: list[SourceEvent], sessions: int = LATE_SESSIONS) -> list[SourceEvent]:
-    """Browsing sessions of ``sessions`` customers of ``stream``, one day of event time
-    before its newest event: valid events that arrive after Silver's watermark passed them
-    (new ids, ``late:<n>`` source references).
+def late_lot(stream: list[SourceEvent], orders: int = LATE_ORDERS) -> list[SourceEvent]:
+    """What the demo sends after its first medallion run, to show late events and
+    deduplication conflicts:
 
-    :raises ValueError: ``stream`` has no customers.
+    * for ``orders`` orders from the middle of ``stream``'s event time (long behind every
+      watermark Silver keeps), a copy placed by the same customer under a new order id, with
+      its payment and the browsing session before it: late activity, a late payment and a
+      late order, which ``late_corrections`` applies to sessions, payment windows and
+      customer metrics (its ledger, ``gold_late_corrections``);
+    * the newest payment of ``stream`` again, same ``event_id``, a cent more: an on-time
+      duplicate whose payload differs (``silver_dedup_conflicts``).
+
+    New events get ``late:<n>`` source references (new ids).
+
+    :raises ValueError: ``stream`` has no paid orders.
     """
     import random
     from datetime import timedelta
 
     from ingestctl.replay.generator import browse
 
-    customers = sorted(
-        {str(e.payload["customer_id"]) for e in stream if "customer_id" in e.payload}
-    )
-    if not customers:
-        raise ValueError("the stream has no customers to send late events for")
+    payments = {e.payload["order_id"]: e for e in stream if e.event_type == "payment"}
+    placed = [
+        e for e in stream if e.event_type == "order_placed" and e.payload["order_id"] in payments
+    ]
+    if not placed:
+        raise ValueError("the stream has no paid orders to send late copies of")
     rng = random.Random(11)
-    at = max(e.event_time for e in stream) - timedelta(days=1)
     made: list[SourceEvent] = []
 
     def push(when: datetime, event_type: str, payload: dict[str, object]) -> None:
         made.append(SourceEvent(when, event_type, dict(payload), f"late:{len(made)}"))
 
-    for n in range(sessions):
-        browse(rng, push, rng.choice(customers), f"late-{n}", at + timedelta(minutes=10 * n))
+    middle = len(placed) // 2
+    for n, order in enumerate(placed[middle : middle + orders]):
+        paid = payments[order.payload["order_id"]]
+        order_id = f"{order.payload['order_id']}-late{n}"
+        customer = str(order.payload["customer_id"])
+        browse(rng, push, customer, f"late-{n}", order.event_time - timedelta(minutes=8))
+        push(order.event_time, "order_placed", order.payload | {"order_id": order_id})
+        push(
+            paid.event_time,
+            "payment",
+            paid.payload | {"order_id": order_id, "payment_id": f"{order_id}-1"},
+        )
+    newest = max((e for e in stream if e.event_type == "payment"), key=lambda e: e.event_time)
+    changed = newest.payload | {"amount": round(float(newest.payload["amount"]) + 0.01, 2)}
+    made.append(SourceEvent(newest.event_time, "payment", changed, newest.source_ref))
     return made
 
 
@@ -276,7 +303,10 @@ def run_demo(
     if state == "success":
         # Events that arrive after Silver's watermark passed them: a second run shows them
         # in silver_late_events (the 15-minute schedule would, a little later).
-        echo(f"sending {LATE_SESSIONS} late sessions (one day of event time behind) ...")
+        echo(
+            f"sending {LATE_ORDERS} late orders (with their payments and browsing) and a "
+            "changed duplicate of the newest payment ..."
+        )
         produced += _send(settings, used, late_lot(stream), FaultConfig(), echo)
         wait_for_bronze(settings, kafka_backlog(settings), echo=echo)
         medallion_run = client.trigger("medallion_incremental")
@@ -289,6 +319,10 @@ def run_demo(
     rows = table_rows(settings)
     _summary(settings, rows, echo)
     echo(f"Airflow UI: {standalone.url}  (user admin; password in {standalone.password_file})")
+    echo(
+        f"Streaming page: {standalone.url}/plugin/streaming  (jobs, Kafka lag, tables, gates; "
+        f"Prometheus metrics at {standalone.url}/streaming/metrics)"
+    )
     echo("stop everything with `make demo-down`")
     if state != "success":
         raise DemoError(
@@ -305,7 +339,12 @@ def _summary(settings: PlatformSettings, rows: dict[str, int], echo: Callable[[s
     catalog = get_catalog()
     width = max(len(t) for t in rows)
     for table, count in rows.items():
+        if table in EMPTY_WHEN_ALL_WELL and not count:
+            continue
         echo(f"  {table:<{width}}  {count:>8} rows  {catalog.table(table).path(settings)}")
+    for table, why in EMPTY_WHEN_ALL_WELL.items():
+        if not rows.get(table):
+            echo(f"  {table:<{width}}  empty: {why}")
     if rows.get("gold_payment_totals_5m"):
         path = catalog.table("gold_payment_totals_5m").path(settings)
         totals = read_pandas(path).sort_values("window_start").tail(5)

@@ -176,18 +176,27 @@ def test_companion_events_give_olist_customers_sessions_and_refunds(olist_path) 
     assert (refunds.set_index("order_id")["amount"] == first_paid[refunds["order_id"]]).all()
 
 
-def test_late_lot_is_a_day_behind_the_stream_for_known_customers() -> None:
-    from ingestctl.demo import LATE_SESSIONS, late_lot
+def test_late_lot_is_behind_the_stream_and_has_one_changed_duplicate() -> None:
+    from ingestctl.demo import LATE_ORDERS, late_lot
 
-    stream = list(generate_events(300, seed=3, start=START))
+    stream = list(generate_events(3000, seed=3, start=START, rate=0.5))  # 100 minutes
     late = late_lot(stream)
+    by_id = {e.event_id: e for e in stream}
+    (again,) = [e for e in late if e.event_id in by_id]  # the one reused id
+    original = by_id[again.event_id]
+    assert original.event_type == again.event_type == "payment"
+    assert original.event_time == max(e.event_time for e in stream if e.event_type == "payment")
+    assert again.payload["amount"] == pytest.approx(original.payload["amount"] + 0.01)
+    fresh = [e for e in late if e is not again]
     newest = max(e.event_time for e in stream)
-    assert late
-    assert all(newest - e.event_time > timedelta(hours=20) for e in late)
-    assert {e.payload["customer_id"] for e in late} <= {
-        e.payload["customer_id"] for e in stream
-    }
-    assert len({e.payload["session_id"] for e in late}) == LATE_SESSIONS
-    assert not {e.event_id for e in late} & {e.event_id for e in stream}
-    with pytest.raises(ValueError, match="no customers"):
+    assert all(newest - e.event_time > timedelta(minutes=30) for e in fresh)
+    kinds = Counter(e.event_type for e in fresh)
+    assert kinds["order_placed"] == kinds["payment"] == LATE_ORDERS
+    assert kinds["customer_activity"] >= LATE_ORDERS  # at least one page view each
+    customers = {e.payload["customer_id"] for e in stream}
+    assert {e.payload["customer_id"] for e in fresh} <= customers
+    orders = {e.payload["order_id"] for e in fresh if e.event_type == "order_placed"}
+    assert orders == {e.payload["order_id"] for e in fresh if e.event_type == "payment"}
+    assert not orders & {e.payload.get("order_id") for e in stream}
+    with pytest.raises(ValueError, match="no paid orders"):
         late_lot([])

@@ -165,7 +165,7 @@ def kafka_consumer_groups(
         done = KafkaBroker(settings.kafka).consumer_groups(*args)
     except BrokerError as error:
         raise _fail(str(error)) from None
-    typer.echo(done.stdout.rstrip())
+    typer.echo(done.stdout.strip())
     if done.returncode != 0:
         raise _fail(done.stderr.strip().splitlines()[-1] if done.stderr.strip() else "failed")
 

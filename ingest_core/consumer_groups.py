@@ -16,7 +16,6 @@ import contextlib
 import logging
 import threading
 from collections.abc import Mapping, Sequence
-from concurrent.futures import Future, ThreadPoolExecutor
 from typing import Any
 
 from ingest_core.settings import PlatformSettings, get_settings
@@ -27,6 +26,10 @@ log = logging.getLogger(__name__)
 TopicOffsets = dict[str, dict[int, int]]
 #: Milliseconds one commit (with the client's bootstrap) may wait for the broker.
 COMMIT_TIMEOUT_MS = 10_000
+#: The Kafka protocol level kafka-python speaks, given rather than probed: probing happens in
+#: ``KafkaConsumer.__init__``, which leaks its IO thread and sockets when the broker does not
+#: answer (kafka-python 3.0). Brokers from 2.8 on accept it, 4.x included.
+KAFKA_API_VERSION = (2, 8)
 
 
 def consumer_group(job: str, settings: PlatformSettings | None = None) -> str:
@@ -63,9 +66,11 @@ def kafka_offsets(sources: Sequence[Any]) -> TopicOffsets:
 
 
 class GroupOffsetCommitter:
-    """Commits a job's Kafka positions to its consumer group from a background thread, so a
-    listener callback never waits on the broker. Commits are ordered (one worker) and a
-    failure is logged once per kind of error, then retried by the next batch's commit.
+    """Commits a job's Kafka positions to its consumer group from a daemon thread, so a
+    listener callback never waits on the broker and a driver's exit never waits on it for
+    long. Only the newest offsets of each partition are kept pending: while the broker is
+    slow, commits coalesce instead of queueing. A failure is logged once per outage (again
+    after a commit succeeded) and retried with the next batch's offsets.
 
     :param job: the job (see :func:`consumer_group`).
     """
@@ -73,67 +78,95 @@ class GroupOffsetCommitter:
     def __init__(self, job: str, settings: PlatformSettings | None = None) -> None:
         self.settings = settings or get_settings()
         self.group = consumer_group(job, self.settings)
-        self._executor = ThreadPoolExecutor(max_workers=1, thread_name_prefix=f"{job}-group")
+        self._pending: TopicOffsets = {}
+        self._changed = threading.Condition()
+        self._busy = False
+        self._closing = False
+        self._failing = False
         self._consumer: Any = None
-        self._errors_seen: set[str] = set()
-        self._lock = threading.Lock()
+        self._thread = threading.Thread(target=self._run, name=f"{self.group}-offsets", daemon=True)
+        self._thread.start()
 
-    def commit(self, offsets: TopicOffsets) -> Future[bool] | None:
-        """Queue a commit of ``offsets`` (nothing when empty).
-
-        :returns: a future that is True once the broker accepted the commit (tests wait on
-            it), False when it failed; None when there was nothing to commit.
-        """
+    def commit(self, offsets: TopicOffsets) -> None:
+        """Queue ``offsets`` (merged with what is pending, newest offset per partition)."""
         if not offsets:
-            return None
-        return self._executor.submit(self._commit, offsets)
+            return
+        with self._changed:
+            for topic, parts in offsets.items():
+                target = self._pending.setdefault(topic, {})
+                for partition, offset in parts.items():
+                    target[partition] = max(offset, target.get(partition, offset))
+            self._changed.notify_all()
 
-    def _commit(self, offsets: TopicOffsets) -> bool:
+    def flush(self, timeout_s: float) -> bool:
+        """Wait up to ``timeout_s`` seconds until nothing is pending or being committed.
+
+        :returns: whether everything queued was attempted within the time.
+        """
+        with self._changed:
+            return self._changed.wait_for(
+                lambda: not self._pending and not self._busy, timeout=timeout_s
+            )
+
+    def close(self, timeout_s: float = COMMIT_TIMEOUT_MS / 1000 + 5) -> None:
+        """Attempt what is pending (waiting at most ``timeout_s`` seconds), then stop. The
+        thread is a daemon: a broker that hangs cannot hold the driver's exit."""
+        self.flush(timeout_s)
+        with self._changed:
+            self._closing = True
+            self._changed.notify_all()
+        self._thread.join(timeout=1)
+
+    def _run(self) -> None:
+        while True:
+            with self._changed:
+                self._changed.wait_for(lambda: self._pending or self._closing)
+                if self._closing and not self._pending:
+                    break
+                offsets, self._pending, self._busy = self._pending, {}, True
+            try:
+                self._commit(offsets)
+            finally:
+                with self._changed:
+                    self._busy = False
+                    self._changed.notify_all()
+        with contextlib.suppress(Exception):
+            if self._consumer is not None:
+                self._consumer.close(autocommit=False)
+
+    def _commit(self, offsets: TopicOffsets) -> None:
         from kafka import KafkaConsumer, TopicPartition
         from kafka.structs import OffsetAndMetadata
 
         try:
-            with self._lock:
-                if self._consumer is None:
-                    self._consumer = KafkaConsumer(
-                        **self.settings.kafka.client_config(),
-                        group_id=self.group,
-                        enable_auto_commit=False,
-                        client_id=f"{self.group}-offsets",
-                        bootstrap_timeout_ms=COMMIT_TIMEOUT_MS,
-                    )
-                self._consumer.commit(
-                    {
-                        TopicPartition(topic, partition): OffsetAndMetadata(offset, "", -1)
-                        for topic, parts in offsets.items()
-                        for partition, offset in parts.items()
-                    },
-                    timeout_ms=COMMIT_TIMEOUT_MS,
+            if self._consumer is None:
+                self._consumer = KafkaConsumer(
+                    **self.settings.kafka.client_config(),
+                    group_id=self.group,
+                    enable_auto_commit=False,
+                    client_id=f"{self.group}-offsets",
+                    api_version=KAFKA_API_VERSION,
+                    request_timeout_ms=COMMIT_TIMEOUT_MS,
                 )
-            return True
+            self._consumer.commit(
+                {
+                    TopicPartition(topic, partition): OffsetAndMetadata(offset, "", -1)
+                    for topic, parts in offsets.items()
+                    for partition, offset in parts.items()
+                },
+                timeout_ms=COMMIT_TIMEOUT_MS,
+            )
+            self._failing = False
         except Exception as error:  # never fatal: the checkpoint is the source of truth
-            kind = type(error).__name__
-            if kind not in self._errors_seen:
-                self._errors_seen.add(kind)
+            if not self._failing:
+                self._failing = True
                 log.warning(
                     "could not commit offsets to consumer group %s (%s: %s); Kafka's tools "
                     "show stale lag until a later batch's commit succeeds",
                     self.group,
-                    kind,
+                    type(error).__name__,
                     error,
                 )
-            with self._lock:
-                self._close_consumer()
-            return False
-
-    def _close_consumer(self) -> None:
-        if self._consumer is not None:
-            with contextlib.suppress(Exception):  # closing a broken client
+            with contextlib.suppress(Exception):
                 self._consumer.close(autocommit=False)
             self._consumer = None
-
-    def close(self) -> None:
-        """Finish the queued commits, then close the client."""
-        self._executor.shutdown(wait=True, cancel_futures=False)
-        with self._lock:
-            self._close_consumer()

@@ -12,9 +12,10 @@ pyproject.toml) adds, on Airflow 3's plugin interface:
 * an external view ``Streaming`` in the UI's navigation that shows ``/streaming/`` inside
   the UI (``/plugin/streaming``).
 
-Imports no pyspark (the API server loads it); snapshots are shared between requests for
-:data:`SNAPSHOT_TTL_S` seconds, so a page left open and a Prometheus scrape cost one
-snapshot at a time.
+Imports no pyspark (the API server loads it). Snapshots are shared between requests: one
+younger than :data:`SNAPSHOT_TTL_S` seconds is served as is; an older one is served while a
+single request computes the next (requests never queue behind each other's snapshots,
+whatever the broker's state), and only the very first request waits for one.
 """
 
 from __future__ import annotations
@@ -37,21 +38,40 @@ URL_PREFIX = "/streaming"
 SNAPSHOT_TTL_S = 2.0
 PAGE = Path(__file__).with_name("static") / "streaming.html"
 
-_cache: dict[str, Any] = {}
-_cache_lock = threading.Lock()
+_cache: dict[str, Any] = {"computing": False}
+_cache_changed = threading.Condition()
 
 
 def current_snapshot() -> dict[str, Any]:
-    """:func:`ingest_platform.streaming_status.snapshot`, reused for
-    :data:`SNAPSHOT_TTL_S` seconds."""
+    """:func:`ingest_platform.streaming_status.snapshot`, shared between requests (module
+    docstring).
+
+    :raises Exception: whatever :func:`~ingest_platform.streaming_status.snapshot` raised
+        for the request that computed it (the next request tries again).
+    """
     from ingest_platform.streaming_status import snapshot
 
-    with _cache_lock:
-        now = time.monotonic()
-        if "at" not in _cache or now - _cache["at"] > SNAPSHOT_TTL_S:
-            _cache["value"] = snapshot()
-            _cache["at"] = now
-        return dict(_cache["value"])
+    while True:
+        with _cache_changed:
+            if "value" in _cache and (
+                _cache["computing"] or time.monotonic() - _cache["at"] <= SNAPSHOT_TTL_S
+            ):
+                return dict(_cache["value"])
+            if _cache["computing"]:  # the first snapshot is under way: wait for it
+                _cache_changed.wait_for(lambda: not _cache["computing"])
+                continue
+            _cache["computing"] = True
+        try:
+            value = snapshot()
+        except BaseException:
+            with _cache_changed:
+                _cache["computing"] = False
+                _cache_changed.notify_all()
+            raise
+        with _cache_changed:
+            _cache.update(value=value, at=time.monotonic(), computing=False)
+            _cache_changed.notify_all()
+        return dict(value)
 
 
 class _SnapshotCollector:
@@ -68,6 +88,10 @@ def create_app() -> FastAPI:
     app = FastAPI(
         title="Streaming",
         description="Always-on jobs, Kafka lag, tables and gates of the ingest platform.",
+        # FastAPI's own docs routes would bypass the dependencies below: none.
+        docs_url=None,
+        redoc_url=None,
+        openapi_url=None,
         dependencies=[Depends(requires_access_view(AccessView.PLUGINS))],
     )
 

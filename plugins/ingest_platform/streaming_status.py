@@ -22,7 +22,12 @@ from typing import Any
 
 from ingest_core.catalog import JobSpec, KafkaSourceSpec, get_catalog
 from ingest_core.checkpoint_health import query_dirs
-from ingest_core.consumer_groups import TopicOffsets, consumer_group, kafka_offsets
+from ingest_core.consumer_groups import (
+    KAFKA_API_VERSION,
+    TopicOffsets,
+    consumer_group,
+    kafka_offsets,
+)
 from ingest_core.delta_tables import committed_offsets, table_exists
 from ingest_core.runtime_files import read_json, runtime_files
 from ingest_core.settings import PlatformSettings, get_settings
@@ -64,13 +69,14 @@ def job_state(
       (``supervisor.heartbeat_timeout_s``);
     * ``starting``: alive, no heartbeat yet; ``stale``: alive, heartbeat too old (the
       supervisor restarts it on its next run);
-    * ``failed``: not alive (or alive but reporting it) after a query failed;
-      ``stopped``: not alive otherwise (stopped by an operator, or never started).
+    * ``failed``: a query failed, or the driver is gone while its heartbeat still says
+      ``running``/``stopping`` (killed: kill -9, the kernel's OOM killer; the supervisor
+      restarts it); ``stopped``: not alive after a clean stop, or never started.
     """
     if heartbeat_status == "failed":
         return "failed"
     if not running:
-        return "stopped"
+        return "failed" if heartbeat_status in ("running", "stopping") else "stopped"
     if age_s is None:
         return "starting"
     return "running" if age_s <= timeout_s else "stale"
@@ -140,8 +146,11 @@ def job_view(job: str, settings: PlatformSettings, now: float) -> dict[str, Any]
         "heartbeat_age_s": current.heartbeat_age_s,
         "restarts_last_hour": sum(1 for t in starts[1:] if now - t < 3600),
         "trigger": get_catalog().job(job).default_trigger,
+        # Spark names a job's queries "<job>.<query>"; lag rows use the checkpoint's
+        # "<query>" folder: one name on both.
         "queries": [
-            query_view(name, query, now) for name, query in (beat.get("queries") or {}).items()
+            query_view(name.removeprefix(f"{job}."), query, now)
+            for name, query in (beat.get("queries") or {}).items()
         ],
     }
 
@@ -175,7 +184,9 @@ def lag_rows(
     :param declared: job -> the topics its catalog source reads (read even before the
         first committed batch).
     :returns: rows of ``job``, ``query``, ``topic``, ``partition``, ``committed`` (None when
-        nothing was committed), ``end``, ``lag`` (records, never negative).
+        nothing was committed), ``end``, ``lag`` (records still to read, never negative) and
+        ``note`` (None, or what makes the offsets suspect: the checkpoint ahead of the
+        broker, or records deleted before the job read them).
     """
     rows = []
     for job in sorted(set(positions) | set(declared)):
@@ -192,6 +203,7 @@ def lag_rows(
                         if committed is not None
                         else start_offsets.get((topic, partition), 0)
                     )
+                    start = start_offsets.get((topic, partition), 0)
                     rows.append(
                         {
                             "job": job,
@@ -200,16 +212,31 @@ def lag_rows(
                             "partition": partition,
                             "committed": committed,
                             "end": end,
-                            "lag": max(0, end - base),
+                            "lag": max(0, end - max(base, start)),
+                            "note": _lag_note(committed, start, end),
                         }
                     )
     return rows
 
 
+def _lag_note(committed: int | None, start: int, end: int) -> str | None:
+    if committed is None:
+        return None
+    if committed > end:
+        return (
+            f"checkpoint at {committed}, past the broker's end {end}: the topic was "
+            "re-created or truncated (the job refuses to start; see checkpoint recovery)"
+        )
+    if committed < start:
+        return f"{start - committed} records deleted by retention before the job read them"
+    return None
+
+
 def kafka_lag(settings: PlatformSettings, now: float) -> dict[str, Any]:
     """Lag of every job that reads Kafka (:func:`lag_rows`), with per-job totals, their
     ``trend`` (records per minute, over the samples of the last 5 minutes; positive: falling
-    behind) and ``history`` (``[epoch s, total]``), and each job's ``consumer_group``.
+    behind) and ``history`` (``[epoch s, total]``), and each job's ``consumer_group``;
+    ``errors``: job -> why its checkpoint could not be read (the other jobs still show).
 
     :raises kafka.errors.KafkaError: the broker did not answer.
     """
@@ -218,10 +245,15 @@ def kafka_lag(settings: PlatformSettings, now: float) -> dict[str, Any]:
     catalog = get_catalog()
     positions: dict[str, dict[str, TopicOffsets]] = {}
     declared: dict[str, list[str]] = {}
+    problems: dict[str, str] = {}
     for name, spec in catalog.jobs.items():
         if isinstance(spec.source, KafkaSourceSpec):
             declared[name] = [settings.kafka.topic(t) for t in spec.source.topics]
-        found = checkpoint_positions(spec, settings)
+        try:
+            found = checkpoint_positions(spec, settings)
+        except (OSError, ValueError, KeyError, IndexError) as error:  # a damaged checkpoint
+            problems[name] = f"{type(error).__name__}: {error}"
+            continue
         if found:
             positions[name] = found
     topics = {t for parts in declared.values() for t in parts}
@@ -229,8 +261,8 @@ def kafka_lag(settings: PlatformSettings, now: float) -> dict[str, Any]:
     consumer = KafkaConsumer(
         **settings.kafka.client_config(),
         enable_auto_commit=False,
+        api_version=KAFKA_API_VERSION,  # no probe in the constructor (it leaks when down)
         # a page refresh must not hang on a broker that is down (kafka-python's 30 s)
-        bootstrap_timeout_ms=KAFKA_TIMEOUT_MS,
         request_timeout_ms=KAFKA_TIMEOUT_MS,
         session_timeout_ms=KAFKA_TIMEOUT_MS // 2,
         heartbeat_interval_ms=KAFKA_TIMEOUT_MS // 6,
@@ -269,7 +301,7 @@ def kafka_lag(settings: PlatformSettings, now: float) -> dict[str, Any]:
                 "history": [[t, v] for t, v in samples],
             }
         )
-    return {"partitions": rows, "jobs": jobs}
+    return {"partitions": rows, "jobs": jobs, "errors": problems}
 
 
 def _sample_lag(job: str, total: int, now: float) -> list[tuple[float, int]]:
@@ -360,16 +392,16 @@ def gate_views(settings: PlatformSettings) -> dict[str, dict[str, Any]]:
 def newest_alerts(settings: PlatformSettings, limit: int = ALERTS_SHOWN) -> list[dict[str, Any]]:
     """The ``limit`` newest rows of ``gold_payment_alerts`` by ``detected_at`` (JSON-ready:
     timestamps as ISO text, amounts as text)."""
-    from ingest_core.delta_tables import read_pandas
+    from deltalake import DeltaTable
 
     path = get_catalog().table("gold_payment_alerts").path(settings)
     if not table_exists(path):
         return []
-    frame = read_pandas(path)
+    columns = ["detected_at", "rule", "customer_id", "amount", "currency", "payment_count"]
+    frame = DeltaTable(str(path)).to_pandas(columns=columns)
     if frame.empty:
         return []
     newest = frame.sort_values("detected_at", ascending=False).head(limit)
-    columns = ["detected_at", "rule", "customer_id", "amount", "currency", "payment_count"]
     return [
         {c: (None if _missing(row[c]) else str(row[c])) for c in columns if c in newest}
         for _, row in newest.iterrows()
@@ -416,15 +448,16 @@ def snapshot(settings: PlatformSettings | None = None, now: float | None = None)
                 {"table": name, "layer": get_catalog().table(name).layer, "version": None},
             )
         )
+    lag = section("kafka lag", partial(kafka_lag, settings, now), {"partitions": [], "jobs": []})
+    for job, problem in lag.pop("errors", {}).items():
+        errors[f"kafka lag {job}"] = problem
     return {
         "generated_at": datetime.fromtimestamp(now, UTC).isoformat(),
         "jobs": [
             section(f"job {job}", partial(job_view, job, settings, now), {"job": job})
             for job in always_on_jobs()
         ],
-        "lag": section(
-            "kafka lag", lambda: kafka_lag(settings, now), {"partitions": [], "jobs": []}
-        ),
+        "lag": lag,
         "tables": tables,
         "alerts": section("alerts", lambda: newest_alerts(settings), []),
         "errors": errors,
@@ -486,9 +519,9 @@ def metric_families(snap: dict[str, Any]) -> list[Any]:
         restarts.add_metric([name], float(job["restarts_last_hour"]))
         for query in job["queries"]:
             for key, family in per_query.items():
-                value = query.get(key)
-                if isinstance(value, int | float):
-                    family.add_metric([name, query["name"]], float(value))
+                value = _number(query.get(key))
+                if value is not None:
+                    family.add_metric([name, query["name"]], value)
     lag = gauge(
         "ingest_kafka_lag_records",
         "Broker end offset minus the checkpoint's committed offset",
@@ -516,7 +549,7 @@ def metric_families(snap: dict[str, Any]) -> list[Any]:
             (freshness, table.get("freshness_s")),
             (added, table.get("rows_added")),
         ):
-            if isinstance(value, int | float):
+            if _number(value) is not None:
                 family.add_metric(table_key, float(value))
         gate = table.get("gate")
         if gate:

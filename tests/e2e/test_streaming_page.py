@@ -143,6 +143,8 @@ def test_anonymous_requests_are_refused(api_server: ApiServer) -> None:
     for route in ("/streaming/", "/streaming/api/status", "/streaming/metrics"):
         response = httpx.get(f"{api_server.url}{route}", timeout=30)
         assert response.status_code == 401, (route, response.text[:200])
+    for route in ("/streaming/docs", "/streaming/openapi.json"):
+        assert httpx.get(f"{api_server.url}{route}", timeout=30).status_code == 404, route
     forged = httpx.get(
         f"{api_server.url}/streaming/api/status",
         headers={"Authorization": "Bearer not-a-token"},
@@ -197,7 +199,7 @@ def test_metrics_parse_as_prometheus_text_with_a_token(
 
 
 def test_streaming_page_in_a_browser(
-    api_server: ApiServer, running_ingest: threading.Event
+    api_server: ApiServer, running_ingest: threading.Event, platform_home: str
 ) -> None:
     from playwright.sync_api import expect, sync_playwright
 
@@ -230,10 +232,21 @@ def test_streaming_page_in_a_browser(
                 return float(text) if text not in ("", NONE) and float(text) > 0 else None
 
             wait_until(input_rate, 120, 2, what="a non-zero input rate on the page")
-            lag = frame.locator('#lag-jobs tr[data-job="bronze_ingest"] .total-lag')
-            expect(lag).not_to_have_text(NONE)
-            assert int(lag.inner_text().replace(",", "")) >= 0
-            assert frame.locator('#lag tr[data-job="bronze_ingest"]').count() == 12
+            expect(
+                frame.locator('#lag-jobs tr[data-job="bronze_ingest"] .total-lag')
+            ).to_be_visible()
+            frame.locator("#lag-partitions summary").click()
+            partitions = frame.locator('#lag tr[data-job="bronze_ingest"]')
+            assert partitions.count() == 12  # 4 topics x 3 partitions
+            payments = [
+                [c.replace(",", "") for c in row.locator("td").all_inner_texts()]
+                for row in partitions.all()
+                if platform_home + "payments" in row.inner_text()
+            ]
+            # The checkpoint's committed offsets and the broker's end offsets, as numbers.
+            assert len(payments) == 3
+            assert sum(int(row[4]) for row in payments) > 0
+            assert all(int(row[5]) >= int(row[4]) for row in payments)
             fresh = frame.locator('#tables tr[data-table="bronze_events"] .freshness')
             expect(fresh).to_contain_text("ago")
             for job_name in ("payment_alerts", "payment_alerts_rt"):  # from the catalog

@@ -46,6 +46,8 @@ def home(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
         (True, None, None, "starting"),
         (False, "stopped", 5.0, "stopped"),
         (False, None, None, "stopped"),
+        (False, "running", 5.0, "failed"),  # killed (kill -9, OOM): no clean stop
+        (False, "stopping", 5.0, "failed"),
         (False, "failed", 5.0, "failed"),
         (True, "failed", 5.0, "failed"),
     ],
@@ -115,6 +117,20 @@ def test_lag_rows_equal_end_minus_committed() -> None:
         ("payment_alerts_rt", "t1.payments", 0): (None, 3),
     }
     assert {r["query"] for r in rows if r["job"] == "bronze_ingest"} == {"bronze_ingest"}
+    assert not any(r["note"] for r in rows)
+
+
+def test_lag_rows_flag_offsets_the_broker_cannot_match() -> None:
+    positions = {"bronze_ingest": {"": {"t1.orders": {0: 50, 1: 3}}}}
+    ends = {("t1.orders", 0): 10, ("t1.orders", 1): 40}
+    starts = {("t1.orders", 0): 0, ("t1.orders", 1): 25}
+    rows = {r["partition"]: r for r in lag_rows(positions, ends, starts, {})}
+    # Checkpoint past the end: a re-created topic; not "lag 0, all is well".
+    assert rows[0]["lag"] == 0
+    assert "re-created" in rows[0]["note"]
+    # Retention deleted 22 records the job never read: 15 are left to read.
+    assert rows[1]["lag"] == 15
+    assert rows[1]["note"].startswith("22 records deleted by retention")
 
 
 def test_table_view_reads_version_freshness_and_rows_added(home: Path) -> None:
@@ -154,7 +170,7 @@ def test_metric_families_parse_as_prometheus_text() -> None:
                         "processed_rows_per_second": 60.0,
                         "batch_duration_s": 1.2,
                         "batch_id": 3,
-                        "watermark_delay_s": None,
+                        "watermark_delay_s": float("nan"),  # never a NaN sample
                         "state_rows": 0,
                     }
                 ],
@@ -278,6 +294,78 @@ def test_plugin_routes_refuse_anonymous_requests() -> None:
     client = TestClient(create_app())
     for route in ("/", "/api/status", "/metrics"):
         assert client.get(route).status_code == 401, route
+    for route in ("/docs", "/redoc", "/openapi.json"):  # FastAPI's own, outside the login
+        assert client.get(route).status_code == 404, route
     (view,) = IngestPlatformPlugin.external_views
     assert view["href"] == "/streaming/"
     assert view["destination"] == "nav"
+
+
+def test_one_request_computes_a_snapshot_the_others_share_it(monkeypatch) -> None:
+    """Requests never queue behind each other's snapshots: while one request computes, the
+    others get the previous snapshot at once (only the very first waits)."""
+    import threading
+    import time
+
+    from ingest_platform import streaming_page, streaming_status
+
+    calls: list[float] = []
+    release = threading.Event()
+
+    def slow_snapshot() -> dict:
+        calls.append(time.monotonic())
+        release.wait(10)
+        return {"n": len(calls)}
+
+    monkeypatch.setattr(streaming_status, "snapshot", slow_snapshot)
+    monkeypatch.setattr(streaming_page, "_cache", {"computing": False})
+    results: list[dict] = []
+    first = [
+        threading.Thread(target=lambda: results.append(streaming_page.current_snapshot()))
+        for _ in range(4)
+    ]
+    for thread in first:
+        thread.start()
+    time.sleep(0.3)
+    release.set()
+    for thread in first:
+        thread.join(10)
+    assert results == [{"n": 1}] * 4
+    assert len(calls) == 1
+    # Stale: one request recomputes (blocked here), another gets the old snapshot at once.
+    release.clear()
+    streaming_page._cache["at"] -= streaming_page.SNAPSHOT_TTL_S + 1
+    slow = threading.Thread(target=lambda: results.append(streaming_page.current_snapshot()))
+    slow.start()
+    time.sleep(0.3)
+    started = time.monotonic()
+    assert streaming_page.current_snapshot() == {"n": 1}
+    assert time.monotonic() - started < 1
+    release.set()
+    slow.join(10)
+    assert results[-1] == {"n": 2}
+    assert streaming_page.current_snapshot() == {"n": 2}
+
+
+def test_offset_commits_to_a_broker_that_is_down_never_hold_the_exit(
+    home: Path, monkeypatch
+) -> None:
+    """Nothing listens on the port: close() returns within its bound, leaving no thread
+    behind (kafka-python's constructor probe would leak one per attempt)."""
+    import threading
+    import time
+
+    from ingest_core.consumer_groups import GroupOffsetCommitter
+    from tests.conftest import free_port
+
+    monkeypatch.setenv("INGEST_KAFKA__PORT", str(free_port()))
+    get_settings.cache_clear()
+    before = threading.active_count()
+    committer = GroupOffsetCommitter("bronze_ingest")
+    for offset in range(50):  # coalesced, not queued: one attempt, not fifty
+        committer.commit({"t1.orders": {0: offset}})
+    started = time.monotonic()
+    committer.close(timeout_s=15)
+    assert time.monotonic() - started < 20
+    time.sleep(0.5)
+    assert threading.active_count() <= before

@@ -151,13 +151,25 @@ def kafka_consumer_groups(
     """Show a job's Kafka lag with Kafka's own ConsumerGroupCommand (what
     kafka-consumer-groups.sh --describe prints): its drivers commit the offsets their
     checkpoint committed to the consumer group <topic prefix><job> after every batch."""
-    from ingest_core.catalog import get_catalog
+    import subprocess
+
+    from ingest_core.catalog import KafkaSourceSpec, get_catalog
     from ingest_core.consumer_groups import consumer_group
     from ingestctl.kafka_broker import BrokerError, KafkaBroker
 
     settings = get_settings()
-    if job not in get_catalog().jobs:
-        raise _fail(f"{job!r} is not a streaming job; jobs: {sorted(get_catalog().jobs)}")
+    readers = sorted(
+        name
+        for name, spec in get_catalog().jobs.items()
+        if isinstance(spec.source, KafkaSourceSpec)
+    )
+    if job not in readers:
+        raise _fail(f"{job!r} does not read Kafka; jobs that commit a consumer group: {readers}")
+    if (settings.kafka.uses_sasl or settings.kafka.uses_ssl) and command_config is None:
+        raise _fail(
+            f"the broker uses {settings.kafka.security_protocol}: pass its client properties "
+            "with --command-config <file> (security.protocol, sasl.* / ssl.*)"
+        )
     args = ["--describe", "--group", consumer_group(job, settings)]
     if command_config is not None:
         args += ["--command-config", str(command_config)]
@@ -165,6 +177,11 @@ def kafka_consumer_groups(
         done = KafkaBroker(settings.kafka).consumer_groups(*args)
     except BrokerError as error:
         raise _fail(str(error)) from None
+    except subprocess.TimeoutExpired:
+        raise _fail(
+            f"ConsumerGroupCommand got no answer from {settings.kafka.bootstrap_servers} "
+            "within 120 s (is the broker up? `ingestctl kafka status`)"
+        ) from None
     typer.echo(done.stdout.strip())
     if done.returncode != 0:
         raise _fail(done.stderr.strip().splitlines()[-1] if done.stderr.strip() else "failed")

@@ -110,7 +110,8 @@ def maybe_refund(rng: random.Random, push: Push, paid: datetime, order: dict[str
 def companion_events(events: Iterable[SourceEvent], *, seed: int) -> list[SourceEvent]:
     """Customer activity and refunds for the customers of a replayed source that has
     neither (Olist): before each placed order a browsing session of its customer
-    (:func:`browse`, ending at the order), and after each authorized payment a refund with
+    (:func:`browse`, starting 3-10 minutes before the order; a long one can run past it),
+    and after each authorized payment a refund with
     probability :data:`REFUND_RATE`. Deterministic for ``seed``; event ids derive from
     ``companion:<seed>:<n>``.
 

@@ -11,6 +11,7 @@ table being rewritten) is reported in ``errors`` instead of failing the whole sn
 
 from __future__ import annotations
 
+import contextlib
 import math
 import threading
 import time
@@ -232,16 +233,72 @@ def _lag_note(committed: int | None, start: int, end: int) -> str | None:
     return None
 
 
+def broker_offsets(
+    settings: PlatformSettings, topics: list[str]
+) -> tuple[dict[tuple[str, int], int], dict[tuple[str, int], int]]:
+    """End and earliest offsets of every partition of ``topics`` (a topic Kafka does not
+    have is left out), read with kafka-python within :data:`KAFKA_TIMEOUT_MS`.
+
+    kafka-python's metadata calls wait for ever on a broker that is down, so the reads run
+    in a daemon thread and closing the client after the deadline releases it.
+
+    :returns: ``({(topic, partition): end offset}, {(topic, partition): earliest offset})``.
+    :raises TimeoutError: the broker did not answer in time.
+    :raises kafka.errors.KafkaError: it refused.
+    """
+    from kafka import KafkaConsumer, TopicPartition
+
+    consumer = KafkaConsumer(
+        **settings.kafka.client_config(),
+        enable_auto_commit=False,
+        api_version=KAFKA_API_VERSION,  # no probe in the constructor (it leaks when down)
+        request_timeout_ms=KAFKA_TIMEOUT_MS,
+        session_timeout_ms=KAFKA_TIMEOUT_MS // 2,
+        heartbeat_interval_ms=KAFKA_TIMEOUT_MS // 6,
+    )
+    outcome: dict[str, Any] = {}
+
+    def read() -> None:
+        try:
+            partitions = [
+                TopicPartition(topic, p)
+                for topic in topics
+                for p in sorted(consumer.partitions_for_topic(topic) or ())
+            ]
+            ends = consumer.end_offsets(partitions) if partitions else {}
+            starts = consumer.beginning_offsets(partitions) if partitions else {}
+            outcome["value"] = (
+                {(tp.topic, tp.partition): int(o) for tp, o in ends.items()},
+                {(tp.topic, tp.partition): int(o) for tp, o in starts.items()},
+            )
+        except Exception as error:
+            outcome["error"] = error
+
+    reader = threading.Thread(target=read, name="streaming-status-kafka", daemon=True)
+    reader.start()
+    reader.join(KAFKA_TIMEOUT_MS / 1000)
+    timed_out = reader.is_alive()
+    with contextlib.suppress(Exception):
+        consumer.close(autocommit=False)  # also releases a read still waiting
+    if "value" in outcome:
+        return outcome["value"]
+    if "error" in outcome and not timed_out:
+        raise outcome["error"]
+    raise TimeoutError(
+        f"Kafka at {settings.kafka.bootstrap_servers} did not answer within "
+        f"{KAFKA_TIMEOUT_MS / 1000:.0f} s"
+    )
+
+
 def kafka_lag(settings: PlatformSettings, now: float) -> dict[str, Any]:
     """Lag of every job that reads Kafka (:func:`lag_rows`), with per-job totals, their
     ``trend`` (records per minute, over the samples of the last 5 minutes; positive: falling
     behind) and ``history`` (``[epoch s, total]``), and each job's ``consumer_group``;
     ``errors``: job -> why its checkpoint could not be read (the other jobs still show).
 
-    :raises kafka.errors.KafkaError: the broker did not answer.
+    :raises TimeoutError: the broker did not answer (:func:`broker_offsets`).
+    :raises kafka.errors.KafkaError: it refused.
     """
-    from kafka import KafkaConsumer, TopicPartition
-
     catalog = get_catalog()
     positions: dict[str, dict[str, TopicOffsets]] = {}
     declared: dict[str, list[str]] = {}
@@ -258,29 +315,11 @@ def kafka_lag(settings: PlatformSettings, now: float) -> dict[str, Any]:
             positions[name] = found
     topics = {t for parts in declared.values() for t in parts}
     topics |= {t for queries in positions.values() for o in queries.values() for t in o}
-    consumer = KafkaConsumer(
-        **settings.kafka.client_config(),
-        enable_auto_commit=False,
-        api_version=KAFKA_API_VERSION,  # no probe in the constructor (it leaks when down)
-        # a page refresh must not hang on a broker that is down (kafka-python's 30 s)
-        request_timeout_ms=KAFKA_TIMEOUT_MS,
-        session_timeout_ms=KAFKA_TIMEOUT_MS // 2,
-        heartbeat_interval_ms=KAFKA_TIMEOUT_MS // 6,
-    )
-    try:
-        partitions = [
-            TopicPartition(topic, p)
-            for topic in sorted(topics)
-            for p in sorted(consumer.partitions_for_topic(topic) or ())
-        ]
-        ends = consumer.end_offsets(partitions) if partitions else {}
-        starts = consumer.beginning_offsets(partitions) if partitions else {}
-    finally:
-        consumer.close(autocommit=False)
+    ends, starts = broker_offsets(settings, sorted(topics))
     rows = lag_rows(
         positions,
-        {(tp.topic, tp.partition): int(o) for tp, o in ends.items()},
-        {(tp.topic, tp.partition): int(o) for tp, o in starts.items()},
+        ends,
+        starts,
         declared,
     )
     totals: dict[str, int] = {}

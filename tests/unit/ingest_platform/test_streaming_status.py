@@ -369,3 +369,23 @@ def test_offset_commits_to_a_broker_that_is_down_never_hold_the_exit(
     assert time.monotonic() - started < 20
     time.sleep(0.5)
     assert threading.active_count() <= before
+
+
+def test_lag_with_the_broker_down_is_a_timeout_not_a_hang(home: Path, monkeypatch) -> None:
+    """kafka-python's metadata calls wait for ever on a broker that is down: the lag gives up
+    after KAFKA_TIMEOUT_MS, says so, and leaves no client thread behind."""
+    import threading
+    import time
+
+    from ingest_platform.streaming_status import KAFKA_TIMEOUT_MS, kafka_lag
+    from tests.conftest import free_port
+
+    monkeypatch.setenv("INGEST_KAFKA__PORT", str(free_port()))
+    get_settings.cache_clear()
+    before = threading.active_count()
+    started = time.monotonic()
+    with pytest.raises(TimeoutError, match="did not answer within 6 s"):
+        kafka_lag(get_settings(), time.time())
+    assert time.monotonic() - started < KAFKA_TIMEOUT_MS / 1000 + 5
+    time.sleep(1)
+    assert threading.active_count() <= before

@@ -59,7 +59,7 @@ setup: prereqs $(VENV_STAMP) $(JARS_STAMP) ## Python environment (uv.lock) and J
 jars: $(JARS_STAMP) ## Fetch the JVM jars into .ingest/jars (once)
 
 # The Streaming page's test drives Debian's Chromium with Playwright (no browser downloads).
-browser: ## Debian's chromium for the browser tests (apt-get when missing)
+browser: ## Debian's chromium for the browser tests (installed when missing)
 	@include/scripts/install_chromium.sh
 
 AIRFLOW_PORT ?= 8080

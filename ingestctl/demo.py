@@ -61,34 +61,59 @@ EMPTY_WHEN_ALL_WELL = {
 LATE_ORDERS = 5
 
 
-def _produce(
+def source_events(
     settings: PlatformSettings, source: str, events: int, echo: Callable[[str], None]
-) -> tuple[str, int, list[SourceEvent]]:
-    from ingestctl.replay import olist
-    from ingestctl.replay.generator import companion_events, generate_events
+) -> tuple[str, list[SourceEvent]]:
+    """The events a demo replays: the Olist sample (its customers dimension written to the
+    landing folder) or ``events`` synthetic ones, as is.
+
+    :param source: ``auto``, ``olist`` or ``generate`` (see :func:`run_demo`).
+    :returns: ``("olist" | "generator", events in event-time order)``.
+    :raises FileNotFoundError: ``source="olist"`` and the sample is not there.
+    """
+    from ingestctl.replay import olist, runner
+    from ingestctl.replay.generator import generate_events
 
     use_olist = source == "olist" or (source == "auto" and OLIST_SAMPLE.is_dir())
     if use_olist:
         if not OLIST_SAMPLE.is_dir():
             raise FileNotFoundError(f"no Olist sample at {OLIST_SAMPLE}")
         echo(f"replaying the Olist sample from {OLIST_SAMPLE} ...")
-        stream = olist.read_events(OLIST_SAMPLE)
-        # Olist has no clickstream and no refunds: sessions and refunds for its customers.
-        companions = companion_events(stream, seed=7)
-        echo(f"  with {len(companions)} generated customer activity and refund events")
-        stream = sorted([*stream, *companions], key=lambda e: e.event_time)
-        from ingestctl.replay import runner
-
         runner.write_dimension(
             olist.read_customers(OLIST_SAMPLE), settings.storage.landing_path / "customers", "olist"
         )
-    else:
-        echo(f"generating {events} synthetic events ...")
-        # 0.5 events per second of event time: 2,000 events span about an hour, enough for
-        # the watermarks to finalise Gold windows.
-        start = datetime(2026, 1, 1, tzinfo=UTC)
-        stream = list(generate_events(events, seed=7, start=start, rate=0.5))
-    used = "olist" if use_olist else "generator"
+        return "olist", olist.read_events(OLIST_SAMPLE)
+    echo(f"generating {events} synthetic events ...")
+    # 0.5 events per second of event time: 2,000 events span about an hour, enough for
+    # the watermarks to finalise Gold windows.
+    start = datetime(2026, 1, 1, tzinfo=UTC)
+    return "generator", list(generate_events(events, seed=7, start=start, rate=0.5))
+
+
+def _produce(
+    settings: PlatformSettings, source: str, events: int, echo: Callable[[str], None]
+) -> tuple[str, int]:
+    """Send :func:`source_events` exactly, no faults (the end-to-end tests compare Gold with
+    pandas on the same events). :returns: the source used and the records acknowledged."""
+    used, stream = source_events(settings, source, events, echo)
+    return used, _send(settings, used, stream, FaultConfig(), echo)
+
+
+def _produce_demo(
+    settings: PlatformSettings, source: str, events: int, echo: Callable[[str], None]
+) -> tuple[str, int, list[SourceEvent]]:
+    """What the demo sends: :func:`source_events`, with generated customer activity and
+    refunds for Olist's customers (Olist has neither), and :data:`DEMO_FAULTS` injected.
+
+    :returns: the source used, the records acknowledged and the events before faults.
+    """
+    from ingestctl.replay.generator import companion_events
+
+    used, stream = source_events(settings, source, events, echo)
+    if used == "olist":
+        companions = companion_events(stream, seed=7)
+        echo(f"  with {len(companions)} generated customer activity and refund events")
+        stream = sorted([*stream, *companions], key=lambda e: e.event_time)
     return used, _send(settings, used, stream, DEMO_FAULTS, echo), stream
 
 
@@ -267,7 +292,7 @@ def run_demo(
     client = standalone.client()
     for dag_id in DAGS:
         client.wait_for_dag(dag_id)
-    used, produced, stream = _produce(settings, source, events, echo)
+    used, produced, stream = _produce_demo(settings, source, events, echo)
     client.unpause("streaming_supervisor")
     run_id = client.trigger("streaming_supervisor")
     echo(

@@ -316,12 +316,7 @@ def kafka_lag(settings: PlatformSettings, now: float) -> dict[str, Any]:
     topics = {t for parts in declared.values() for t in parts}
     topics |= {t for queries in positions.values() for o in queries.values() for t in o}
     ends, starts = broker_offsets(settings, sorted(topics))
-    rows = lag_rows(
-        positions,
-        ends,
-        starts,
-        declared,
-    )
+    rows = lag_rows(positions, ends, starts, declared)
     totals: dict[str, int] = {}
     for row in rows:
         totals[row["job"]] = totals.get(row["job"], 0) + row["lag"]

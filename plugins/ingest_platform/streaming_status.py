@@ -372,6 +372,8 @@ def table_view(
         "gate": gate,
     }
     if not table_exists(path):
+        if gate is not None:
+            view["gate"] = gate | {"pending_versions": 0}
         return view
     table = DeltaTable(str(path))
     last = table.history(1)[0]
@@ -385,28 +387,29 @@ def table_view(
         "operation": last.get("operation"),
         "rows_added": None if added is None else int(added),
     }
+    if gate is not None:  # the version read here, not a second open of the table
+        view["gate"] = gate | {
+            "pending_versions": max(0, view["version"] - gate["validated_through"])
+        }
     return view
 
 
 def gate_views(settings: PlatformSettings) -> dict[str, dict[str, Any]]:
     """Gate state per gated table: ``layer``, ``validated_through`` (Delta version, -1 when
-    never validated), ``pending_versions`` (versions after it, up to the current one),
-    ``last_result`` and ``last_validated_at`` (the newest gate result), ``held`` (an
-    unresolved failed result holds the layer's next increment until an operator accepts or
-    quarantines it)."""
-    from ingest_core.delta_tables import delta_version
+    never validated), ``last_result`` and ``last_validated_at`` (the newest gate result),
+    ``held`` (an unresolved failed result holds the layer's next increment until an operator
+    accepts or quarantines it). :func:`table_view` adds ``pending_versions`` (versions after
+    ``validated_through``, up to the table's current one) from the version it reads."""
     from spark_jobs.quality.state import gate_results, unresolved_failures, validated_through
     from spark_jobs.quality.suites import GATED_LAYERS, layer_rules
 
     results = gate_results(settings)
-    catalog = get_catalog()
     views: dict[str, dict[str, Any]] = {}
     for layer in GATED_LAYERS:
         failures = unresolved_failures(layer, settings)
         held = set() if failures.empty else set(failures["table"])
         for rules in layer_rules(layer):
             done = validated_through(results, rules.table)
-            current = delta_version(catalog.table(rules.table).path(settings))
             newest = None
             if not results.empty:
                 mine = results[results["table"] == rules.table]
@@ -415,7 +418,6 @@ def gate_views(settings: PlatformSettings) -> dict[str, dict[str, Any]]:
             views[rules.table] = {
                 "layer": layer,
                 "validated_through": done,
-                "pending_versions": 0 if current is None else max(0, current - done),
                 "last_result": None if newest is None else str(newest["status"]),
                 "last_validated_at": None if newest is None else str(newest["validated_at"]),
                 "held": rules.table in held,

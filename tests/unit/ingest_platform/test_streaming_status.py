@@ -152,6 +152,15 @@ def test_table_view_reads_version_freshness_and_rows_added(home: Path) -> None:
     missing = table_view("silver_orders", get_settings(), time.time(), gate=None)
     assert missing["version"] is None
     assert missing["freshness_s"] is None
+    # The gate's pending versions come from the version read here: 0 validated, now at 1.
+    gated = table_view("gold_payment_alerts", get_settings(), time.time(), {"validated_through": 0})
+    assert gated["gate"]["pending_versions"] == 1
+    never = table_view(
+        "gold_payment_alerts", get_settings(), time.time(), {"validated_through": -1}
+    )
+    assert never["gate"]["pending_versions"] == 2
+    absent = table_view("silver_orders", get_settings(), time.time(), {"validated_through": -1})
+    assert absent["gate"]["pending_versions"] == 0
 
 
 def test_metric_families_parse_as_prometheus_text() -> None:

@@ -13,6 +13,10 @@ example DAGs, and the ``spark_default`` connection as ``local[*]`` unless the ca
 environment already defines ``AIRFLOW_CONN_SPARK_DEFAULT`` (a cluster). Airflow keeps its
 login: ``airflow standalone`` writes the admin password to
 ``<AIRFLOW_HOME>/simple_auth_manager_passwords.json.generated``.
+
+OpenLineage (:func:`lineage_environment`): every task run's events go to
+``<INGEST_HOME>/lineage/events.jsonl`` (file transport) unless the caller's environment
+configures a transport itself, e.g. ``OPENLINEAGE_URL`` of a Marquez server (docs/lineage.md).
 """
 
 from __future__ import annotations
@@ -116,6 +120,47 @@ def default_parallelism(database: Database | None = None) -> int:
     return max(2, min((os.cpu_count() or 1) + 1, by_memory))
 
 
+#: Environment variables by which a user configures OpenLineage's transport (Airflow's
+#: ``[openlineage]`` options and the OpenLineage client's own variables): when one is set,
+#: the embedded default (a file under ``INGEST_HOME``) stays out of the way.
+LINEAGE_TRANSPORT_SETTINGS: tuple[str, ...] = (
+    "OPENLINEAGE_URL",
+    "OPENLINEAGE_CONFIG",
+    "AIRFLOW__OPENLINEAGE__TRANSPORT",
+    "AIRFLOW__OPENLINEAGE__TRANSPORT_CMD",
+    "AIRFLOW__OPENLINEAGE__TRANSPORT_SECRET",
+    "AIRFLOW__OPENLINEAGE__CONFIG_PATH",
+    "AIRFLOW__OPENLINEAGE__CONFIG_CONN_ID",
+)
+
+
+def lineage_environment(environ: Mapping[str, str] | None = None) -> dict[str, str]:
+    """OpenLineage settings of the embedded Airflow.
+
+    OpenLineage stays on (``AIRFLOW__OPENLINEAGE__DISABLED=False`` unless the environment
+    sets it: an explicit opt-out wins). Its transport: when the environment configures none
+    (no variable of :data:`LINEAGE_TRANSPORT_SETTINGS` and no ``OPENLINEAGE__TRANSPORT*``),
+    the file transport appending one JSON event per line to
+    :func:`ingest_core.lineage.lineage_file` (its folder is created here); otherwise nothing
+    is set, so ``OPENLINEAGE_URL=http://marquez:5000`` alone sends the events to Marquez.
+    """
+    from ingest_core.lineage import lineage_file
+
+    env = os.environ if environ is None else environ
+    out: dict[str, str] = {}
+    if not env.get("AIRFLOW__OPENLINEAGE__DISABLED"):
+        out["AIRFLOW__OPENLINEAGE__DISABLED"] = "False"
+    configured = any(env.get(key) for key in LINEAGE_TRANSPORT_SETTINGS) or any(
+        key.startswith("OPENLINEAGE__TRANSPORT") and value for key, value in env.items()
+    )
+    if not configured:
+        path = lineage_file()
+        path.parent.mkdir(parents=True, exist_ok=True)
+        transport = {"type": "file", "log_file_path": str(path), "append": True}
+        out["AIRFLOW__OPENLINEAGE__TRANSPORT"] = json.dumps(transport)
+    return out
+
+
 #: Airflow's default ports of the worker and triggerer log servers ([logging] section).
 LOG_SERVER_PORTS: tuple[int, int] = (8793, 8794)
 
@@ -162,6 +207,7 @@ def airflow_environment(
         ),
         "PATH": bin_dir + os.pathsep + os.environ.get("PATH", ""),
         "TZ": "UTC",
+        **lineage_environment(),
     }
     if database == "postgres":
         # The embedded cluster's socket URL (with the password: environment only). Its

@@ -279,7 +279,7 @@ def run_demo(
     """
     from ingest_core.settings import get_settings
     from ingest_platform import supervisor
-    from ingestctl.airflow_runtime import Standalone
+    from ingestctl.airflow_runtime import Standalone, lineage_environment
     from ingestctl.kafka_broker import KafkaBroker
     from spark_jobs.session import spark_jar_paths
 
@@ -348,6 +348,10 @@ def run_demo(
         f"Streaming page: {standalone.url}/plugin/streaming  (jobs, Kafka lag, tables, gates; "
         f"Prometheus metrics at {standalone.url}/streaming/metrics)"
     )
+    if "AIRFLOW__OPENLINEAGE__TRANSPORT" in lineage_environment():  # the embedded default
+        from ingest_core.lineage import lineage_file
+
+        echo(f"OpenLineage events of every task run: {lineage_file()}  (docs/lineage.md)")
     echo("stop everything with `make demo-down`")
     if state != "success":
         raise DemoError(

@@ -9,6 +9,13 @@
 * :class:`LayerGateOperator`: the quality gate of a layer; when no Delta version is pending
   it logs "nothing to validate" and passes without starting a Spark driver.
 
+Each reports OpenLineage inputs and outputs derived from the catalog
+(:mod:`ingest_core.lineage`; Kafka topics as ``kafka://`` datasets, Delta tables by their
+path) through ``get_openlineage_facets_on_start`` / ``_on_complete``, which Airflow's
+OpenLineage provider calls when the task starts and ends (docs/lineage.md). The provider is
+imported only inside those methods: parsing a DAG file loads none of it. Nothing is injected
+into the Spark application (the platform ships no OpenLineage Spark listener jar).
+
 The streaming supervisor starts the always-on jobs detached through
 :class:`~ingest_platform.hooks.StreamingJobHook`.
 """
@@ -18,13 +25,18 @@ from __future__ import annotations
 import importlib.util
 import inspect
 from collections.abc import Sequence
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from airflow.providers.apache.spark.operators.spark_submit import SparkSubmitOperator
 
 from ingest_core.catalog import get_catalog
 from ingest_core.settings import get_settings
 from ingest_platform.hooks import PlatformJobHook, inputs_snapshot, job_environment
+
+if TYPE_CHECKING:
+    from airflow.providers.openlineage.extractors import OperatorLineage
+
+    from ingest_core.lineage import JobLineage, LineageDataset, SchemaField
 
 __all__ = [
     "JOB_MODULES",
@@ -56,6 +68,60 @@ def job_application(job: str) -> str:
     return spec.origin
 
 
+#: SparkSubmitOperator arguments that inject OpenLineage settings into the Spark application:
+#: they need OpenLineage's Spark listener jar, which the platform does not ship.
+_OPENLINEAGE_SPARK_INJECTION = (
+    "openlineage_inject_parent_job_info",
+    "openlineage_inject_transport_info",
+)
+
+
+def _schema_fields(fields: tuple[SchemaField, ...]) -> list[Any]:
+    from airflow.providers.common.compat.openlineage.facet import SchemaDatasetFacetFields
+
+    return [
+        SchemaDatasetFacetFields(name=f.name, type=f.type, fields=_schema_fields(f.fields))
+        for f in fields
+    ]
+
+
+def _dataset(dataset: LineageDataset) -> Any:
+    from airflow.providers.common.compat.openlineage.facet import Dataset, SchemaDatasetFacet
+
+    facets: dict[str, Any] = {}
+    if dataset.fields is not None:
+        facets["schema"] = SchemaDatasetFacet(fields=_schema_fields(dataset.fields))
+    return Dataset(namespace=dataset.namespace, name=dataset.name, facets=facets)
+
+
+def operator_lineage(lineage: JobLineage) -> OperatorLineage:
+    """``lineage`` as the OpenLineage provider's ``OperatorLineage`` (datasets with a schema
+    facet where the catalog knows the columns)."""
+    from airflow.providers.openlineage.extractors import OperatorLineage
+
+    return OperatorLineage(
+        inputs=[_dataset(d) for d in lineage.inputs],
+        outputs=[_dataset(d) for d in lineage.outputs],
+    )
+
+
+def _current_context() -> Any:
+    """The running task's context (set by the task runner while the OpenLineage provider
+    extracts a task's start lineage), or None outside a task."""
+    from airflow.sdk import get_current_context
+
+    try:
+        return get_current_context()
+    except RuntimeError:
+        return None
+
+
+def _context_of(task_instance: Any) -> Any:
+    """The template context of the task instance the provider passes on completion, or None."""
+    get = getattr(task_instance, "get_template_context", None)
+    return get() if callable(get) else None
+
+
 def _submit_hook_parameters() -> frozenset[str]:
     from airflow.providers.apache.spark.hooks.spark_submit import SparkSubmitHook
 
@@ -76,7 +142,10 @@ class SparkJobOperator(SparkSubmitOperator):
     :param input_jobs: jobs whose checkpoint progress counts as input (see
         :func:`inputs_snapshot`).
     :param kwargs: passed to :class:`SparkSubmitOperator` (``conn_id``, ``pool``, ...).
-    :raises ValueError: unknown ``job`` (at DAG parse time).
+    :raises ValueError: unknown ``job`` (at DAG parse time); an OpenLineage injection into
+        Spark asked for (``openlineage_inject_parent_job_info`` or
+        ``openlineage_inject_transport_info`` true: the platform has no OpenLineage Spark
+        listener; the task's own lineage comes from :meth:`lineage`).
     """
 
     template_fields = (*SparkSubmitOperator.template_fields, "job_args")
@@ -99,6 +168,14 @@ class SparkJobOperator(SparkSubmitOperator):
         unknown = [t for t in inputs if t not in get_catalog().tables]
         if unknown:
             raise ValueError(f"unknown input tables {unknown}")
+        asked = [key for key in _OPENLINEAGE_SPARK_INJECTION if kwargs.get(key)]
+        if asked:
+            raise ValueError(
+                f"{', '.join(asked)}: the platform has no OpenLineage Spark listener jar; "
+                "the task reports its lineage from the catalog"
+            )
+        # Explicitly off, whatever [openlineage] spark_inject_* says.
+        kwargs.update(dict.fromkeys(_OPENLINEAGE_SPARK_INJECTION, False))
         kwargs.setdefault("name", job)
         # SparkSubmitHook arguments given here that are not templated fields (those are read
         # back at execute time, rendered): PlatformJobHook passes them on.
@@ -139,6 +216,25 @@ class SparkJobOperator(SparkSubmitOperator):
             manage_checkpoint=self.manage_checkpoint,
             submit_options=options,
         )
+
+    def lineage(self, context: Any = None) -> JobLineage:
+        """What this task reads and writes: the catalog's lineage of its job
+        (:func:`ingest_core.lineage.job_lineage`).
+
+        :param context: the task's context (None outside a task run; unused here).
+        """
+        from ingest_core.lineage import job_lineage
+
+        return job_lineage(self.job, get_settings())
+
+    def get_openlineage_facets_on_start(self) -> OperatorLineage:
+        """OpenLineage inputs and outputs when the task starts (:meth:`lineage`)."""
+        return operator_lineage(self.lineage(_current_context()))
+
+    def get_openlineage_facets_on_complete(self, task_instance: Any) -> OperatorLineage:
+        """OpenLineage inputs and outputs when the task ends (the provider uses them on
+        failure too): the same as on start."""
+        return operator_lineage(self.lineage(_context_of(task_instance)))
 
     def execute(self, context: Any) -> Any:
         """Repair a damaged checkpoint, spark-submit the job, then back up its checkpoint
@@ -182,6 +278,13 @@ class LayerGateOperator(SparkJobOperator):
         args = ["validate", "--layer", layer, "--run-id", "{{ run_id }}", "--engine", "spark"]
         super().__init__(job="quality_gate", job_args=args, **kwargs)
         self.layer = layer
+
+    def lineage(self, context: Any = None) -> JobLineage:
+        """The layer's gated tables (and the gate's bookkeeping) in, the gate's ``ops``
+        tables out (:func:`ingest_core.lineage.gate_lineage`)."""
+        from ingest_core.lineage import gate_lineage
+
+        return gate_lineage(self.layer, get_settings())
 
     def execute(self, context: Any) -> Any:
         """Nothing pending: pass. A small increment: validate it here without Spark. Else
@@ -240,6 +343,27 @@ class StagedJobOperator(SparkJobOperator):
     def __init__(self, *, builds: str, **kwargs: Any) -> None:
         super().__init__(**kwargs)
         self.builds = builds
+
+    def lineage(self, context: Any = None) -> JobLineage:
+        """The job's catalog lineage on the refresh's staging folders (the rebuilt layers and
+        ``ops`` there, the rest live); a ``quality_gate`` job: the gate of ``builds``
+        (:func:`ingest_core.lineage.gate_lineage`). Nothing when the refresh skips the task,
+        or without a context (outside a task run the staging folders are unknown).
+
+        :param context: the task's context (``run_id``, ``params.layer``).
+        """
+        from ingest_core.lineage import GATE_JOB, JobLineage, gate_lineage, job_lineage
+        from spark_jobs.layer_refresh import RefreshLayout, layers_of
+
+        if context is None:
+            return JobLineage((), ())
+        layer = str(context["params"]["layer"])
+        if self.builds not in layers_of(layer):
+            return JobLineage((), ())
+        staged = RefreshLayout(str(context["run_id"]), get_settings()).staged_settings(layer)
+        if self.job == GATE_JOB:
+            return gate_lineage(self.builds, staged)
+        return job_lineage(self.job, staged)
 
     def execute(self, context: Any) -> Any:
         """Skip or run the job with the staging environment (see the class doc)."""

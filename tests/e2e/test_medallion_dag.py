@@ -28,6 +28,8 @@ from zoneinfo import ZoneInfo
 import pandas as pd
 import pytest
 
+from ingest_core.catalog import get_catalog
+from ingest_core.lineage import lineage_file, read_events
 from ingest_core.settings import get_settings
 from ingest_platform import supervisor
 from ingestctl.airflow_runtime import Standalone
@@ -66,6 +68,83 @@ def _gold_watermark(platform: AirflowPlatform, table: str) -> datetime:
     newest = max((p for p in offsets.iterdir() if p.name.isdigit()), key=lambda p: int(p.name))
     metadata = json.loads(newest.read_text().splitlines()[1])
     return datetime.fromtimestamp(metadata["batchWatermarkMs"] / 1000, UTC)
+
+
+#: The tasks of medallion_incremental's incremental path: the catalog job each Spark task
+#: runs, the layer each gate validates.
+MEDALLION_JOBS = {
+    "refine_silver": "silver_refine",
+    "aggregate_gold": "gold_aggregate",
+    "correct_late": "late_corrections",
+}
+MEDALLION_GATES = {"gate_silver": "silver", "gate_gold": "gold"}
+MEDALLION_TASKS = {*MEDALLION_JOBS, *MEDALLION_GATES, "choose_path", "publish_assets"}
+Datasets = set[tuple[str, str]]
+
+
+def _catalog_lineage(task: str) -> tuple[Datasets, Datasets]:
+    """``(inputs, outputs)`` of a medallion task as the catalog declares them: its job's
+    tables, or for a gate its layer's gated tables plus the gate's ``ops`` tables."""
+    from spark_jobs.quality.suites import layer_rules
+
+    catalog, settings = get_catalog(), get_settings()
+
+    def keys(tables: list[str]) -> Datasets:
+        return {("file", str(catalog.table(t).path(settings))) for t in tables}
+
+    if task in MEDALLION_GATES:
+        gate = catalog.application("quality_gate")
+        ops_in = [t for t in gate.inputs if catalog.table(t).layer == "ops"]
+        ops_out = [t for t in gate.outputs if catalog.table(t).layer == "ops"]
+        gated = [rules.table for rules in layer_rules(MEDALLION_GATES[task])]
+        return keys(gated + ops_in), keys(ops_out)
+    job = catalog.application(MEDALLION_JOBS[task])
+    assert not getattr(job, "topics", None)  # Delta in, Delta out: no Kafka dataset
+    return keys(job.inputs), keys(job.outputs)
+
+
+def _medallion_events(timeout_s: float = 60) -> dict[str, list[dict]]:
+    """OpenLineage events of medallion_incremental's tasks in the file transport's file, by
+    task id, once every task of the incremental path has a START and a COMPLETE event."""
+    by_task: dict[str, list[dict]] = {}
+    deadline = time.monotonic() + timeout_s
+    while True:
+        by_task = {}
+        for event in read_events(lineage_file()):
+            dag, _, task = str(event.get("job", {}).get("name", "")).partition(".")
+            if dag == "medallion_incremental" and task:
+                by_task.setdefault(task, []).append(event)
+        types = {t: {e.get("eventType") for e in events} for t, events in by_task.items()}
+        if all({"START", "COMPLETE"} <= types.get(t, set()) for t in MEDALLION_TASKS):
+            return by_task
+        if time.monotonic() > deadline:
+            return by_task
+        time.sleep(2)
+
+
+def _assert_lineage_equals_the_catalog() -> None:
+    """Every task of the run emitted START and COMPLETE; each Spark task's and gate's
+    inputs and outputs (namespace and name) equal the catalog's, and publish_assets
+    reports the Gold Assets as the same datasets as the Gold tables."""
+    events = _medallion_events()
+    for task in sorted(MEDALLION_TASKS):
+        types = [e["eventType"] for e in events.get(task, [])]
+        assert {"START", "COMPLETE"} <= set(types), (task, types, sorted(events))
+
+    def datasets(event: dict, side: str) -> Datasets:
+        return {(d["namespace"], d["name"]) for d in event.get(side) or []}
+
+    for task in sorted({*MEDALLION_JOBS, *MEDALLION_GATES}):
+        inputs, outputs = _catalog_lineage(task)
+        for event in events[task]:
+            if event["eventType"] in ("START", "COMPLETE"):
+                what = (task, event["eventType"])
+                assert datasets(event, "inputs") == inputs, what
+                assert datasets(event, "outputs") == outputs, what
+    catalog, settings = get_catalog(), get_settings()
+    gold = {("file", str(t.path(settings))) for t in catalog.tables.values() if t.layer == "gold"}
+    complete = [e for e in events["publish_assets"] if e["eventType"] == "COMPLETE"]
+    assert datasets(complete[-1], "outputs") == gold
 
 
 def _start_bronze(platform: AirflowPlatform) -> subprocess.CompletedProcess[str]:
@@ -117,6 +196,8 @@ def test_olist_end_to_end_equals_pandas_and_a_rerun_changes_nothing(
     assert (balance == recon.records_read).all()
     results = platform.read("ops_gate_results")
     assert set(results.status) <= {"passed", "empty"}
+    # OpenLineage (the embedded default: the file transport under INGEST_HOME).
+    _assert_lineage_equals_the_catalog()
 
     before = platform.versions()
     second = platform.dags_test("medallion_incremental")

@@ -105,6 +105,84 @@ class WindowSpec(BaseModel):
         return parse_interval(self.slide) if self.slide else self.length
 
 
+class RowRetentionSpec(BaseModel):
+    """How many rows a bookkeeping table keeps (applied by ``table_maintenance``).
+
+    A row goes once its ``time_column`` is older than ``keep``, measured back from
+    ``measured_from``, unless it is among the ``keep_newest`` newest rows of its
+    ``newest_per`` group (what the platform still reads: a query's last reconciliation row,
+    a table's last gate results).
+
+    :param time_column: a timestamp column of the table (UTC).
+    :param keep: an interval, e.g. ``"30 days"``.
+    :param measured_from: ``now``, or ``silver_watermark``: silver_refine's newest combined
+        watermark (``silver_reconciliation.watermark``), for the deduplication id history
+        (an event older than the watermark is late whatever the history says).
+    :param newest_per: grouping columns of ``keep_newest`` (empty: the whole table).
+    :param keep_newest: rows always kept per group, newest by ``time_column``.
+    """
+
+    time_column: str
+    keep: str
+    measured_from: Literal["now", "silver_watermark"] = "now"
+    newest_per: list[str] = []
+    keep_newest: int = Field(default=0, ge=0)
+
+    @field_validator("keep")
+    @classmethod
+    def _keep_interval(cls, value: str) -> str:
+        return _interval(value, "keep") or value
+
+    @property
+    def keep_delta(self) -> timedelta:
+        """``keep`` as a timedelta."""
+        return parse_interval(self.keep)
+
+
+class TableMaintenanceSpec(BaseModel):
+    """What ``table_maintenance`` does to one table besides compaction and VACUUM.
+
+    :param zorder_by: columns to Z-order by when compacting (None: bin-packing only).
+    :param keep_rows: row retention of a bookkeeping table (None: every row is data).
+    """
+
+    zorder_by: list[str] | None = None
+    keep_rows: RowRetentionSpec | None = None
+
+
+class MaintenanceSpec(BaseModel):
+    """Defaults of Delta table maintenance (``dags/table_maintenance.py``).
+
+    :param retention_floor: VACUUM never removes a file younger than this (constraint (c);
+        Delta's own default is 7 days, ``delta.deletedFileRetentionDuration``).
+    :param log_retention: ``delta.logRetentionDuration`` set on every table (Delta's
+        default is 30 days), raised when a stream or backup needs older log entries.
+    :param on_busy: ``wait`` (up to ``lock_wait``) or ``skip`` when a writer holds the
+        table's checkpoint lock.
+    :param lock_wait: how long ``wait`` waits for a writer to finish.
+    :param always_on: ``pause`` (stop the always-on writer, maintain, let the supervisor
+        restart it) or ``skip`` tables whose writer is an always-on job.
+    :param closed_partition_age: a date partition older than this (by its value) is no
+        longer filled by any writer; only such partitions are compacted.
+    """
+
+    retention_floor: str = "7 days"
+    log_retention: str = "30 days"
+    on_busy: Literal["wait", "skip"] = "wait"
+    lock_wait: str = "30 minutes"
+    always_on: Literal["pause", "skip"] = "pause"
+    closed_partition_age: str = "1 day"
+
+    @field_validator("retention_floor", "log_retention", "lock_wait", "closed_partition_age")
+    @classmethod
+    def _intervals(cls, value: str) -> str:
+        try:
+            parse_interval(value)  # zero allowed: a test runs with no floor
+        except IntervalError as error:
+            raise ValueError(str(error)) from None
+        return value
+
+
 class TableSpec(BaseModel):
     """One Delta table.
 
@@ -115,6 +193,7 @@ class TableSpec(BaseModel):
     :param keys: columns that identify a row (unique within the table); the quality gate's
         keys, the MERGE keys of the Gold corrections and backfills.
     :param window: how a windowed Gold table aggregates Silver (None: not windowed).
+    :param maintenance: what table maintenance does besides compaction and VACUUM.
     :param written_by: who writes the table when no Spark job of the catalog does (e.g.
         ``ingestctl holds``); None: the jobs whose ``outputs`` list it.
     :param schema_from: where the table's columns are defined: ``contract`` (the event
@@ -130,6 +209,7 @@ class TableSpec(BaseModel):
     keys: list[str] = []
     window: WindowSpec | None = None
     written_by: str | None = None
+    maintenance: TableMaintenanceSpec = TableMaintenanceSpec()
     schema_from: str = Field(pattern=r"^(contract|[a-z_][a-z0-9_.]*:[A-Za-z_][A-Za-z0-9_]*)$")
 
     @model_validator(mode="after")
@@ -315,6 +395,7 @@ class Catalog(BaseModel):
 
     :param jobs: the streaming jobs; each owns a checkpoint (backed up, restored, recovered).
     :param batch_jobs: the batch jobs; no checkpoint.
+    :param maintenance: defaults of Delta table maintenance.
     :raises pydantic.ValidationError: a declaration is malformed; a job reads or writes an
         undeclared table; a job name is declared twice; a table is written by no job (and
         declares no ``written_by``); a Gold window names an undeclared source table or a
@@ -324,6 +405,7 @@ class Catalog(BaseModel):
     tables: dict[str, TableSpec]
     jobs: dict[str, JobSpec]
     batch_jobs: dict[str, BatchJobSpec] = {}
+    maintenance: MaintenanceSpec = MaintenanceSpec()
 
     @model_validator(mode="before")
     @classmethod

@@ -1,0 +1,185 @@
+"""Table maintenance on real Delta tables written with delta-rs (no Spark): row retention,
+compaction, VACUUM with the floor, refusals, writer locks, and the reset guard.
+
+The Spark side (a paused stream and a checkpoint backup holding the retention back) is in
+tests/integration/test_table_maintenance.py.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from datetime import UTC, datetime, timedelta
+from pathlib import Path
+
+import pandas as pd
+import pyarrow as pa
+import pytest
+from deltalake import DeltaTable, write_deltalake
+
+from ingest_core.catalog import MaintenanceSpec, get_catalog
+from ingest_core.locks import checkpoint_lock
+from ingest_core.settings import get_settings
+from ingest_core.table_maintenance import (
+    PRUNED_BEFORE,
+    RetentionRefusedError,
+    TableBusyError,
+    maintain_table,
+)
+
+pytestmark = pytest.mark.unit
+
+NOW = datetime(2026, 12, 1, 12, 0, tzinfo=UTC)
+#: No floor, no waiting: what the tests need to see files go.
+AGGRESSIVE = MaintenanceSpec(
+    retention_floor="0 hours", log_retention="0 hours", on_busy="skip", lock_wait="0 seconds"
+)
+
+
+@pytest.fixture
+def home(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Iterator[Path]:
+    monkeypatch.setenv("INGEST_HOME", str(tmp_path / "home"))
+    get_settings.cache_clear()
+    yield tmp_path / "home"
+    get_settings.cache_clear()
+
+
+def path_of(table: str) -> Path:
+    return get_catalog().table(table).path(get_settings())
+
+
+def utc(values: list[datetime]) -> pa.Array:
+    return pa.array(values, pa.timestamp("us", tz="UTC"))
+
+
+def gate_results(days_ago: list[int], table: str = "silver_orders", status: str = "passed"):
+    return pa.table(
+        {
+            "run_id": [f"{table}-{status}-{d}" for d in days_ago],
+            "table": [table] * len(days_ago),
+            "status": [status] * len(days_ago),
+            "validated_at": utc([NOW - timedelta(days=d) for d in days_ago]),
+        }
+    )
+
+
+def test_gate_results_keep_recent_rows_and_the_newest_ten_per_table_and_status(home) -> None:
+    path = path_of("ops_gate_results")
+    write_deltalake(str(path), gate_results(list(range(0, 300, 20))))  # 15 passed, 0..280 days
+    write_deltalake(str(path), gate_results([200, 250], status="failed"), mode="append")
+    write_deltalake(str(path), gate_results([120], table="gold_x"), mode="append")
+    before = DeltaTable(str(path)).to_pandas()
+
+    report = maintain_table("ops_gate_results", policy=AGGRESSIVE, now=NOW)
+
+    # independent: per (table, status) the newest 10 survive, and anything younger than 90 d
+    before["age"] = (pd.Timestamp(NOW) - before["validated_at"]).dt.days
+    before["rank"] = before.groupby(["table", "status"])["validated_at"].rank(ascending=False)
+    expected = before[(before["age"] < 90) | (before["rank"] <= 10)]
+    after = DeltaTable(str(path)).to_pandas()
+    assert sorted(after["run_id"]) == sorted(expected["run_id"])
+    assert report.rows_removed == len(before) - len(expected) == 5
+    assert "keeping the newest 10" in "\n".join(report.lines())
+
+
+def test_id_history_is_pruned_behind_the_watermark_and_a_reset_is_then_refused(home) -> None:
+    from ingest_core.recovery import RestoreRefusedError, reset
+
+    mark = datetime(2026, 6, 1, tzinfo=UTC)
+    write_deltalake(
+        str(path_of("silver_reconciliation")),
+        pa.table(
+            {
+                "job": ["silver_refine", "silver_refine"],
+                "query_id": ["q", "q"],
+                "watermark": utc([mark - timedelta(days=10), mark]),
+                "batch_time": utc([NOW - timedelta(hours=2), NOW - timedelta(hours=1)]),
+            }
+        ),
+    )
+    times = [mark - timedelta(days=d) for d in (0, 29, 31, 400)]
+    ids = path_of("silver_event_ids")
+    write_deltalake(
+        str(ids), pa.table({"event_id": ["e0", "e29", "e31", "e400"], "event_time": utc(times)})
+    )
+    checkpoint = get_catalog().job("silver_refine").checkpoint()
+    (checkpoint / "commits").mkdir(parents=True)
+
+    report = maintain_table("silver_event_ids", policy=AGGRESSIVE, now=NOW)
+
+    assert sorted(DeltaTable(str(ids)).to_pandas()["event_id"]) == ["e0", "e29"]
+    assert report.rows_removed == 2
+    assert PRUNED_BEFORE in DeltaTable(str(ids)).metadata().configuration
+    # The newest batch's watermark (not the older one) measures the 30 days.
+    assert "silver_refine watermark 2026-06-01" in "\n".join(report.lines())
+    with pytest.raises(RestoreRefusedError, match="layer_full_refresh"):
+        reset("silver_refine")
+    assert checkpoint.is_dir()
+
+
+def silver_orders_in_small_files(count: int) -> Path:
+    path = path_of("silver_orders")
+    for i in range(count):
+        write_deltalake(
+            str(path),
+            pa.table(
+                {
+                    "event_id": [f"o{i}"],
+                    "amount": [float(i)],
+                    "event_date": ["2026-01-01" if i % 2 else "2026-01-02"],
+                }
+            ),
+            partition_by=["event_date"],
+            mode="append",
+        )
+    return path
+
+
+def test_optimize_compacts_closed_partitions_vacuum_removes_what_it_replaced(home) -> None:
+    path = silver_orders_in_small_files(8)
+    rows = DeltaTable(str(path)).to_pandas().sort_values("event_id").reset_index(drop=True)
+
+    report = maintain_table("silver_orders", policy=AGGRESSIVE, now=NOW)
+
+    assert (report.before.files, report.after.files) == (8, 2)  # one per event_date
+    assert report.after.stored_files == 2, "VACUUM at a 0 h retention removed the small files"
+    assert report.vacuumed_files == 8
+    after = DeltaTable(str(path)).to_pandas().sort_values("event_id").reset_index(drop=True)
+    pd.testing.assert_frame_equal(after[rows.columns], rows, check_dtype=False)
+    assert report.retention_set_by is not None
+    assert report.retention_set_by.kind == "floor"
+    assert DeltaTable(str(path)).metadata().configuration["delta.logRetentionDuration"] == (
+        "interval 0 days"
+    )
+
+
+def test_the_floor_keeps_files_and_a_dry_run_changes_nothing(home) -> None:
+    path = silver_orders_in_small_files(4)
+    version = DeltaTable(str(path)).version()
+    report = maintain_table("silver_orders", dry_run=True, now=NOW)
+    assert DeltaTable(str(path)).version() == version
+    assert report.status == "dry run"
+    assert report.retention_hours == 7 * 24
+
+    maintain_table("silver_orders", now=NOW)  # the catalog's 7-day floor
+    assert len(list(path.rglob("*.parquet"))) == 4 + 2, "compacted, nothing vacuumed yet"
+
+
+def test_a_retention_below_the_floor_is_refused_with_the_numbers(home) -> None:
+    silver_orders_in_small_files(2)
+    with pytest.raises(RetentionRefusedError, match=r"24 h is refused: 168 h .*\(c\) floor"):
+        maintain_table("silver_orders", retention_hours=24, now=NOW)
+
+
+def test_a_writer_holding_its_lock_makes_the_table_skipped(home) -> None:
+    silver_orders_in_small_files(2)
+    lock = checkpoint_lock(get_catalog().job("silver_refine").checkpoint())
+    busy = pytest.raises(TableBusyError, match="silver_refine holds its checkpoint lock")
+    with lock, busy:
+        maintain_table("silver_orders", policy=AGGRESSIVE, now=NOW)
+    assert maintain_table("silver_orders", policy=AGGRESSIVE, now=NOW).status == "maintained"
+
+
+def test_a_missing_table_is_reported_not_created(home) -> None:
+    report = maintain_table("gold_customer_metrics", now=NOW)
+    assert report.status == "missing"
+    assert not path_of("gold_customer_metrics").exists()

@@ -133,11 +133,18 @@ def _intact_batches(folder: Path) -> int | None:
 
 def _carry_forward(live: Path, target: Path, after: int) -> int:
     """Copy intact batches > ``after`` from ``live`` into ``target`` (offsets, commits and the
-    state files of their versions); :returns: the newest batch ``target`` now has."""
+    state files of their versions); :returns: the newest batch ``target`` now has.
+
+    Batches Spark already purged from ``live`` (it keeps the newest
+    ``spark.sql.streaming.minBatchesToRetain``, 100 by default) are left out: a restart
+    reads only the newest offsets and commit, and ``live`` keeps the state files its newest
+    version needs.
+    """
     newest = _intact_batches(live)
     if newest is None or newest <= after:
         newest = after
-    for batch in range(after + 1, newest + 1):
+    retained = set(batch_ids(live / "offsets")) & set(batch_ids(live / "commits"))
+    for batch in sorted(b for b in retained if after < b <= newest):
         for kind in ("offsets", "commits"):
             (target / kind).mkdir(parents=True, exist_ok=True)
             shutil.copy2(live / kind / str(batch), target / kind / str(batch))
@@ -712,13 +719,21 @@ def reset(job_name: str, settings: PlatformSettings | None = None) -> Path:
     starts a new one from its starting offsets. Nothing is deleted.
 
     :returns: where the old checkpoint now is.
-    :raises RestoreRefusedError: the job is running, or it has no checkpoint.
+    :raises RestoreRefusedError: the job is running, it has no checkpoint, or table
+        maintenance pruned its deduplication id history (a new query would let old events
+        in again: :func:`ingest_core.table_maintenance.refuse_reset_after_pruning`).
     """
+    from ingest_core.table_maintenance import refuse_reset_after_pruning
+
     settings = settings or get_settings()
     job = get_catalog().job(job_name)
     checkpoint = job.checkpoint(settings)
     if not checkpoint.exists():
         raise RestoreRefusedError(f"{job_name} has no checkpoint at {checkpoint}")
+    try:
+        refuse_reset_after_pruning(job_name, settings)
+    except ValueError as error:
+        raise RestoreRefusedError(f"{job_name} cannot be reset: {error}") from None
     try:
         with checkpoint_lock(checkpoint):
             aside = checkpoint.with_name(f"{checkpoint.name}.replaced-{_stamp()}")

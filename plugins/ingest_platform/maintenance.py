@@ -60,10 +60,10 @@ def validate_params(params: Mapping[str, Any]) -> tuple[list[str], MaintenanceSp
 
 @contextmanager
 def always_on_writers_paused(table: str, policy: MaintenanceSpec, dry_run: bool) -> Iterator[None]:
-    """Stop the running always-on writers of ``table`` for the ``with`` block when the policy
-    says ``pause`` (and this is no dry run); enable them afterwards, unless an operator had
-    disabled them before. Exactly-once is kept: a stop happens between micro-batches, and
-    the restarted driver resumes from its checkpoint."""
+    """Stop and disable the always-on writers of ``table`` for the ``with`` block when the
+    policy says ``pause`` (and this is no dry run); enable them afterwards, unless an
+    operator had disabled them before. Exactly-once is kept: a stop happens between
+    micro-batches, and the restarted driver resumes from its checkpoint."""
     from ingest_platform.hooks import StreamingJobHook
 
     writers = [j for j in get_catalog().jobs.values() if j.mode == "always_on"]
@@ -73,8 +73,10 @@ def always_on_writers_paused(table: str, policy: MaintenanceSpec, dry_run: bool)
         if policy.always_on == "pause" and not dry_run:
             for job in writers:
                 hook = StreamingJobHook(job.name)
-                if hook.status().disabled or not hook.is_running():
-                    continue
+                if hook.status().disabled:
+                    continue  # an operator stopped it: it stays stopped
+                # Disabled even when it is not running, so that no supervisor round starts it
+                # while the maintenance holds its checkpoint lock (the start would fail).
                 log.info("pausing %s for the maintenance of %s: %s", job.name, table, hook.stop())
                 paused.append(hook)
         yield

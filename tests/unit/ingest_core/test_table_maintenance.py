@@ -183,3 +183,11 @@ def test_a_missing_table_is_reported_not_created(home) -> None:
     report = maintain_table("gold_customer_metrics", now=NOW)
     assert report.status == "missing"
     assert not path_of("gold_customer_metrics").exists()
+
+
+def test_gate_results_retention_keeps_what_the_volume_band_reads() -> None:
+    """The row-count band is learned from the last quality.volume_history passed runs."""
+    keep = get_catalog().table("ops_gate_results").maintenance.keep_rows
+    assert keep is not None
+    assert "status" in keep.newest_per
+    assert keep.keep_newest >= get_settings().quality.volume_history

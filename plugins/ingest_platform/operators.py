@@ -12,9 +12,10 @@
 Each reports OpenLineage inputs and outputs derived from the catalog
 (:mod:`ingest_core.lineage`; Kafka topics as ``kafka://`` datasets, Delta tables by their
 path) through ``get_openlineage_facets_on_start`` / ``_on_complete``, which Airflow's
-OpenLineage provider calls when the task starts and ends (docs/lineage.md). The provider is
-imported only inside those methods: parsing a DAG file loads none of it. Nothing is injected
-into the Spark application (the platform ships no OpenLineage Spark listener jar).
+OpenLineage provider calls when the task starts and ends (docs/lineage.md). This module
+imports the provider only inside those methods (the Spark provider's operator module loads
+parts of it on its own). Nothing is injected into the Spark application (the platform ships
+no OpenLineage Spark listener jar).
 
 The streaming supervisor starts the always-on jobs detached through
 :class:`~ingest_platform.hooks.StreamingJobHook`.
@@ -80,7 +81,8 @@ def _schema_fields(fields: tuple[SchemaField, ...]) -> list[Any]:
     from airflow.providers.common.compat.openlineage.facet import SchemaDatasetFacetFields
 
     return [
-        SchemaDatasetFacetFields(name=f.name, type=f.type, fields=_schema_fields(f.fields))
+        # A plain column has no nested "fields" in the event (None is left out).
+        SchemaDatasetFacetFields(name=f.name, type=f.type, fields=_schema_fields(f.fields) or None)
         for f in fields
     ]
 

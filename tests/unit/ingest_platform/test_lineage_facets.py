@@ -96,6 +96,7 @@ def test_the_facets_carry_the_contract_schemas_and_serialize(settings: PlatformS
     assert '"name": "silver_orders"' not in text  # the name is the path
     assert str(settings.storage.data_path / "silver" / "silver_orders") in text
     assert '"_element"' in text
+    assert '"fields": []' not in text  # plain columns carry no empty "fields"
     topic = SparkJobOperator(
         task_id="replay", job="bronze_replay"
     ).get_openlineage_facets_on_start()

@@ -5,7 +5,6 @@ where the contracts give them; the file transport's events read back."""
 from __future__ import annotations
 
 import json
-from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
@@ -30,14 +29,9 @@ Keys = set[tuple[str, str]]
 
 
 @pytest.fixture
-def settings(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Iterator[PlatformSettings]:
-    """A platform under ``tmp_path`` with a topic prefix and a two-server external cluster."""
-    monkeypatch.setenv("INGEST_HOME", str(tmp_path))
-    monkeypatch.setenv("INGEST_KAFKA__TOPIC_PREFIX", "t1.")
-    monkeypatch.setenv("INGEST_KAFKA__BOOTSTRAP", "broker-a:9093,broker-b:9093")
-    get_settings.cache_clear()
-    yield get_settings()
-    get_settings.cache_clear()
+def settings(cluster_settings: PlatformSettings) -> PlatformSettings:
+    """A platform with a topic prefix and a two-server external cluster (tests/unit/conftest)."""
+    return cluster_settings
 
 
 def catalog_lineage(job: str, settings: PlatformSettings) -> tuple[Keys, Keys]:
@@ -188,8 +182,10 @@ def test_every_gated_layer_is_in_the_catalogs_quality_gate() -> None:
         gate_lineage("landing")
 
 
-def test_the_events_file_is_under_ingest_home(settings: PlatformSettings, tmp_path: Path) -> None:
-    assert lineage_file() == tmp_path.resolve() / "lineage" / "events.jsonl"
+def test_the_events_file_is_under_ingest_home(
+    settings: PlatformSettings, ingest_home: Path
+) -> None:
+    assert lineage_file() == ingest_home.resolve() / "lineage" / "events.jsonl"
 
 
 def test_read_events_reads_lines_and_one_file_per_event(tmp_path: Path) -> None:

@@ -7,7 +7,6 @@ tests/integration/test_table_maintenance.py.
 
 from __future__ import annotations
 
-from collections.abc import Iterator
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
 
@@ -36,11 +35,8 @@ AGGRESSIVE = MaintenanceSpec(
 
 
 @pytest.fixture
-def home(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Iterator[Path]:
-    monkeypatch.setenv("INGEST_HOME", str(tmp_path / "home"))
-    get_settings.cache_clear()
-    yield tmp_path / "home"
-    get_settings.cache_clear()
+def home(ingest_home: Path) -> Path:
+    return ingest_home
 
 
 def path_of(table: str) -> Path:

@@ -5,7 +5,6 @@ run) equal the catalog's lineage of their job; no scheduler, no Spark, no OpenLi
 from __future__ import annotations
 
 import ast
-from collections.abc import Iterator
 from pathlib import Path
 from types import SimpleNamespace
 from typing import Any
@@ -13,7 +12,7 @@ from typing import Any
 import pytest
 
 from ingest_core.catalog import get_catalog
-from ingest_core.settings import PlatformSettings, get_settings
+from ingest_core.settings import PlatformSettings
 from tests.unit.ingest_core.test_lineage import catalog_lineage
 
 pytestmark = pytest.mark.unit
@@ -22,13 +21,9 @@ OPERATORS = Path(__file__).resolve().parents[3] / "plugins" / "ingest_platform" 
 
 
 @pytest.fixture
-def settings(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Iterator[PlatformSettings]:
-    monkeypatch.setenv("INGEST_HOME", str(tmp_path))
-    monkeypatch.setenv("INGEST_KAFKA__TOPIC_PREFIX", "t1.")
-    monkeypatch.setenv("INGEST_KAFKA__BOOTSTRAP", "broker-a:9093,broker-b:9093")
-    get_settings.cache_clear()
-    yield get_settings()
-    get_settings.cache_clear()
+def settings(cluster_settings: PlatformSettings) -> PlatformSettings:
+    """A platform with a topic prefix and a two-server external cluster (tests/unit/conftest)."""
+    return cluster_settings
 
 
 def _keys(datasets: list[Any]) -> set[tuple[str, str]]:

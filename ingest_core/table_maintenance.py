@@ -11,7 +11,8 @@ the time between computing it and VACUUM reading its own clock:
 
 (a) ``stream``: every streaming query that reads the table (a Delta source offset in its
     checkpoint whose ``reservoirId`` is the table's id) may still read every file added from
-    the oldest ``reservoirVersion`` of its *committed* offsets files on, including files a
+    the oldest ``reservoirVersion`` of its offsets files on (committed ones, and the newest
+    uncommitted one, which Spark re-runs with the offsets it wrote), including files a
     later commit removed (compaction, MERGE, overwrite). VACUUM removes a file once its
     removal (``deletionTimestamp``) is older than the retention, and such a removal is at or
     after that version's commit, so the retention must reach back to that commit's time.
@@ -20,12 +21,18 @@ the time between computing it and VACUUM reading its own clock:
 (b) ``backup``: the same over every kept checkpoint backup (a restore rolls the query back
     to the backup's offsets).
 (c) ``floor``: ``maintenance.retention_floor`` (7 days by default, Delta's own default of
-    ``delta.deletedFileRetentionDuration``).
+    ``delta.deletedFileRetentionDuration``);
+(d) ``gate``: versions another reader pins (``pinned``; the Airflow task passes the quality
+    gate's: the snapshot at a gated table's validated version and its change feed after).
 
-The log keeps at least as long: ``delta.logRetentionDuration`` is set to
-``max(maintenance.log_retention, retention)`` (rounded up to whole hours) before
-delta-rs removes the expired log entries. A requested retention below the computed one is
-refused with the numbers (:class:`RetentionRefusedError`).
+The log keeps ``maintenance.log_retention`` *beyond* the oldest version a reader needs:
+``delta.logRetentionDuration`` and ``delta.deletedFileRetentionDuration`` are set to
+``max(log_retention, retention, oldest reader + log_retention)`` before delta-rs removes
+the expired log entries. The writers clean their logs by that property between two
+maintenance runs, so it must not expire with the reader's next hour; and a Delta checkpoint
+keeps a removed file's record (which VACUUM needs to find the file) only for
+``deletedFileRetentionDuration``. A requested retention below the computed one is refused
+with the numbers (:class:`RetentionRefusedError`).
 """
 
 from __future__ import annotations
@@ -34,12 +41,12 @@ import json
 import logging
 import math
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator, Sequence
 from contextlib import ExitStack, contextmanager
 from dataclasses import dataclass, field
 from datetime import UTC, date, datetime
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, TypeVar
 
 from ingest_core.catalog import MaintenanceSpec, RowRetentionSpec, get_catalog
 from ingest_core.checkpoint_health import query_dirs
@@ -53,12 +60,19 @@ if TYPE_CHECKING:
     from deltalake import DeltaTable
 
 log = logging.getLogger(__name__)
+_T = TypeVar("_T")
 
 #: Added to the computed retention (hours): VACUUM reads its own clock a little later.
 MARGIN_HOURS = 1.0
 #: Table property recording how far the id history was pruned (a reset is refused after it).
 PRUNED_BEFORE = "ingest.pruned_before"
 LOG_RETENTION = "delta.logRetentionDuration"
+DELETED_FILE_RETENTION = "delta.deletedFileRetentionDuration"
+#: The longest retention a run accepts (10 years, in hours): delta-rs panics far above it.
+MAX_RETENTION_HOURS = 10 * 365 * 24
+#: A Delta version another reader pins: ``(kind, who, version)``, e.g. ``("gate", ...)``.
+Pin = tuple[str, str, int]
+_LETTERS = {"stream": "(a) ", "backup": "(b) ", "floor": "(c) ", "gate": "(d) "}
 
 
 class RetentionRefusedError(ValueError):
@@ -73,8 +87,9 @@ class TableBusyError(RuntimeError):
 
 @dataclass(frozen=True)
 class Constraint:
-    """One reason to keep files: ``kind`` is ``stream`` (a) , ``backup`` (b) or ``floor``
-    (c); ``hours`` is the retention it needs; ``version`` the Delta version it reads from."""
+    """One reason to keep files: ``kind`` is ``stream`` (a), ``backup`` (b), ``floor`` (c),
+    ``gate`` (d) or ``request`` (a run's ``retention_hours``); ``hours`` is the retention it
+    needs; ``version`` the Delta version it reads from."""
 
     kind: str
     source: str
@@ -84,8 +99,7 @@ class Constraint:
     def describe(self) -> str:
         """One line: which constraint, what it reads, how many hours it needs."""
         at = f" reads from version {self.version}" if self.version is not None else ""
-        letter = {"stream": "a", "backup": "b", "floor": "c"}.get(self.kind, "?")
-        return f"({letter}) {self.kind} {self.source}{at}: {self.hours:.1f} h"
+        return f"{_LETTERS.get(self.kind, '')}{self.kind} {self.source}{at}: {self.hours:.1f} h"
 
 
 @dataclass(frozen=True)
@@ -183,30 +197,37 @@ def file_stats(path: Path) -> FileStats:
     )
 
 
-def committed_delta_offsets(query: Path) -> list[tuple[int, str, int]]:
-    """Delta source offsets of every committed batch of one streaming query folder.
+def delta_offsets(query: Path) -> list[tuple[int, str | None, int | None]]:
+    """Delta source offsets of every batch of one streaming query folder.
 
     An offsets file (``offsets/<batch>``) has a version line, a metadata line, then one JSON
     line per source; a Delta source's is ``{"reservoirId", "reservoirVersion", "index",
-    "isStartingVersion", ...}``. Batches without a ``commits/<batch>`` entry are skipped
-    (the next run plans them again from the last committed offsets).
+    "isStartingVersion", ...}``. Every batch counts, committed or not: Spark re-runs the
+    newest uncommitted batch over the offsets it wrote (a first batch over the snapshot of
+    its ``reservoirVersion``). Kafka sources' lines and ``-`` (no source data) are skipped.
 
-    :returns: ``(batch id, reservoirId, reservoirVersion)`` per Delta source per batch.
+    :returns: ``(batch id, reservoirId, reservoirVersion)`` per Delta source per batch;
+        ``(batch, None, None)`` for an offsets file that cannot be read (logged): the caller
+        must then assume the query may need any version.
     """
-    commits = query / "commits"
-    found = []
+    found: list[tuple[int, str | None, int | None]] = []
     for offsets in sorted((query / "offsets").glob("[0-9]*")):
-        if not offsets.name.isdigit() or not (commits / offsets.name).exists():
+        if not offsets.name.isdigit():
             continue
-        for line in offsets.read_text().splitlines()[2:]:
-            try:
-                source = json.loads(line)
-            except ValueError:
-                continue
-            if isinstance(source, dict) and "reservoirId" in source:
-                found.append(
-                    (int(offsets.name), str(source["reservoirId"]), int(source["reservoirVersion"]))
-                )
+        batch = int(offsets.name)
+        try:
+            lines = offsets.read_text().splitlines()[2:]
+            for line in lines:
+                source = json.loads(line) if line.strip() not in ("", "-") else None
+                if isinstance(source, dict) and "reservoirId" in source:
+                    found.append(
+                        (batch, str(source["reservoirId"]), int(source["reservoirVersion"]))
+                    )
+        except (OSError, ValueError, TypeError, KeyError) as error:
+            log.warning(
+                "unreadable offsets file %s (%s): assuming it needs any version", offsets, error
+            )
+            found.append((batch, None, None))
     return found
 
 
@@ -218,47 +239,63 @@ def _commit_times(table: DeltaTable) -> dict[int, datetime]:
     }
 
 
-def reader_constraints(
-    table: DeltaTable, settings: PlatformSettings, now: datetime
-) -> list[Constraint]:
-    """Constraints (a) and (b) on ``table``: the oldest version each streaming query's
-    committed offsets (a) and each kept backup of it (b) reads from, with the hours since
-    that version's commit (0 for a version not committed yet: the query is caught up).
+def _age_of(version: int, times: dict[int, datetime], now: datetime) -> float:
+    """Hours since ``version``'s commit: 0 for a version not committed yet (the reader is
+    caught up); from the oldest commit still logged for one whose log entry is gone."""
+    if version > max(times, default=-1):
+        return 0.0
+    since = times.get(version, min(times.values()) if times else now)
+    return max(0.0, (now - since).total_seconds() / 3600)
 
-    A version whose log entry is already gone counts from the oldest commit still logged
-    (that query cannot restart anyway; keeping more does not hurt). Queries reading another
-    table, or an earlier table at this path (a different ``reservoirId``), do not count.
+
+def reader_constraints(
+    table: DeltaTable, settings: PlatformSettings, now: datetime, pinned: Sequence[Pin] = ()
+) -> list[Constraint]:
+    """Constraints (a), (b) and (d) on ``table``: the oldest version each streaming query's
+    offsets (a), each kept backup of it (b) and each pinning reader (d) reads from, with the
+    hours since that version's commit (see :func:`_age_of`).
+
+    Queries reading another table, or an earlier table at this path (a different
+    ``reservoirId``), do not count; an unreadable offsets file counts as needing the oldest
+    version still logged (safe, and named in the report).
     """
     table_id = table.metadata().id
     times = _commit_times(table)
-    oldest = min(times.values()) if times else now
+    oldest_version = min(times, default=0)
     constraints = []
 
     def consider(kind: str, source: str, folder: Path) -> None:
-        versions = [v for _, rid, v in committed_delta_offsets(folder) if rid == table_id]
-        if not versions:
-            return
-        version = min(versions)
-        since = times.get(version, oldest if version <= max(times, default=-1) else now)
-        constraints.append(
-            Constraint(kind, source, max(0.0, (now - since).total_seconds() / 3600), version)
-        )
+        offsets = delta_offsets(folder)
+        versions = [v for _, rid, v in offsets if rid == table_id and v is not None]
+        unreadable = [b for b, rid, _ in offsets if rid is None]
+        unreadable += [b for b, rid, v in offsets if rid == table_id and v is None]
+        if unreadable:
+            source += f" (offsets {min(unreadable)} unreadable: every version kept)"
+            versions.append(oldest_version)
+        if versions:
+            version = min(versions)
+            constraints.append(Constraint(kind, source, _age_of(version, times, now), version))
 
     for job in get_catalog().jobs.values():
         for name, folder in query_dirs(job.checkpoint(settings)).items():
-            consider(
-                "stream", f"checkpoint of {job.name}" + (f" query {name}" if name else ""), folder
-            )
+            where = f"checkpoint of {job.name}" + (f" query {name}" if name else "")
+            consider("stream", where, folder)
         for info in list_backups(job.name, settings):
             for name in info.manifest.get("queries", {}):
                 consider("backup", f"backup {info.backup_id} of {job.name}", info.path / name)
+    for kind, source, version in pinned:
+        constraints.append(Constraint(kind, source, _age_of(version, times, now), version))
     return constraints
 
 
 def required_retention(
-    table: DeltaTable, policy: MaintenanceSpec, settings: PlatformSettings, now: datetime
+    table: DeltaTable,
+    policy: MaintenanceSpec,
+    settings: PlatformSettings,
+    now: datetime,
+    pinned: Sequence[Pin] = (),
 ) -> tuple[float, Constraint, list[Constraint]]:
-    """The smallest VACUUM retention that keeps what (a), (b) and (c) need.
+    """The smallest VACUUM retention that keeps what (a) to (d) need.
 
     :returns: ``(hours, the constraint that set it, every constraint)``; hours include
         :data:`MARGIN_HOURS` and are rounded up to whole hours (delta-rs takes an integer).
@@ -268,7 +305,7 @@ def required_retention(
         f"maintenance.retention_floor = {policy.retention_floor}",
         parse_interval(policy.retention_floor).total_seconds() / 3600,
     )
-    constraints = [floor, *reader_constraints(table, settings, now)]
+    constraints = [floor, *reader_constraints(table, settings, now, pinned)]
     binding = max(constraints, key=lambda c: c.hours)
     hours = float(math.ceil(binding.hours + (MARGIN_HOURS if binding.kind != "floor" else 0)))
     return hours, binding, constraints
@@ -306,8 +343,13 @@ def writer_locks(
                     pid = lock_holder(checkpoint)
                     if job.mode == "always_on":
                         raise TableBusyError(
-                            f"{table}: its always-on writer {job.name} is running (pid {pid}); "
-                            "maintenance.always_on=pause stops it for the run"
+                            f"{table}: its always-on writer {job.name} is running (pid {pid}) "
+                            f"and always_on={policy.always_on}"
+                            + (
+                                ": with pause, the Airflow task pauses it for the table"
+                                if policy.always_on == "skip"
+                                else ""
+                            )
                         ) from None
                     if time.monotonic() >= deadline:
                         raise TableBusyError(
@@ -323,7 +365,12 @@ def _closed_partition_filter(
 ) -> list[tuple[str, str, str]] | None:
     """Partition filter of the partitions no writer still fills: date partitions (columns
     named ``*_date``) older than ``closed_partition_age``; None: the whole table."""
-    dates = [c for c in table.metadata().partition_columns if c.endswith("_date")]
+    types = {f.name: str(getattr(f.type, "type", f.type)) for f in table.schema().fields}
+    dates = [
+        c
+        for c in table.metadata().partition_columns
+        if c.endswith("_date") and types.get(c) in ("date", "string")
+    ]
     if not dates:
         return None
     cutoff: date = (now - parse_interval(policy.closed_partition_age)).date()
@@ -350,7 +397,7 @@ def silver_watermark(settings: PlatformSettings) -> datetime | None:
     recon = read_pandas(path)
     if recon.empty or "watermark" not in recon.columns:
         return None
-    recon = recon[recon["job"] == "silver_refine"].dropna(subset=["watermark"])
+    recon = recon[recon["job"] == "silver_refine"].dropna(subset=["watermark", "batch_time"])
     if recon.empty:
         return None
     newest = recon.sort_values("batch_time").iloc[-1]["watermark"]
@@ -368,7 +415,7 @@ def rows_to_remove(
     if spec.measured_from == "silver_watermark":
         mark = silver_watermark(settings)
         if mark is None:
-            return None, "no silver_refine watermark yet"
+            return None, "none: no silver_refine watermark yet"
         cutoff, basis = mark - spec.keep_delta, f"silver_refine watermark {mark:%Y-%m-%d %H:%M}"
     else:
         cutoff, basis = now - spec.keep_delta, "now"
@@ -392,11 +439,46 @@ def rows_to_remove(
     return (" OR ".join(clauses) or None), what + f", keeping the newest {spec.keep_newest}"
 
 
+def _committed(action: Callable[[], _T]) -> _T:
+    """Run a delta-rs commit, again (up to 3 times, 2 s apart) when a concurrent writer's
+    commit conflicts with it (``CommitFailedError``; the gates append to the ops tables
+    without a lock). Each attempt reloads the table inside ``action``."""
+    from deltalake.exceptions import CommitFailedError
+    from tenacity import Retrying, retry_if_exception_type, stop_after_attempt, wait_fixed
+
+    retrying = Retrying(
+        retry=retry_if_exception_type(CommitFailedError),
+        stop=stop_after_attempt(3),
+        wait=wait_fixed(2),
+        reraise=True,
+    )
+    return retrying(action)
+
+
+def _interval_text(hours: float) -> str:
+    """Delta's interval form of ``hours``: ``interval N days`` when whole days."""
+    hours = math.ceil(hours)
+    return f"interval {hours // 24} days" if hours % 24 == 0 else f"interval {hours} hours"
+
+
+def check_requested_retention(retention_hours: float | None) -> None:
+    """:raises ValueError: ``retention_hours`` is not a number of hours from 0 to
+    :data:`MAX_RETENTION_HOURS` (infinite, NaN and negative values included)."""
+    if retention_hours is None:
+        return
+    if not (math.isfinite(retention_hours) and 0 <= retention_hours <= MAX_RETENTION_HOURS):
+        raise ValueError(
+            f"retention_hours must be a number of hours from 0 to {MAX_RETENTION_HOURS}, "
+            f"not {retention_hours!r}"
+        )
+
+
 def maintain_table(
     name: str,
     *,
     dry_run: bool = False,
     retention_hours: float | None = None,
+    pinned: Sequence[Pin] = (),
     policy: MaintenanceSpec | None = None,
     settings: PlatformSettings | None = None,
     now: datetime | None = None,
@@ -405,14 +487,19 @@ def maintain_table(
 
     :param dry_run: measure and report what would be removed; change nothing.
     :param retention_hours: a retention asked for (hours); None: the computed one.
+    :param pinned: versions other readers need, constraint (d) (the quality gate's).
     :param policy: maintenance settings; None: the catalog's ``maintenance`` section.
     :returns: the report (``status`` ``missing`` for a table not created yet).
     :raises KeyError: an undeclared table.
-    :raises RetentionRefusedError: ``retention_hours`` is below the computed retention.
+    :raises ValueError: ``retention_hours`` is out of range (see
+        :func:`check_requested_retention`); nothing has changed.
+    :raises RetentionRefusedError: ``retention_hours`` is below the computed retention;
+        nothing has changed.
     :raises TableBusyError: a writer holds its lock (see :func:`writer_locks`).
     """
     from deltalake import DeltaTable
 
+    check_requested_retention(retention_hours)
     catalog = get_catalog()
     spec = catalog.table(name)
     settings = settings or get_settings()
@@ -423,7 +510,11 @@ def maintain_table(
     if not table_exists(path):
         report.status, report.reason = "missing", f"no Delta table at {path} yet"
         return report
-    needed, binding, constraints = required_retention(DeltaTable(str(path)), policy, settings, now)
+
+    def retention() -> tuple[float, Constraint, list[Constraint]]:
+        return required_retention(DeltaTable(str(path)), policy, settings, now, pinned)
+
+    needed, binding, constraints = retention()
     if retention_hours is not None and retention_hours < needed:
         raise RetentionRefusedError(
             f"{name}: a retention of {retention_hours:g} h is refused: {needed:.0f} h are "
@@ -435,31 +526,40 @@ def maintain_table(
         if writers:
             report.notes.append(f"writers locked meanwhile: {', '.join(writers)}")
         report.before = file_stats(path)
-        if spec.maintenance.keep_rows is not None:
-            predicate, what = rows_to_remove(path, spec.maintenance.keep_rows, settings, now)
+        keep_rows = spec.maintenance.keep_rows
+        if keep_rows is not None:
+            predicate, what = rows_to_remove(path, keep_rows, settings, now)
             report.notes.append(f"row retention: rows {what}")
             if predicate and not dry_run:
-                metrics = DeltaTable(str(path)).delete(predicate)
-                report.rows_removed = int(metrics.get("num_deleted_rows", 0))
-                if report.rows_removed and spec.maintenance.keep_rows.measured_from != "now":
-                    DeltaTable(str(path)).alter.set_table_properties(
-                        {PRUNED_BEFORE: now.isoformat()}, raise_if_not_exists=False
+                if keep_rows.measured_from != "now":
+                    # Marked before the delete: a run killed between the two commits must
+                    # not leave pruned ids without the reset guard.
+                    _committed(
+                        lambda: DeltaTable(str(path)).alter.set_table_properties(
+                            {PRUNED_BEFORE: now.isoformat()}, raise_if_not_exists=False
+                        )
                     )
-        table = DeltaTable(str(path))
+                metrics = _committed(lambda: DeltaTable(str(path)).delete(predicate))
+                report.rows_removed = int(metrics.get("num_deleted_rows", 0))
         if not dry_run:
-            filters = _closed_partition_filter(table, policy, now)
             columns = spec.maintenance.zorder_by
-            report.compaction = (
-                table.optimize.z_order(columns, partition_filters=filters)
-                if columns
-                else table.optimize.compact(partition_filters=filters)
-            )
+
+            def optimize() -> dict[str, Any]:
+                table = DeltaTable(str(path))
+                filters = _closed_partition_filter(table, policy, now)
+                if columns:
+                    return table.optimize.z_order(columns, partition_filters=filters)
+                return table.optimize.compact(partition_filters=filters)
+
+            report.compaction = _committed(optimize)
         # Computed again after the commits above: they are newer than every reader.
-        table = DeltaTable(str(path))
-        hours, binding, constraints = required_retention(table, policy, settings, now)
-        hours = max(hours, retention_hours or 0.0)
+        hours, binding, constraints = retention()
+        if retention_hours is not None and retention_hours > hours:
+            hours = float(math.ceil(retention_hours))
+            binding = Constraint("request", "retention_hours of this run", hours)
         report.retention_hours, report.retention_set_by = hours, binding
         report.constraints = constraints
+        table = DeltaTable(str(path))
         doomed = table.vacuum(
             retention_hours=int(hours), dry_run=True, enforce_retention_duration=False
         )
@@ -467,23 +567,25 @@ def maintain_table(
         report.vacuumed_bytes = sum(
             (path / f).stat().st_size for f in doomed if (path / f).is_file()
         )
-        log_hours = max(parse_interval(policy.log_retention).total_seconds() / 3600, hours)
-        report.log_retention = (
-            f"interval {int(log_hours // 24)} days"
-            if log_hours % 24 == 0
-            else f"interval {math.ceil(log_hours)} hours"
-        )
+        readers = max((c.hours for c in constraints if c.kind != "floor"), default=0.0)
+        keep_log = parse_interval(policy.log_retention).total_seconds() / 3600
+        report.log_retention = _interval_text(max(keep_log, hours, readers + keep_log))
         if not dry_run:
             table.vacuum(
                 retention_hours=int(hours), dry_run=False, enforce_retention_duration=False
             )
-            table = DeltaTable(str(path))
-            if table.metadata().configuration.get(LOG_RETENTION) != report.log_retention:
-                table.alter.set_table_properties(
-                    {LOG_RETENTION: report.log_retention}, raise_if_not_exists=False
+            wanted = {
+                LOG_RETENTION: report.log_retention,
+                DELETED_FILE_RETENTION: report.log_retention,
+            }
+            configured = DeltaTable(str(path)).metadata().configuration
+            if any(configured.get(k) != v for k, v in wanted.items()):
+                _committed(
+                    lambda: DeltaTable(str(path)).alter.set_table_properties(
+                        wanted, raise_if_not_exists=False
+                    )
                 )
-                table = DeltaTable(str(path))
-            table.cleanup_metadata()
+            DeltaTable(str(path)).cleanup_metadata()
         report.after = file_stats(path)
     return report
 

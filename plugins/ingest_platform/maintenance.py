@@ -15,9 +15,12 @@ from contextlib import contextmanager
 from typing import Any
 
 from ingest_core.catalog import MaintenanceSpec, get_catalog
+from ingest_core.table_maintenance import Pin
 
 log = logging.getLogger(__name__)
 
+#: The parameters of a table_maintenance run (dags/table_maintenance.py).
+PARAMS = ("tables", "dry_run", "retention_hours", "on_busy", "always_on")
 #: Layer -> the Airflow pool its maintenance task runs in: the pools of the medallion tasks
 #: that write the layer, so Airflow never runs both at once (the checkpoint locks stop any
 #: writer started outside Airflow).
@@ -32,17 +35,28 @@ def validate_params(params: Mapping[str, Any]) -> tuple[list[str], MaintenanceSp
     and ``always_on`` (``pause``/``skip``; None: the catalog's ``maintenance`` section).
 
     :returns: ``(tables, policy, keyword arguments of maintain_table)``.
-    :raises ValueError: an unknown table or option, or a negative retention; the message
-        lists what is accepted.
+    :raises ValueError: an unknown parameter, table or option, a retention that is not a
+        number of hours from 0 to ten years; the message lists what is accepted.
     """
+    from ingest_core.table_maintenance import check_requested_retention
+
     catalog = get_catalog()
-    tables = list(params.get("tables") or catalog.tables)
+    unknown_keys = sorted(set(params) - set(PARAMS))
+    if unknown_keys:  # a typo such as "dryrun" must not become a real run
+        raise ValueError(f"unknown parameters {unknown_keys}; accepted: {list(PARAMS)}")
+    given = params.get("tables") or list(catalog.tables)
+    if not isinstance(given, list | tuple) or not all(isinstance(t, str) for t in given):
+        raise ValueError(f"tables must be a list of table names, not {given!r}")
+    tables = list(given)
     unknown = [t for t in tables if t not in catalog.tables]
     if unknown:
         raise ValueError(f"unknown tables {unknown}; declared: {sorted(catalog.tables)}")
     retention = params.get("retention_hours")
-    if retention is not None and (isinstance(retention, bool) or float(retention) < 0):
-        raise ValueError(f"retention_hours must be a number of hours >= 0, not {retention!r}")
+    if retention is not None and (
+        isinstance(retention, bool) or not isinstance(retention, int | float)
+    ):
+        raise ValueError(f"retention_hours must be a number of hours, not {retention!r}")
+    check_requested_retention(None if retention is None else float(retention))
     update = {k: params[k] for k in ("on_busy", "always_on") if params.get(k) is not None}
     try:
         policy = MaintenanceSpec.model_validate({**catalog.maintenance.model_dump(), **update})
@@ -86,6 +100,28 @@ def always_on_writers_paused(table: str, policy: MaintenanceSpec, dry_run: bool)
             log.info("%s enabled again: the next streaming_supervisor round starts it", hook.job)
 
 
+def gate_pins(table: str) -> list[Pin]:
+    """Constraint (d) of a gated table: the quality gate reads the snapshot at the table's
+    validated version and the change feed after it (``spark_jobs.quality.state``); a failed
+    increment stays pending until an operator resolves it, however long that takes.
+
+    :returns: ``[("gate", who, version)]``, or ``[]`` for a table no gate validates.
+    """
+    from spark_jobs.quality.state import gate_results, validated_through
+    from spark_jobs.quality.suites import GATED_LAYERS, layer_rules
+
+    gated = {rules.table for layer in GATED_LAYERS for rules in layer_rules(layer)}
+    if table not in gated:
+        return []
+    done = validated_through(gate_results(), table)
+    what = (
+        f"quality gate (validated through version {done})"
+        if done >= 0
+        else ("quality gate (never validated: reads from version 0)")
+    )
+    return [("gate", what, max(done, 0))]
+
+
 def maintain(table: str, params: Mapping[str, Any]) -> str:
     """Maintain ``table`` as the run's parameters say; log the report.
 
@@ -105,7 +141,7 @@ def maintain(table: str, params: Mapping[str, Any]) -> str:
         raise AirflowSkipException(f"{table} is not among this run's tables")
     try:
         with always_on_writers_paused(table, policy, keywords["dry_run"]):
-            report = maintain_table(table, policy=policy, **keywords)
+            report = maintain_table(table, policy=policy, pinned=gate_pins(table), **keywords)
     except TableBusyError as error:
         raise AirflowSkipException(str(error)) from None
     lines = report.lines()

@@ -7,6 +7,7 @@ tests/integration/test_table_maintenance.py.
 
 from __future__ import annotations
 
+import json
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
 
@@ -187,3 +188,84 @@ def test_gate_results_retention_keeps_what_the_volume_band_reads() -> None:
     assert keep is not None
     assert "status" in keep.newest_per
     assert keep.keep_newest >= get_settings().quality.volume_history
+
+
+def stream_reads(table: str, version: int, *, committed: bool, line: str | None = None) -> Path:
+    """A gold_aggregate query checkpoint whose batch 0 reads ``table`` from ``version``
+    (Spark's offsets format), committed or not."""
+    query = get_catalog().job("gold_aggregate").checkpoint(query="gold_payment_totals_5m")
+    (query / "offsets").mkdir(parents=True)
+    source = line or json.dumps(
+        {
+            "sourceVersion": 1,
+            "reservoirId": DeltaTable(str(path_of(table))).metadata().id,
+            "reservoirVersion": version,
+            "index": -1,
+            "isStartingVersion": True,
+        }
+    )
+    (query / "offsets" / "0").write_text(f"v1\n{{}}\n{source}\n")
+    if committed:
+        (query / "commits").mkdir()
+        (query / "commits" / "0").write_text('v1\n{"nextBatchWatermarkMs":0}\n')
+    return query
+
+
+def test_an_uncommitted_first_batch_holds_the_snapshot_it_will_read(home) -> None:
+    path = silver_orders_in_small_files(4)
+    stream_reads("silver_orders", 3, committed=False)  # Spark re-runs it over version 3
+    report = maintain_table("silver_orders", policy=AGGRESSIVE)
+    assert report.retention_set_by is not None
+    assert report.retention_set_by.kind == "stream"
+    assert report.vacuumed_files == 0
+    assert len(DeltaTable(str(path), version=3).file_uris()) == 4
+    assert all(
+        Path(uri.removeprefix("file://")).exists()
+        for uri in DeltaTable(str(path), version=3).file_uris()
+    )
+
+
+def test_an_unreadable_offsets_file_keeps_every_version_and_is_named(home) -> None:
+    silver_orders_in_small_files(4)
+    stream_reads("silver_orders", 0, committed=True, line='{"reservoirId": ')
+    report = maintain_table("silver_orders", policy=AGGRESSIVE)
+    assert report.vacuumed_files == 0
+    assert report.retention_set_by is not None
+    assert "offsets 0 unreadable" in report.retention_set_by.source
+
+
+def test_a_gate_pin_holds_vacuum_and_the_log_keeps_its_retention_beyond_it(home) -> None:
+    path = silver_orders_in_small_files(4)
+    pin = [("gate", "quality gate (validated through version 1)", 1)]
+    report = maintain_table(
+        "silver_orders",
+        policy=AGGRESSIVE.model_copy(update={"log_retention": "30 days"}),
+        pinned=pin,
+        now=datetime.now(UTC) + timedelta(hours=5),
+    )
+    binding = report.retention_set_by
+    assert binding is not None
+    assert binding.kind == "gate"
+    assert report.retention_hours == 7  # 5 h and some seconds since version 1, + 1 h, rounded up
+    assert "(d) gate" in "\n".join(report.lines())
+    configuration = DeltaTable(str(path)).metadata().configuration
+    # 30 days beyond the 5-hour-old version the gate still reads (rounded up to hours)
+    assert configuration["delta.logRetentionDuration"] == "interval 726 hours"
+    assert configuration["delta.deletedFileRetentionDuration"] == "interval 726 hours"
+
+
+@pytest.mark.parametrize("hours", [float("inf"), float("nan"), 1e13, -1.0])
+def test_an_out_of_range_retention_is_refused_before_anything_changes(home, hours) -> None:
+    path = silver_orders_in_small_files(2)
+    version = DeltaTable(str(path)).version()
+    with pytest.raises(ValueError, match="retention_hours must be a number of hours from 0"):
+        maintain_table("silver_orders", retention_hours=hours, policy=AGGRESSIVE)
+    assert DeltaTable(str(path)).version() == version
+
+
+def test_a_longer_retention_asked_for_is_named_as_what_set_it(home) -> None:
+    silver_orders_in_small_files(2)
+    report = maintain_table("silver_orders", retention_hours=500, policy=AGGRESSIVE)
+    assert report.retention_hours == 500
+    assert report.retention_set_by is not None
+    assert report.retention_set_by.kind == "request"

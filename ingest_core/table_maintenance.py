@@ -3,7 +3,9 @@
 Per table, with every writer's checkpoint lock held (:func:`writer_locks`): row retention of
 the bookkeeping tables (``keep_rows`` in ``include/pipeline.yaml``), OPTIMIZE (bin-packing,
 or Z-order where the catalog names columns) of the partitions no writer still fills, VACUUM
-with a *computed* retention, then log retention. delta-rs (``deltalake``) does the work: no
+with a *computed* retention (full mode, like Delta Spark's: files the log no longer
+records, such as ``_change_data`` files and leftovers of failed writes, go by their age
+too), then log retention. delta-rs (``deltalake``) does the work: no
 Spark, no Airflow (the DAG is ``dags/table_maintenance.py``).
 
 **The retention** (hours) is the largest of three constraints, plus one hour of margin for
@@ -561,7 +563,7 @@ def maintain_table(
         report.constraints = constraints
         table = DeltaTable(str(path))
         doomed = table.vacuum(
-            retention_hours=int(hours), dry_run=True, enforce_retention_duration=False
+            retention_hours=int(hours), dry_run=True, enforce_retention_duration=False, full=True
         )
         report.vacuumed_files = len(doomed)
         report.vacuumed_bytes = sum(
@@ -572,7 +574,10 @@ def maintain_table(
         report.log_retention = _interval_text(max(keep_log, hours, readers + keep_log))
         if not dry_run:
             table.vacuum(
-                retention_hours=int(hours), dry_run=False, enforce_retention_duration=False
+                retention_hours=int(hours),
+                dry_run=False,
+                enforce_retention_duration=False,
+                full=True,
             )
             wanted = {
                 LOG_RETENTION: report.log_retention,

@@ -269,3 +269,17 @@ def test_a_longer_retention_asked_for_is_named_as_what_set_it(home) -> None:
     assert report.retention_hours == 500
     assert report.retention_set_by is not None
     assert report.retention_set_by.kind == "request"
+
+
+def test_change_feed_files_go_once_older_than_the_retention(home) -> None:
+    path = path_of("gold_customer_metrics")
+    write_deltalake(
+        str(path),
+        pa.table({"customer_id": ["a", "b"], "orders": [1, 2]}),
+        configuration={"delta.enableChangeDataFeed": "true"},
+    )
+    DeltaTable(str(path)).delete("customer_id = 'a'")
+    assert list((path / "_change_data").glob("*.parquet")), "the delete wrote change data"
+    maintain_table("gold_customer_metrics", policy=AGGRESSIVE)
+    assert not list((path / "_change_data").glob("*.parquet"))
+    assert DeltaTable(str(path)).to_pandas()["customer_id"].tolist() == ["b"]

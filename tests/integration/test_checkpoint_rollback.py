@@ -223,6 +223,32 @@ def test_restore_past_a_committed_batch_rebuilds_its_offsets_instead_of_losing_r
     _assert_offsets_exactly_once(platform)
 
 
+def test_restore_of_a_backup_older_than_the_batches_spark_keeps_loses_nothing(
+    platform: Platform,
+) -> None:
+    """A backup from batch 1, then batches 2-6 with Spark keeping only the newest few: the
+    live checkpoint no longer has batches 2-3 to carry over (the restore crashed on them);
+    it carries what Spark kept, and every offset lands once."""
+    platform.send("payments", [payment(f"a{i}", "2026-01-01T10:00:00Z") for i in range(4)])
+    _bronze_in_batches_of_two(platform)  # batches 0-1
+    info = backup("bronze_ingest")
+    platform.spark.conf.set("spark.sql.streaming.minBatchesToRetain", "2")
+    try:
+        platform.send("payments", [payment(f"a{i}", "2026-01-01T10:00:00Z") for i in range(4, 14)])
+        _bronze_in_batches_of_two(platform)  # batches 2-6; Spark purges the old ones
+    finally:
+        platform.spark.conf.unset("spark.sql.streaming.minBatchesToRetain")
+    checkpoint = get_catalog().job("bronze_ingest").checkpoint()
+    assert not {"2", "3"} & {p.name for p in (checkpoint / "offsets").iterdir()}
+    result = restore("bronze_ingest", info.backup_id)
+    assert result.resumes_after[""] == 6
+    platform.send("payments", [payment(f"b{i}", "2026-01-01T10:01:00Z") for i in range(4)])
+    platform.bronze()
+    bronze = platform.read("bronze_events")
+    assert not bronze[["topic", "partition", "offset"]].duplicated().any()
+    assert sorted(bronze.offset) == list(range(18))
+
+
 @pytest.mark.slow
 def test_the_supervisors_own_repair_then_restart_loses_nothing(platform: Platform) -> None:
     """Issue #15 case 1 through streaming_supervisor: it repaired the checkpoint by itself,

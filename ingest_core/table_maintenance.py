@@ -284,7 +284,10 @@ def reader_constraints(
             consider("stream", where, folder)
         for info in list_backups(job.name, settings):
             for name in info.manifest.get("queries", {}):
-                consider("backup", f"backup {info.backup_id} of {job.name}", info.path / name)
+                where = f"backup {info.backup_id} of {job.name}" + (
+                    f" query {name}" if name else ""
+                )
+                consider("backup", where, info.path / name)
     for kind, source, version in pinned:
         constraints.append(Constraint(kind, source, _age_of(version, times, now), version))
     return constraints
@@ -458,9 +461,10 @@ def _committed(action: Callable[[], _T]) -> _T:
 
 
 def _interval_text(hours: float) -> str:
-    """Delta's interval form of ``hours``: ``interval N days`` when whole days."""
-    hours = math.ceil(hours)
-    return f"interval {hours // 24} days" if hours % 24 == 0 else f"interval {hours} hours"
+    """Delta's interval form of ``hours``, rounded up to whole days (``interval N days``):
+    the property then stays put while readers lag by less than a day, instead of changing
+    (a metadata commit) on every run."""
+    return f"interval {math.ceil(hours / 24)} days"
 
 
 def check_requested_retention(retention_hours: float | None) -> None:

@@ -249,9 +249,9 @@ def test_a_gate_pin_holds_vacuum_and_the_log_keeps_its_retention_beyond_it(home)
     assert report.retention_hours == 7  # 5 h and some seconds since version 1, + 1 h, rounded up
     assert "(d) gate" in "\n".join(report.lines())
     configuration = DeltaTable(str(path)).metadata().configuration
-    # 30 days beyond the 5-hour-old version the gate still reads (rounded up to hours)
-    assert configuration["delta.logRetentionDuration"] == "interval 726 hours"
-    assert configuration["delta.deletedFileRetentionDuration"] == "interval 726 hours"
+    # 30 days beyond the 5-hour-old version the gate still reads, rounded up to whole days
+    assert configuration["delta.logRetentionDuration"] == "interval 31 days"
+    assert configuration["delta.deletedFileRetentionDuration"] == "interval 31 days"
 
 
 @pytest.mark.parametrize("hours", [float("inf"), float("nan"), 1e13, -1.0])

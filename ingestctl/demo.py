@@ -316,13 +316,8 @@ def run_demo(
     for dag_id in MANUAL_DAGS:  # never scheduled: unpaused so that a trigger runs at once
         client.unpause(dag_id)
     # Unpausing schedules the newest complete 15-minute interval at once (no catch-up):
-    # that run refines what Bronze holds. Trigger one only if the scheduler made none.
-    scheduled = None
-    with contextlib.suppress(TimeoutError):
-        scheduled = wait_until(
-            lambda: client.latest_run("medallion_incremental"), 60, 3, what="a scheduled run"
-        )
-    medallion_run = scheduled or client.trigger("medallion_incremental")
+    # that run refines what Bronze holds.
+    medallion_run = _scheduled_or_triggered(client, "medallion_incremental", 60)
     echo(f"medallion_incremental: run {medallion_run} ...")
     state = client.wait_for_run(
         "medallion_incremental",
@@ -391,6 +386,15 @@ def _summary(settings: PlatformSettings, rows: dict[str, int], echo: Callable[[s
             )
 
 
+def _scheduled_or_triggered(client: AirflowClient, dag_id: str, wait_s: float) -> str:
+    """The run the scheduler creates when ``dag_id`` is unpaused (waited for up to
+    ``wait_s`` seconds), else a triggered one; :returns: its run id."""
+    scheduled = None
+    with contextlib.suppress(TimeoutError):
+        scheduled = wait_until(lambda: client.latest_run(dag_id), wait_s, 3, what="a run")
+    return scheduled or client.trigger(dag_id)
+
+
 def _maintain_tables(client: AirflowClient, echo: Callable[[str], None]) -> None:
     """Unpause ``table_maintenance`` (daily at 03:30 UTC) at the end, out of the way of the
     medallion runs, and wait for one run: the one unpausing schedules (Airflow 3 runs the
@@ -400,12 +404,7 @@ def _maintain_tables(client: AirflowClient, echo: Callable[[str], None]) -> None
     from ingestctl.airflow_runtime import AirflowError
 
     client.unpause("table_maintenance")
-    scheduled = None
-    with contextlib.suppress(TimeoutError):
-        scheduled = wait_until(
-            lambda: client.latest_run("table_maintenance"), 30, 3, what="a scheduled run"
-        )
-    run_id = scheduled or client.trigger("table_maintenance")
+    run_id = _scheduled_or_triggered(client, "table_maintenance", 30)
     echo(f"table_maintenance: run {run_id} (compaction, VACUUM, log and row retention) ...")
     try:
         state = client.wait_for_run("table_maintenance", run_id, timeout_s=900)

@@ -171,6 +171,8 @@ class SilverBatchWriter:
         self.delay = parse_interval(job.setting("dedup_watermark"))
         self.max_future_skew = parse_interval(job.setting("max_future_skew"))
         self.event_time_skew = parse_interval(job.setting("event_time_skew"))
+        #: Kept ids are read back to this long before the watermark (None: all of them).
+        self.id_retention = catalog.table("silver_event_ids").maintenance.keep_rows
         self._app_id: str | None = None
 
     def path(self, table: str) -> Any:
@@ -228,14 +230,23 @@ class SilverBatchWriter:
             dict(row.topic_watermarks),
         )
 
-    def _seen(self, batch_id: int) -> DataFrame:
-        """Every event_id already kept, except by this query's batches from ``batch_id`` on
-        (which a replayed batch must not see: it would take its own rows for duplicates).
+    def _seen(self, batch_id: int, state: Watermarks) -> DataFrame:
+        """The ids already kept within the deduplication horizon, except by this query's
+        batches from ``batch_id`` on (which a replayed batch must not see: it would take its
+        own rows for duplicates).
 
-        Not limited to the watermark horizon: a re-sent event with a newer event time must
-        still meet its original (``dropDuplicatesWithinWatermark`` would let it through once
-        the original's state expired). Ids kept by earlier queries (before a checkpoint was
+        The horizon is ``keep`` of ``silver_event_ids``' row retention in the catalog (30
+        days) before the combined watermark in force: table maintenance prunes ids older
+        than that (measured from the newest watermark, never ahead of this one), and reading
+        the same cut here makes a batch decide the same whether or not maintenance has run
+        yet. An event that old is late anyway; only an id re-sent with a newer event time
+        more than ``keep`` later is taken for a new event (see ``include/pipeline.yaml``).
+        The cut is a filter on ``event_time``, so Delta skips the files of older ids by
+        their statistics (files are appended in event-time order, and maintenance
+        Z-orders by ``event_time``). Ids kept by earlier queries (before a checkpoint was
         reset) count too, so re-reading Bronze does not write Silver twice.
+
+        :returns: ``event_id`` string, ``payload_hash`` string (possibly several rows per id).
         """
         from pyspark.sql import functions as F
 
@@ -245,7 +256,11 @@ class SilverBatchWriter:
         if "query_id" in seen.columns:
             mine_later = (F.col("query_id") == self.app_id()) & (F.col("batch_id") >= batch_id)
             seen = seen.where(~F.coalesce(mine_later, F.lit(False)))
-        return seen.select("event_id", "payload_hash").dropDuplicates(["event_id"])
+        horizon = self.id_retention
+        if state.combined is not None and horizon and horizon.time_column in seen.columns:
+            cutoff = F.lit(state.combined - horizon.keep_delta).cast("timestamp")
+            seen = seen.where(F.coalesce(F.col(horizon.time_column) >= cutoff, F.lit(True)))
+        return seen.select("event_id", "payload_hash")
 
     def _customers(self) -> DataFrame:
         customers = read_table(self.spark, self.path("silver_customers"))
@@ -256,124 +271,131 @@ class SilverBatchWriter:
         return customers
 
     def __call__(self, batch: DataFrame, batch_id: int) -> None:
-        """Process one micro-batch of Bronze rows (schema of ``bronze_events``)."""
+        """Process one micro-batch of Bronze rows (schema of ``bronze_events``) in one pass:
+        every record is parsed once and decided once (:func:`~spark_jobs.transforms.silver.
+        decide`), the decisions are materialised once, and one aggregation gives every
+        count and watermark; the writes then read the materialised decisions."""
         from pyspark.sql import functions as F
 
         from ingest_core.contracts import CONTRACTS
         from spark_jobs.transforms.silver import (
             COORDINATES,
-            deduplicate,
+            DUPLICATE,
+            KEPT,
+            LATE,
+            QUARANTINED,
+            decide,
             enrich_with_customers,
-            parse_topic,
+            parse_batch,
             quarantine_rows,
-            split_late,
-            usable_rows,
         )
 
         batch = batch.persist()
+        decided: DataFrame | None = None
         try:
-            per_topic = {r.topic: r["count"] for r in batch.groupBy("topic").count().collect()}
-            counts = BatchCounts(read=sum(per_topic.values()))
+            topics = batch.groupBy("topic").agg(
+                F.count("*").alias("n"), F.max("ingestion_time").alias("newest")
+            )
+            per_topic = {r.topic: (r.n, r.newest) for r in topics.collect()}
+            counts = BatchCounts(read=sum(n for n, _ in per_topic.values()))
             if counts.read == 0:
                 return
             # Deterministic "now" for the future-skew rule: a replayed batch decides the same.
-            now = batch.agg(F.max("ingestion_time")).collect()[0][0].replace(tzinfo=UTC)
+            now = max(newest for _, newest in per_topic.values()).replace(tzinfo=UTC)
             state = self._state(batch_id)
-            seen = self._seen(batch_id).persist()
-            customers = self._customers().persist()
+            contract_topics = {
+                kafka_topic: topic if topic in TOPICS else None
+                for kafka_topic in per_topic
+                for topic in [self.settings.kafka.contract_topic(kafka_topic)]
+            }
+            parsed, columns = parse_batch(
+                batch,
+                contract_topics,
+                now=now,
+                max_future_skew=self.max_future_skew,
+                event_time_skew=self.event_time_skew,
+            )
+            seen = self._seen(batch_id, state)
+            watermarks = {topic: state.for_topic(topic) for topic in columns}
+            decided = decide(parsed, watermarks, seen).persist()
+            summary = (
+                decided.groupBy("_contract_topic", "partition", "_decision")
+                .agg(
+                    F.count("*").alias("n"),
+                    F.max("event_time").alias("top"),
+                    F.sum(F.col("_conflict").cast("long")).alias("conflicts"),
+                )
+                .collect()
+            )
             batch_max: dict[PartitionKey, datetime] = {}
-            quarantined: list[DataFrame] = []
-            ids: list[DataFrame] = []
-            lates: list[DataFrame] = []
-            conflict_list: list[DataFrame] = []
-            persisted: list[DataFrame] = []
-            for kafka_topic in per_topic:
-                topic = self.settings.kafka.contract_topic(kafka_topic)
-                rows = batch.where(F.col("topic") == kafka_topic)
-                if topic not in TOPICS:
-                    quarantined.append(
-                        rows.select(*COORDINATES, "key", "value")
-                        .withColumn("reason", F.lit("unknown_event_type"))
-                        .withColumn("detail", F.lit(f"topic {kafka_topic} has no contract"))
-                        .withColumn("event_id", F.lit(None).cast("string"))
-                    )
-                    continue
-                parsed = parse_topic(
-                    rows,
-                    topic,
-                    now=now,
-                    max_future_skew=self.max_future_skew,
-                    event_time_skew=self.event_time_skew,
-                ).persist()
-                persisted.append(parsed)
-                quarantined.append(quarantine_rows(parsed))
-                on_time, late = split_late(usable_rows(parsed), state.for_topic(topic))
-                first, duplicates, conflicts = deduplicate(on_time, seen)
+            kept_topics: set[str] = set()
+            for r in summary:
+                if r._decision == KEPT:
+                    batch_max[(r._contract_topic, r.partition)] = r.top
+                    counts.written += r.n
+                    kept_topics.add(r._contract_topic)
+                elif r._decision == DUPLICATE:
+                    counts.duplicates += r.n
+                    counts.conflicts += r.conflicts
+                elif r._decision == LATE:
+                    counts.late += r.n
+                elif r._decision == QUARANTINED:
+                    counts.quarantined += r.n
+            decision = F.col("_decision")
+            customers = self._customers()
+            for topic in sorted(kept_topics):
+                first = decided.where((F.col("_contract_topic") == topic) & (decision == KEPT))
+                first = first.select(*[c for c in columns[topic] if c != "payload_hash"])
                 if topic in ("orders", "payments"):
                     first = enrich_with_customers(first, customers)
-                first = first.persist()
-                persisted.append(first)
-                stats = (
-                    first.groupBy("partition")
-                    .agg(F.count("*").alias("n"), F.max("event_time").alias("top"))
-                    .collect()
-                )
-                n_first = sum(r.n for r in stats)
-                for r in stats:
-                    batch_max[(topic, r.partition)] = r.top
-                if n_first:
-                    table = next(c.silver_table for c in CONTRACTS.values() if c.topic == topic)
-                    self._append(first.drop("payload_hash"), table, batch_id)
-                    ids.append(first.select("event_id", "payload_hash", "event_time", "event_date"))
-                late_rows = late.select(
-                    "event_id",
-                    "event_type",
-                    *COORDINATES,
-                    "event_time",
-                    "watermark",
-                    "lateness_seconds",
-                    F.to_json(
-                        F.struct(
-                            *[
-                                c
-                                for c in late.columns
-                                if c not in ("watermark", "lateness_seconds", *COORDINATES)
-                            ]
-                        )
-                    ).alias("payload_json"),
-                ).persist()
-                persisted.append(late_rows)
-                lates.append(late_rows)
-                conflict_rows = conflicts.select(
-                    "event_id", *COORDINATES, "payload_hash", "first_payload_hash"
-                )
-                conflict_flag = F.col("payload_hash") != F.col("first_payload_hash")
-                n_dup, n_conflicts = duplicates.agg(
-                    F.count("*"), F.coalesce(F.sum(conflict_flag.cast("long")), F.lit(0))
-                ).collect()[0]
-                if n_conflicts:
-                    conflict_list.append(conflict_rows)
-                counts.written += n_first
-                counts.late += late_rows.count()
-                counts.duplicates += n_dup
-                counts.conflicts += n_conflicts
+                table = next(c.silver_table for c in CONTRACTS.values() if c.topic == topic)
+                self._append(first, table, batch_id)
+            payload = F.lit(None).cast("string")
+            for topic, topic_columns in sorted(columns.items()):
+                fields = [c for c in topic_columns if c not in COORDINATES]
+                payload = F.when(
+                    F.col("_contract_topic") == topic, F.to_json(F.struct(*fields))
+                ).otherwise(payload)
             stamp = F.lit(batch_id).cast("long").alias("batch_id")
-            for frames, table in (
-                (ids, "silver_event_ids"),
-                (lates, "silver_late_events"),
-                (conflict_list, "silver_dedup_conflicts"),
+            query = F.lit(self.app_id()).alias("query_id")
+            for rows, table in (
+                (
+                    decided.where(decision == KEPT).select(
+                        "event_id", "payload_hash", "event_time", "event_date"
+                    )
+                    if counts.written
+                    else None,
+                    "silver_event_ids",
+                ),
+                (
+                    decided.where(decision == LATE).select(
+                        "event_id",
+                        "event_type",
+                        *COORDINATES,
+                        "event_time",
+                        "watermark",
+                        "lateness_seconds",
+                        payload.alias("payload_json"),
+                    )
+                    if counts.late
+                    else None,
+                    "silver_late_events",
+                ),
+                (
+                    decided.where("_conflict").select(
+                        "event_id", *COORDINATES, "payload_hash", "first_payload_hash"
+                    )
+                    if counts.conflicts
+                    else None,
+                    "silver_dedup_conflicts",
+                ),
             ):
-                if frames and (table != "silver_late_events" or counts.late):
-                    query = F.lit(self.app_id()).alias("query_id")
-                    self._append(_union(frames).select("*", stamp, query), table, batch_id)
-            quarantine = (
-                _union(quarantined).withColumn("batch_id", F.lit(batch_id).cast("long")).persist()
-            )
-            counts.quarantined = quarantine.count()
+                if rows is not None:
+                    self._append(rows.select("*", stamp, query), table, batch_id)
             if counts.quarantined:
                 # Counted either way; written once: a record another query (before a
                 # checkpoint reset) already quarantined is not written again.
-                fresh = quarantine.withColumn("query_id", F.lit(self.app_id()))
+                fresh = quarantine_rows(decided).select("*", stamp, query)
                 earlier = read_table(self.spark, self.path("silver_quarantine"))
                 if earlier is not None and "query_id" in earlier.columns:
                     other = earlier.where(
@@ -416,9 +438,9 @@ class SilverBatchWriter:
             )
             # Written last: a batch is recorded only once everything else is in.
             self._append(record, "silver_reconciliation", batch_id)
-            for frame in (*persisted, seen, customers):
-                frame.unpersist()
         finally:
+            if decided is not None:
+                decided.unpersist()
             batch.unpersist()
 
 

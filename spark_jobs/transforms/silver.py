@@ -57,7 +57,7 @@ from ingest_core.contracts import (
 )
 
 if TYPE_CHECKING:
-    from collections.abc import Callable
+    from collections.abc import Callable, Mapping
 
     from pyspark.sql import Column, DataFrame
     from pyspark.sql.window import WindowSpec
@@ -510,67 +510,158 @@ def usable_rows(parsed: DataFrame) -> DataFrame:
     )
 
 
-def split_late(usable: DataFrame, watermark: datetime | None) -> tuple[DataFrame, DataFrame]:
-    """Split usable rows into on-time and late rows against ``watermark``.
+#: What silver_refine decides for each Bronze record (column ``_decision`` of :func:`decide`).
+KEPT, DUPLICATE, LATE, QUARANTINED = "kept", "duplicate", "late", "quarantined"
 
-    A row is late when its ``event_time`` is before the watermark in force at the start of
-    the micro-batch (Spark's rule for stateful operators); ``None`` means no watermark yet.
 
-    :returns: ``(on_time, late)``; ``late`` has ``watermark`` timestamp and
-        ``lateness_seconds`` double (watermark minus event time) added.
+def parse_batch(
+    bronze: DataFrame,
+    contract_topics: Mapping[str, str | None],
+    *,
+    now: datetime,
+    max_future_skew: timedelta,
+    event_time_skew: timedelta | None = None,
+) -> tuple[DataFrame, dict[str, list[str]]]:
+    """Parse every record of a micro-batch once, whatever its topic, into one frame.
+
+    Each topic's records are parsed by :func:`parse_topic` against their own contracts; a
+    topic without contract (``None`` in ``contract_topics``) has its records quarantined as
+    ``unknown_event_type``. The results are stacked by column name (a column a topic does
+    not have is null), with ``_contract_topic`` naming the contract topic (null for a
+    topic without contract). Payload columns shared by several topics have one type in
+    :data:`ingest_core.contracts.PAYLOAD_DDL`, so stacking changes no type.
+
+    :param bronze: Bronze rows of one micro-batch, any topics (a batch DataFrame).
+    :param contract_topics: Kafka topic (as in Bronze's ``topic``) -> its contract topic, or
+        None when it has no contract.
+    :param now, max_future_skew, event_time_skew: see :func:`parse_topic`.
+    :returns: ``(parsed, columns)``: ``parsed`` has :func:`parse_topic`'s columns of every
+        topic plus ``_contract_topic`` string; ``columns`` maps each contract topic to the
+        columns of its usable rows, in :func:`usable_rows` order (what its Silver table
+        holds, with ``payload_hash``).
     """
     from pyspark.sql import functions as F
 
-    if watermark is None:
-        return usable, usable.limit(0).withColumn(
-            "watermark", F.lit(None).cast("timestamp")
-        ).withColumn("lateness_seconds", F.lit(None).cast("double"))
-    mark = F.lit(watermark).cast("timestamp")
-    late = usable.where(F.col("event_time") < mark)
-    return usable.where(F.col("event_time") >= mark), late.withColumn("watermark", mark).withColumn(
-        "lateness_seconds",
-        F.unix_micros(mark).cast("double") / 1e6
-        - F.unix_micros(F.col("event_time")).cast("double") / 1e6,
-    )
+    frames: list[DataFrame] = []
+    columns: dict[str, list[str]] = {}
+    for kafka_topic, topic in contract_topics.items():
+        rows = bronze.where(F.col("topic") == kafka_topic)
+        if topic is None:
+            frames.append(
+                rows.select(*COORDINATES, "key", "value").select(
+                    "*",
+                    F.lit("unknown_event_type").alias("_quarantine_reason"),
+                    F.lit(f"topic {kafka_topic} has no contract").alias("_quarantine_detail"),
+                    F.lit(None).cast("string").alias("event_id"),
+                    F.lit(None).cast("string").alias("_contract_topic"),
+                )
+            )
+            continue
+        parsed = parse_topic(
+            rows,
+            topic,
+            now=now,
+            max_future_skew=max_future_skew,
+            event_time_skew=event_time_skew,
+        )
+        columns[topic] = usable_rows(parsed).columns
+        frames.append(parsed.withColumn("_contract_topic", F.lit(topic)))
+    stacked = reduce(lambda a, b: a.unionByName(b, allowMissingColumns=True), frames)
+    return stacked, columns
 
 
-def deduplicate(on_time: DataFrame, seen: DataFrame) -> tuple[DataFrame, DataFrame, DataFrame]:
-    """Keep the first occurrence of each ``event_id``.
+def decide(
+    parsed: DataFrame, watermarks: Mapping[str, datetime | None], seen: DataFrame
+) -> DataFrame:
+    """Decide every record of a micro-batch at once: quarantined, late, duplicate or kept.
 
-    "First" is the earliest arrival: an id already in ``seen`` (kept by an earlier batch)
-    wins; inside the batch, the lowest (``kafka_timestamp``, ``partition``, ``offset``).
+    * ``quarantined``: :func:`parse_topic` gave it a reason.
+    * ``late``: usable, and its ``event_time`` is before its topic's watermark in force at
+      the start of the micro-batch (Spark's rule for stateful operators; no watermark yet
+      means nothing is late).
+    * ``duplicate``: on time, and its ``event_id`` was kept before: by an earlier batch (in
+      ``seen``, whatever the topic), or earlier in this batch on the same contract topic,
+      the earliest arrival (``kafka_timestamp``, ``partition``, ``offset``) winning.
+    * ``kept``: the first occurrence: written to Silver.
 
-    :param on_time: usable, on-time rows of one batch (see :func:`parse_topic`).
+    Every event type is deduplicated by one join with the id history, cut down to the
+    batch's ids first (a semi-join whose build side is the batch): the history grows with
+    every event, and a forced broadcast of 1.1M ids exhausted a 1g driver heap in
+    ``bench --full``; Spark (AQE) broadcasts whichever side its statistics show small.
+
+    :param parsed: :func:`parse_batch`'s rows (``_contract_topic``, :func:`parse_topic`'s
+        columns).
+    :param watermarks: contract topic -> its watermark (naive UTC, as Spark returns
+        timestamps); a topic absent or None has none yet.
     :param seen: ``event_id`` string, ``payload_hash`` string: ids kept by earlier batches
-        and still inside the deduplication horizon.
-    :returns: ``(first, duplicates, conflicts)``: the rows to write to Silver; every dropped
-        duplicate (``first_payload_hash`` added); the duplicates whose payload differs from
-        the first one kept.
+        within the deduplication horizon.
+    :returns: ``parsed``'s rows and columns plus ``_decision`` string (:data:`KEPT`,
+        :data:`DUPLICATE`, :data:`LATE`, :data:`QUARANTINED`), ``watermark`` timestamp and
+        ``lateness_seconds`` double (watermark minus event time; late rows only),
+        ``first_payload_hash`` string (the kept occurrence's hash; duplicates only) and
+        ``_conflict`` boolean (a duplicate whose payload differs from the kept one).
     """
     from pyspark.sql import Window
     from pyspark.sql import functions as F
 
-    order = Window.partitionBy("event_id").orderBy("kafka_timestamp", "partition", "offset")
-    ranked = on_time.withColumn("_rank", F.row_number().over(order)).withColumn(
+    mark: Column = F.lit(None).cast("timestamp")
+    for topic, watermark in sorted(watermarks.items()):
+        if watermark is not None:
+            mark = F.when(
+                F.col("_contract_topic") == topic, F.lit(watermark).cast("timestamp")
+            ).otherwise(mark)
+    usable = F.col("_quarantine_reason").isNull()
+    late = usable & F.coalesce(F.col("event_time") < F.col("watermark"), F.lit(False))
+    marked = parsed.withColumn("watermark", F.when(usable, mark)).withColumn(
+        "_candidate", usable & F.coalesce(F.col("event_time") >= F.col("watermark"), F.lit(True))
+    )
+    order = Window.partitionBy("_candidate", "_contract_topic", "event_id").orderBy(
+        "kafka_timestamp", "partition", "offset"
+    )
+    ranked = marked.withColumn("_rank", F.row_number().over(order)).withColumn(
         "_batch_first_hash", F.first("payload_hash").over(order)
     )
-    # ``seen`` holds every id Silver ever kept and grows without bound: a forced broadcast of
-    # it (1.1M ids) exhausted the 1g driver heap in ``bench --full``. Only the ids of this
-    # batch matter, so ``seen`` is cut down to them first (a semi-join whose build side is
-    # the batch); no broadcast hint, Spark (AQE) broadcasts whichever side its statistics
-    # show to be small and sort-merges otherwise.
-    batch_ids = on_time.select("event_id").distinct()
-    prior = seen.join(batch_ids, "event_id", "left_semi").select(
-        "event_id", F.col("payload_hash").alias("_seen_hash")
+    batch_ids = marked.where("_candidate").select("event_id").distinct()
+    prior = (
+        seen.join(batch_ids, "event_id", "left_semi")
+        .dropDuplicates(["event_id"])
+        .select("event_id", F.col("payload_hash").alias("_seen_hash"))
     )
     joined = ranked.join(prior, "event_id", "left")
-    is_first = (F.col("_rank") == 1) & F.col("_seen_hash").isNull()
-    first_hash = F.coalesce(F.col("_seen_hash"), F.col("_batch_first_hash"))
-    first = joined.where(is_first).drop("_rank", "_batch_first_hash", "_seen_hash")
-    duplicates = joined.where(~is_first).withColumn("first_payload_hash", first_hash)
-    duplicates = duplicates.drop("_rank", "_batch_first_hash", "_seen_hash")
-    conflicts = duplicates.where(F.col("payload_hash") != F.col("first_payload_hash"))
-    return first, duplicates, conflicts
+    kept = F.col("_candidate") & (F.col("_rank") == 1) & F.col("_seen_hash").isNull()
+    decision = (
+        F.when(~usable, F.lit(QUARANTINED))
+        .when(late, F.lit(LATE))
+        .when(kept, F.lit(KEPT))
+        .otherwise(F.lit(DUPLICATE))
+    )
+    is_duplicate = F.col("_decision") == DUPLICATE
+    first_hash = F.when(is_duplicate, F.coalesce("_seen_hash", "_batch_first_hash"))
+    return (
+        joined.withColumn("_decision", decision)
+        .withColumn("watermark", F.when(F.col("_decision") == LATE, F.col("watermark")))
+        .withColumn(
+            "lateness_seconds",
+            F.unix_micros("watermark").cast("double") / 1e6
+            - F.unix_micros("event_time").cast("double") / 1e6,
+        )
+        .withColumn("first_payload_hash", first_hash)
+        .withColumn(
+            "_conflict",
+            F.coalesce(
+                is_duplicate & (F.col("payload_hash") != F.col("first_payload_hash")),
+                F.lit(False),
+            ),
+        )
+        .select(
+            *parsed.columns,
+            "_decision",
+            "watermark",
+            "lateness_seconds",
+            "first_payload_hash",
+            "_conflict",
+        )
+    )
 
 
 def enrich_with_customers(events: DataFrame, customers: DataFrame) -> DataFrame:

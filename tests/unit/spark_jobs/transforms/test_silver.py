@@ -10,12 +10,16 @@ from decimal import Decimal
 import pytest
 
 from spark_jobs.transforms.silver import (
+    DUPLICATE,
+    KEPT,
+    LATE,
     QUARANTINE_REASONS,
-    deduplicate,
+    QUARANTINED,
+    decide,
     enrich_with_customers,
+    parse_batch,
     parse_topic,
     quarantine_rows,
-    split_late,
     usable_rows,
 )
 
@@ -151,54 +155,143 @@ def test_orders_with_items_parse(spark) -> None:
     assert row.customer_id is None
 
 
-def test_late_split_and_deduplication(spark) -> None:
+def _bronze_of(spark, records: list[tuple[str, int, object]]):
+    """Bronze rows of several topics: (kafka topic, partition, event dict or raw bytes), one
+    second apart in Kafka time, offsets counted per topic and partition."""
+    ts = datetime(2026, 1, 1, 12, 0)
+    rows, offsets = [], {}
+    for i, (topic, partition, value) in enumerate(records):
+        raw = value if isinstance(value, bytes) else json.dumps(value).encode()
+        offset = offsets.get((topic, partition), 0)
+        offsets[(topic, partition)] = offset + 1
+        rows.append(
+            (b"k", raw, topic, partition, offset, ts + timedelta(seconds=i), 0, ts, ts.date())
+        )
+    return spark.createDataFrame(rows, BRONZE)
+
+
+def _decide(spark, records, watermarks=None, seen=None, contract_topics=None):
+    bronze = _bronze_of(spark, records)
+    topics = contract_topics or {t: t for t in dict.fromkeys(t for t, _, _ in records)}
+    parsed, columns = parse_batch(bronze, topics, now=NOW, max_future_skew=timedelta(days=1))
+    if seen is None:
+        seen = spark.createDataFrame([], "event_id string, payload_hash string")
+    return decide(parsed, watermarks or {}, seen), columns
+
+
+def _hash_of(spark, value: dict, topic: str = "payments") -> str:
+    return usable_rows(_parse(spark, [value], topic)).first().payload_hash
+
+
+def test_each_record_gets_one_decision_late_duplicate_conflict_or_kept(spark) -> None:
+    d = payment(event_id="d", event_time="2026-01-01T10:06:00Z")
     values = [
         payment(event_id="a", event_time="2026-01-01T10:00:00Z"),
         payment(event_id="a", event_time="2026-01-01T10:00:00Z"),  # exact resend
         payment(event_id="b", event_time="2026-01-01T10:05:00Z"),
         payment(event_id="b", event_time="2026-01-01T10:05:00Z", amount=99),  # conflict
         payment(event_id="c", event_time="2026-01-01T09:00:00Z"),  # late
-        payment(event_id="d", event_time="2026-01-01T10:06:00Z"),  # seen in an earlier batch
+        d,  # seen in an earlier batch, with this payload
+        payment(event_id="e", amount="twelve"),  # quarantined
     ]
-    usable = usable_rows(_parse(spark, values))
-    on_time, late = split_late(usable, datetime(2026, 1, 1, 9, 30))
-    assert [(r.event_id, r.lateness_seconds) for r in late.collect()] == [("c", 1800.0)]
-    d_hash = usable.where("event_id = 'd'").first().payload_hash
-    seen = spark.createDataFrame([("d", d_hash)], "event_id string, payload_hash string")
-    first, duplicates, conflicts = deduplicate(on_time, seen)
-    assert sorted((r.event_id, r.offset) for r in first.collect()) == [("a", 0), ("b", 2)]
-    assert sorted((r.event_id, r.offset) for r in duplicates.collect()) == [
-        ("a", 1),
-        ("b", 3),
-        ("d", 5),
+    seen = spark.createDataFrame(
+        [("d", _hash_of(spark, d))], "event_id string, payload_hash string"
+    )
+    decided, _ = _decide(
+        spark,
+        [("payments", 0, v) for v in values],
+        watermarks={"payments": datetime(2026, 1, 1, 9, 30)},
+        seen=seen,
+    )
+    rows = {r.offset: r for r in decided.collect()}
+    assert {o: r._decision for o, r in rows.items()} == {
+        0: KEPT,
+        1: DUPLICATE,
+        2: KEPT,
+        3: DUPLICATE,
+        4: LATE,
+        5: DUPLICATE,
+        6: QUARANTINED,
+    }
+    assert [o for o, r in sorted(rows.items()) if r._conflict] == [3]
+    assert rows[3].first_payload_hash == rows[2].payload_hash
+    assert rows[5].first_payload_hash == rows[5].payload_hash  # the kept one is identical
+    assert (rows[4].watermark, rows[4].lateness_seconds) == (datetime(2026, 1, 1, 9, 30), 1800.0)
+    assert all(r.watermark is None for o, r in rows.items() if o != 4)
+    assert rows[6]._quarantine_reason == "type_mismatch"
+
+
+def test_topics_are_decided_together_each_by_its_own_watermark(spark) -> None:
+    """One batch, three topics: ids repeat across topics inside the batch (each topic keeps
+    its own first), an id kept earlier on any topic is a duplicate everywhere, lateness is
+    decided by the record's own topic's watermark, and a topic without contract is
+    quarantined whole."""
+    old = "2026-01-01T08:00:00Z"
+    order = _order([{"product_id": "p", "price": 1.0}]) | {"event_id": "x", "event_time": old}
+    records = [
+        ("orders", 0, order),  # no orders watermark: kept
+        ("payments", 0, payment(event_id="x", event_time=old)),  # payments watermark: late
+        ("payments", 1, payment(event_id="x", event_time="2026-01-01T10:00:00Z")),  # kept
+        ("payments", 1, payment(event_id="s", event_time="2026-01-01T10:00:00Z")),  # seen
+        ("t.weird", 0, b'{"event_id": "w"}'),
     ]
-    assert [(r.event_id, r.offset) for r in conflicts.collect()] == [("b", 3)]
+    seen = spark.createDataFrame([("s", "h-from-orders")], "event_id string, payload_hash string")
+    decided, columns = _decide(
+        spark,
+        records,
+        watermarks={"payments": datetime(2026, 1, 1, 9, 0), "orders": None},
+        seen=seen,
+        contract_topics={"orders": "orders", "payments": "payments", "t.weird": None},
+    )
+    got = sorted((r.topic, r.partition, r.offset, r._decision) for r in decided.collect())
+    assert got == [
+        ("orders", 0, 0, KEPT),
+        ("payments", 0, 0, LATE),
+        ("payments", 1, 0, KEPT),
+        ("payments", 1, 1, DUPLICATE),
+        ("t.weird", 0, 0, QUARANTINED),
+    ]
+    weird = decided.where("topic = 't.weird'").first()
+    assert (weird._quarantine_reason, weird._quarantine_detail) == (
+        "unknown_event_type",
+        "topic t.weird has no contract",
+    )
+    conflict = decided.where("event_id = 's'").first()
+    assert conflict._conflict
+    assert conflict.first_payload_hash == "h-from-orders"
+    # Each topic's Silver columns are its own: no column of another topic leaks in.
+    assert "items" in columns["orders"]
+    assert "items" not in columns["payments"]
+    assert columns["payments"] == usable_rows(_parse(spark, [payment()])).columns
 
 
 def test_deduplication_reads_only_the_batch_ids_from_an_unbounded_history(spark) -> None:
-    """``seen`` (every id Silver ever kept) is never broadcast whole: bench --full ran the 1g
-    driver out of heap broadcasting 1.1M ids. The join works on the batch's ids only, and the
+    """``seen`` (the id history) is never broadcast whole: bench --full ran the 1g driver
+    out of heap broadcasting 1.1M ids. The join works on the batch's ids only, and the
     history's rows for other ids never reach the join."""
-    values = [payment(event_id="x"), payment(event_id="y")]
-    on_time, _ = split_late(usable_rows(_parse(spark, values)), None)
-    x_hash = on_time.where("event_id = 'x'").first().payload_hash
+    x = payment(event_id="x")
     history = spark.range(50_000).selectExpr(
         "concat('old-', id) AS event_id", "sha2(cast(id AS string), 256) AS payload_hash"
     )
     seen = history.unionByName(
-        spark.createDataFrame([("x", x_hash)], "event_id string, payload_hash string")
+        spark.createDataFrame([("x", _hash_of(spark, x))], "event_id string, payload_hash string")
     )
-    first, duplicates, _ = deduplicate(on_time, seen)
-    assert [r.event_id for r in first.collect()] == ["y"]
-    assert [r.event_id for r in duplicates.collect()] == ["x"]
-    plan = first._jdf.queryExecution().optimizedPlan().toString()
+    decided, _ = _decide(
+        spark, [("payments", 0, x), ("payments", 0, payment(event_id="y"))], seen=seen
+    )
+    assert sorted((r.event_id, r._decision) for r in decided.collect()) == [
+        ("x", DUPLICATE),
+        ("y", KEPT),
+    ]
+    plan = decided._jdf.queryExecution().optimizedPlan().toString()
     assert "strategy=broadcast" not in plan  # no broadcast hint on the history
     assert "LeftSemi" in plan  # the history is cut down to the batch's ids first
 
 
 def test_no_watermark_yet_means_nothing_is_late(spark) -> None:
-    on_time, late = split_late(usable_rows(_parse(spark, [payment()])), None)
-    assert (on_time.count(), late.count()) == (1, 0)
+    old = payment(event_time="1999-01-01T00:00:00Z")
+    decided, _ = _decide(spark, [("payments", 0, old)], watermarks={"payments": None})
+    assert [r._decision for r in decided.collect()] == [KEPT]
 
 
 def test_enrichment_keeps_unknown_customers(spark) -> None:

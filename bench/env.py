@@ -127,7 +127,11 @@ class BenchEnv:
         os.environ.update(self.variables(home, prefix))
         # The Airflow CLI (cycles) needs the spark_default connection (local[*]) and an
         # AIRFLOW_HOME; the CLI's own home keeps any demo's metadata database untouched.
-        os.environ.update(airflow_environment(self.airflow_port, cli=True))
+        # Not the database URL: exported, it reads as a user's own database, and
+        # `ingestctl airflow` would then not start the embedded PostgreSQL it points to.
+        airflow = airflow_environment(self.airflow_port, cli=True)
+        airflow.pop("AIRFLOW__DATABASE__SQL_ALCHEMY_CONN", None)
+        os.environ.update(airflow)
         get_settings.cache_clear()
         try:
             yield

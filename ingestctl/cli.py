@@ -382,13 +382,12 @@ def airflow_cli(
         from ingest_platform.orchestration import pool_command
 
         for init in (["db", "migrate"], pool_command(), ["dags", "reserialize"]):
-            subprocess.run(
-                [airflow, *init],
-                env=env,
-                check=True,
-                stdout=subprocess.DEVNULL,
-                stderr=subprocess.DEVNULL,
+            done = subprocess.run(
+                [airflow, *init], env=env, check=False, capture_output=True, text=True
             )
+            if done.returncode:
+                tail = "\n".join((done.stdout + done.stderr).strip().splitlines()[-15:])
+                raise _fail(f"`airflow {' '.join(init)}` failed (exit {done.returncode}):\n{tail}")
         marker.touch()
     raise typer.Exit(subprocess.run([airflow, *ctx.args], env=env, check=False).returncode)
 

@@ -4,6 +4,7 @@ services, no timing assertions (benchmarks are not tests)."""
 from __future__ import annotations
 
 import json
+import os
 
 import pytest
 
@@ -187,3 +188,18 @@ def test_the_memory_groups_know_the_embedded_postgres() -> None:
     assert classify(["java", "kafka.Kafka", "server.properties"]) == "broker"
     assert classify(["python", "-m", "airflow", "scheduler"]) == "airflow"
     assert classify(["python", "psql_report.py"]) == "bench_tools"
+
+
+def test_a_bench_home_leaves_the_metadata_database_to_ingestctl(tmp_path, monkeypatch) -> None:
+    """Exported, the embedded PostgreSQL's URL reads as a user's own database, and
+    `ingestctl airflow` did not start the server: every cycle of the bench failed."""
+    from bench.env import BenchEnv
+    from ingestctl.airflow_runtime import metadata_database
+
+    monkeypatch.delenv("AIRFLOW__DATABASE__SQL_ALCHEMY_CONN", raising=False)
+    monkeypatch.setenv("INGEST_AIRFLOW__DATABASE", "postgres")
+    env = BenchEnv(tmp_path / "run")
+    with env.use(tmp_path / "home"):
+        assert "AIRFLOW__DATABASE__SQL_ALCHEMY_CONN" not in os.environ
+        assert metadata_database() == "postgres"
+        assert os.environ["AIRFLOW_HOME"].startswith(str(tmp_path / "home"))

@@ -1,13 +1,16 @@
 """silver_refine: ``bronze_events`` (Delta stream) -> one Silver table per event type.
 
-Each micro-batch, in ``foreachBatch``:
+Each micro-batch, in ``foreachBatch``, in one pass (every record is parsed once and decided
+once, the decisions are materialised once and one aggregation gives every count; see
+:func:`spark_jobs.transforms.silver.parse_batch` and :func:`~spark_jobs.transforms.silver.decide`):
 
 1. parse every record against its topic's contracts (:mod:`spark_jobs.transforms.silver`);
    unusable records go to ``silver_quarantine`` with raw bytes, coordinates, reason, detail;
 2. usable events older than their topic's watermark in force at the start of the batch go
    to ``silver_late_events`` with how late they were (watermarks below);
-3. on-time events are deduplicated on ``event_id`` against the ids kept by earlier batches
-   within the deduplication horizon (the watermark, 30 minutes by default) and inside the
+3. on-time events of every type are deduplicated on ``event_id`` by one join with the ids
+   kept by earlier batches (``silver_event_ids``, read back to the id horizon: its row
+   retention's ``keep`` in the catalog, 30 days, before the watermark) and inside the
    batch; a duplicate whose payload differs from the kept one is recorded in
    ``silver_dedup_conflicts``;
 4. orders and payments are enriched with the customers dimension (read fresh each batch);
@@ -242,9 +245,9 @@ class SilverBatchWriter:
         yet. An event that old is late anyway; only an id re-sent with a newer event time
         more than ``keep`` later is taken for a new event (see ``include/pipeline.yaml``).
         The cut is a filter on ``event_time``, so Delta skips the files of older ids by
-        their statistics (files are appended in event-time order, and maintenance
-        Z-orders by ``event_time``). Ids kept by earlier queries (before a checkpoint was
-        reset) count too, so re-reading Bronze does not write Silver twice.
+        their statistics (batches append them roughly in event-time order). Ids kept by
+        earlier queries (before a checkpoint was reset) count too, so re-reading Bronze does
+        not write Silver twice.
 
         :returns: ``event_id`` string, ``payload_hash`` string (possibly several rows per id).
         """

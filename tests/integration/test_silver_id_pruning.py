@@ -20,6 +20,7 @@ from deltalake import DeltaTable
 
 from ingest_core.catalog import get_catalog
 from ingest_core.settings import get_settings
+from tests.integration import medallion
 
 pytestmark = pytest.mark.integration
 
@@ -41,20 +42,7 @@ COMPARED = (
 
 
 def payment(event_id: str, when: datetime, amount: float = 10.0) -> dict:
-    return {
-        "event_id": event_id,
-        "event_type": "payment",
-        "event_time": when.isoformat() + "Z",
-        "schema_version": 1,
-        "payment_id": f"p-{event_id}",
-        "order_id": f"o-{event_id}",
-        "customer_id": "c1",
-        "method": "credit_card",
-        "installments": 1,
-        "amount": amount,
-        "currency": "BRL",
-        "status": "authorized",
-    }
+    return medallion.payment(event_id, when.isoformat() + "Z", amount)
 
 
 def order(event_id: str, when: datetime) -> dict:

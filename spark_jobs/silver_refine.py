@@ -162,6 +162,23 @@ def advance_watermarks(
     return Watermarks(partition_max, topics, previous.fallback)
 
 
+def id_horizon(watermarks: dict[str, datetime | None], keep: timedelta) -> datetime | None:
+    """How far back a batch reads the id history: ``keep`` before the lowest watermark of
+    the batch's topics, or None (every id) while one of them has no watermark yet.
+
+    An on-time event of a topic is at or after its topic's watermark, and so is the first
+    occurrence of an exact re-send; on a topic without a watermark nothing is late, so an
+    id of any age must still meet its original there.
+
+    :param watermarks: contract topic of the batch -> its watermark in force (or None).
+    :param keep: ``keep`` of ``silver_event_ids``' row retention (the catalog's 30 days).
+    """
+    marks = [mark for mark in watermarks.values() if mark is not None]
+    if not marks or len(marks) < len(watermarks):
+        return None
+    return min(marks) - keep
+
+
 class SilverBatchWriter:
     """The ``foreachBatch`` function of silver_refine (see the module docstring)."""
 
@@ -233,17 +250,21 @@ class SilverBatchWriter:
             dict(row.topic_watermarks),
         )
 
-    def _seen(self, batch_id: int, state: Watermarks) -> DataFrame:
+    def _seen(self, batch_id: int, watermarks: dict[str, datetime | None]) -> DataFrame:
         """The ids already kept within the deduplication horizon, except by this query's
         batches from ``batch_id`` on (which a replayed batch must not see: it would take its
         own rows for duplicates).
 
         The horizon is ``keep`` of ``silver_event_ids``' row retention in the catalog (30
-        days) before the combined watermark in force: table maintenance prunes ids older
-        than that (measured from the newest watermark, never ahead of this one), and reading
-        the same cut here makes a batch decide the same whether or not maintenance has run
-        yet. An event that old is late anyway; only an id re-sent with a newer event time
-        more than ``keep`` later is taken for a new event (see ``include/pipeline.yaml``).
+        days) before the lowest watermark of the batch's topics: table maintenance prunes
+        ids older than that before the combined watermark (the minimum over all topics,
+        measured at its newest, never ahead of these), and reading the same cut here makes
+        a batch decide the same whether or not maintenance has run yet. An event that old
+        is late on its topic anyway; only an id re-sent with a newer event time more than
+        ``keep`` later is taken for a new event (see ``include/pipeline.yaml``). While one
+        of the batch's topics has no watermark yet (nothing is late on it), every id is read.
+
+        :param watermarks: contract topic of the batch -> its watermark in force.
         The cut is a filter on ``event_time``, so Delta skips the files of older ids by
         their statistics (batches append them roughly in event-time order). Ids kept by
         earlier queries (before a checkpoint was reset) count too, so re-reading Bronze does
@@ -260,9 +281,11 @@ class SilverBatchWriter:
             mine_later = (F.col("query_id") == self.app_id()) & (F.col("batch_id") >= batch_id)
             seen = seen.where(~F.coalesce(mine_later, F.lit(False)))
         horizon = self.id_retention
-        if state.combined is not None and horizon and horizon.time_column in seen.columns:
-            cutoff = F.lit(state.combined - horizon.keep_delta).cast("timestamp")
-            seen = seen.where(F.coalesce(F.col(horizon.time_column) >= cutoff, F.lit(True)))
+        if horizon and horizon.time_column in seen.columns:
+            cutoff = id_horizon(watermarks, horizon.keep_delta)
+            if cutoff is not None:
+                after = F.col(horizon.time_column) >= F.lit(cutoff).cast("timestamp")
+                seen = seen.where(F.coalesce(after, F.lit(True)))
         return seen.select("event_id", "payload_hash")
 
     def _customers(self) -> DataFrame:
@@ -318,9 +341,13 @@ class SilverBatchWriter:
                 max_future_skew=self.max_future_skew,
                 event_time_skew=self.event_time_skew,
             )
-            seen = self._seen(batch_id, state)
             watermarks = {topic: state.for_topic(topic) for topic in columns}
-            decided = decide(parsed, watermarks, seen).persist()
+            seen = self._seen(batch_id, watermarks)
+            # Enriched before the counts: a dimension that multiplied rows would unbalance
+            # them (ReconciliationError) instead of writing an event twice.
+            decided = enrich_with_customers(
+                decide(parsed, watermarks, seen), self._customers()
+            ).persist()
             summary = (
                 decided.groupBy("_contract_topic", "partition", "_decision")
                 .agg(
@@ -345,12 +372,14 @@ class SilverBatchWriter:
                 elif r._decision == QUARANTINED:
                     counts.quarantined += r.n
             decision = F.col("_decision")
-            customers = self._customers()
             for topic in sorted(kept_topics):
                 first = decided.where((F.col("_contract_topic") == topic) & (decision == KEPT))
-                first = first.select(*[c for c in columns[topic] if c != "payload_hash"])
+                # event_id first (where the join with the id history used to put it), then
+                # the parsed columns, then (orders, payments) the customer's.
+                fields = ["event_id", *[c for c in columns[topic] if c not in _NOT_IN_SILVER]]
                 if topic in ("orders", "payments"):
-                    first = enrich_with_customers(first, customers)
+                    fields += ["customer_city", "customer_state", "customer_country"]
+                first = first.select(*fields)
                 table = next(c.silver_table for c in CONTRACTS.values() if c.topic == topic)
                 self._append(first, table, batch_id)
             payload = F.lit(None).cast("string")
@@ -445,6 +474,11 @@ class SilverBatchWriter:
             if decided is not None:
                 decided.unpersist()
             batch.unpersist()
+
+
+#: Parsed columns that are bookkeeping, not Silver data (``payload_hash`` goes to
+#: ``silver_event_ids``; ``event_id`` is placed first).
+_NOT_IN_SILVER = ("event_id", "payload_hash")
 
 
 def _union(frames: list[DataFrame]) -> DataFrame:

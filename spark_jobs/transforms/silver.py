@@ -538,6 +538,15 @@ def usable_rows(parsed: DataFrame) -> DataFrame:
 
 #: What silver_refine decides for each Bronze record (column ``_decision`` of :func:`decide`).
 KEPT, DUPLICATE, LATE, QUARANTINED = "kept", "duplicate", "late", "quarantined"
+#: Parsed columns :func:`decide` and silver_refine's counts read, with their types.
+_DECIDED_ON = {
+    "event_id": "string",
+    "event_type": "string",
+    "event_time": "timestamp",
+    "event_date": "date",
+    "payload_hash": "string",
+    "customer_id": "string",
+}
 
 
 def parse_batch(
@@ -578,7 +587,8 @@ def parse_batch(
                     "*",
                     F.lit("unknown_event_type").alias("_quarantine_reason"),
                     F.lit(f"topic {kafka_topic} has no contract").alias("_quarantine_detail"),
-                    F.lit(None).cast("string").alias("event_id"),
+                    # The columns decide() reads, so that a batch of such topics alone works.
+                    *[F.lit(None).cast(t).alias(c) for c, t in _DECIDED_ON.items()],
                     F.lit(None).cast("string").alias("_contract_topic"),
                 )
             )

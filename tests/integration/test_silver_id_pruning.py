@@ -145,6 +145,9 @@ def test_pruning_the_id_history_changes_no_silver_table(spark, tmp_path: Path, m
     # jan1, re-sent 73 days later with a new event time, is a new event on both sides: the
     # horizon is the same whether or not maintenance has pruned the ids yet.
     assert sorted(payments["event_id"]) == sorted(expected)
+    # Columns as the per-topic code wrote them: event_id first, the customer's last.
+    assert list(payments.columns[:3]) == ["event_id", "topic", "partition"]
+    assert list(payments.columns[-3:]) == ["customer_city", "customer_state", "customer_country"]
     assert sorted(read(kept, "silver_late_events")["event_id"]) == ["jan0", "ord-jan"]
     assert list(read(kept, "silver_dedup_conflicts")["event_id"]) == ["mar2"]
     recon = read(kept, "silver_reconciliation").sort_values("batch_id")

@@ -7,7 +7,7 @@ from datetime import datetime, timedelta
 
 import pytest
 
-from spark_jobs.silver_refine import Watermarks, advance_watermarks
+from spark_jobs.silver_refine import Watermarks, advance_watermarks, id_horizon
 
 pytestmark = pytest.mark.unit
 DELAY = timedelta(minutes=30)
@@ -59,3 +59,12 @@ def test_a_single_watermark_from_before_the_upgrade_stands_for_every_topic() -> 
     state = advance_watermarks(legacy, {("orders", 0): T + timedelta(hours=1)}, DELAY)
     assert state.for_topic("orders") == T + timedelta(hours=1) - DELAY
     assert state.for_topic("payments") == T
+
+
+def test_the_id_history_is_read_back_to_keep_before_the_lowest_watermark_of_the_batch() -> None:
+    keep = timedelta(days=30)
+    marks = {"orders": T, "payments": T + timedelta(days=3)}
+    assert id_horizon(marks, keep) == T - keep
+    # A topic with no watermark yet takes nothing for late: every id must be read.
+    assert id_horizon({**marks, "refunds": None}, keep) is None
+    assert id_horizon({}, keep) is None

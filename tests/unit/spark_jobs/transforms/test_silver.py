@@ -265,6 +265,21 @@ def test_topics_are_decided_together_each_by_its_own_watermark(spark) -> None:
     assert columns["payments"] == usable_rows(_parse(spark, [payment()])).columns
 
 
+def test_a_batch_of_topics_without_contract_alone_is_quarantined_whole(spark) -> None:
+    """No contract topic in the batch: the stacked frame still has what decide() reads."""
+    decided, columns = _decide(
+        spark,
+        [("old.orders", 0, b'{"event_id": "a"}'), ("old.orders", 1, b"x")],
+        contract_topics={"old.orders": None},
+    )
+    assert columns == {}
+    got = [(r.partition, r._decision, r._quarantine_detail) for r in decided.collect()]
+    assert sorted(got) == [
+        (0, QUARANTINED, "topic old.orders has no contract"),
+        (1, QUARANTINED, "topic old.orders has no contract"),
+    ]
+
+
 def test_deduplication_reads_only_the_batch_ids_from_an_unbounded_history(spark) -> None:
     """``seen`` (the id history) is never broadcast whole: bench --full ran the 1g driver
     out of heap broadcasting 1.1M ids. The join works on the batch's ids only, and the

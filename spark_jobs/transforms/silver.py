@@ -647,10 +647,10 @@ def decide(
                 F.col("_contract_topic") == topic, F.lit(watermark).cast("timestamp")
             ).otherwise(mark)
     usable = F.col("_quarantine_reason").isNull()
-    late = usable & F.coalesce(F.col("event_time") < F.col("watermark"), F.lit(False))
     marked = parsed.withColumn("watermark", F.when(usable, mark)).withColumn(
         "_candidate", usable & F.coalesce(F.col("event_time") >= F.col("watermark"), F.lit(True))
     )
+    late = usable & ~F.col("_candidate")
     order = Window.partitionBy("_candidate", "_contract_topic", "event_id").orderBy(
         "kafka_timestamp", "partition", "offset"
     )

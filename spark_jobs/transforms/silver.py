@@ -176,9 +176,16 @@ def parse_topic(
 
     text = F.col("value").cast("string")
     v = F.try_parse_json(text)
-    # try_parse_json reads the first value and ignores what follows ("{...}{...}",
-    # "{...} xyz"); wrapped in brackets, anything after the first value is a syntax error.
-    single = F.try_parse_json(F.concat(F.lit("["), text, F.lit("]")))
+    # try_parse_json (like every JSON reader of Spark's) reads the first value and ignores
+    # what follows: "{...}{...}", "{...} xyz", "{...},{...}", "{...}]". Wrapped as "[text]", a
+    # single value is an array of one element, and as "[text,0]" an array of two. After the
+    # first value, any text but whitespace breaks the syntax (null), adds elements (",...")
+    # or closes the array early ("]..."; Jackson ignores what follows its root), and then
+    # "[text,0]" has one element: both counts hold only for one value. json_array_length
+    # only tokenizes (Jackson, streaming); it builds no value.
+    single = (F.json_array_length(F.concat(F.lit("["), text, F.lit("]"))) == 1) & (
+        F.json_array_length(F.concat(F.lit("["), text, F.lit(",0]"))) == 2
+    )
     # A re-created topic restarts its offsets: its incarnation (topic_id, when Bronze has it)
     # keeps the skew rule's neighbours apart.
     incarnation = [c for c in ("topic_id",) if c in bronze.columns]
@@ -318,7 +325,7 @@ def parse_topic(
         ),
         (
             "malformed_json",
-            v.isNull() | single.isNull(),
+            v.isNull() | ~F.coalesce(single, F.lit(False)),
             F.concat(F.lit("not one JSON value: "), F.left(text, F.lit(80))),
         ),
         ("not_an_object", not_object, F.concat(F.lit("JSON "), F.schema_of_variant(v))),

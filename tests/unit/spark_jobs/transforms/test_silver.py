@@ -120,6 +120,20 @@ def test_each_quarantine_reason_from_a_message_that_triggers_it(spark) -> None:
     assert details[first_new + 2] == "control character in event_id"
 
 
+#: Text after a valid event. Spark's JSON readers ignore what follows the first value; the
+#: bracket-wrapped re-parse this rule used before accepted the three after the first two
+#: (an array of two, or the wrapping array closed early by the text's own "]").
+TRAILING = [b" xyz", b'{"a": 1}', b',{"a": 1}', b"]", b",0]", b"]}", b"] trailing", b"\x00"]
+
+
+def test_a_valid_event_followed_by_anything_but_whitespace_is_malformed(spark) -> None:
+    event = json.dumps(payment()).encode()
+    values = [event + tail for tail in TRAILING] + [b" \n\t" + event + b" \r\n "]
+    parsed = _parse(spark, values)
+    reasons = {r.offset: r._quarantine_reason for r in parsed.collect()}
+    assert reasons == {**dict.fromkeys(range(len(TRAILING)), "malformed_json"), len(TRAILING): None}
+
+
 def test_valid_event_is_standardised_and_unknown_fields_are_rescued(spark) -> None:
     parsed = _parse(spark, [payment(x_promo="WINTER", nested={"a": 1})])
     row = usable_rows(parsed).collect()[0]

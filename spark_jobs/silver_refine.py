@@ -48,6 +48,7 @@ from __future__ import annotations
 
 import argparse
 import sys
+import threading
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from datetime import UTC, datetime, timedelta
@@ -559,6 +560,8 @@ def start(
     :raises TriggerError: a real-time trigger.
     :raises FileNotFoundError: ``bronze_events`` does not exist yet (run bronze_ingest).
     """
+    from spark_jobs.transforms.silver import prepare_parse
+
     if trigger.kind == "real-time":
         raise TriggerError(REAL_TIME_REFUSAL)
     settings = settings or get_settings()
@@ -569,6 +572,14 @@ def start(
         raise FileNotFoundError(f"no bronze_events table at {bronze}: run bronze_ingest first")
     load_customers(spark, settings)
     writer = SilverBatchWriter(spark, catalog, settings)
+    # Building the parse expressions takes seconds of py4j calls: do it while the query
+    # starts (Delta's latestOffset), not in the first micro-batch.
+    threading.Thread(
+        target=prepare_parse,
+        args=(TOPICS, writer.event_time_skew),
+        name="silver-parse-plans",
+        daemon=True,
+    ).start()
     # Bronze is append-only by contract: a commit that removes files (an accidental DELETE,
     # later repaired by bronze_replay, whose MERGE only appends) is skipped, not fatal.
     stream = (

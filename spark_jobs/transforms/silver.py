@@ -38,8 +38,10 @@ Quarantine reasons, checked in this order (the first that applies is recorded):
 
 from __future__ import annotations
 
+import threading
+from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
-from functools import reduce
+from functools import cache, reduce
 from typing import TYPE_CHECKING
 
 from pyspark.sql.types import StructType
@@ -57,7 +59,7 @@ from ingest_core.contracts import (
 )
 
 if TYPE_CHECKING:
-    from collections.abc import Callable, Mapping
+    from collections.abc import Callable, Iterable, Mapping
 
     from pyspark.sql import Column, DataFrame
     from pyspark.sql.window import WindowSpec
@@ -165,6 +167,80 @@ def parse_topic(
         the typed event, for duplicate conflicts).
     """
     from pyspark.sql import functions as F
+
+    incarnation = tuple(c for c in ("topic_id",) if c in bronze.columns)
+    with _PLANS_BUILDING:
+        plan = _topic_plan(topic, incarnation, event_time_skew)
+    latest = now + max_future_skew
+    df = bronze.select(*plan.head)
+    if event_time_skew is not None:
+        # The neighbours' leads first, on rows that are still narrow: the window's shuffle
+        # and sort then move the Bronze record and its parsed value, not the dozens of
+        # per-field columns below (that made the rule cost more than the rest of parsing).
+        df = _neighbour_leads(df, list(incarnation))
+    # The batch's clock enters as columns, so that the expressions need not be rebuilt.
+    df = df.select(
+        "*",
+        plan.text.alias("_text"),
+        F.lit(latest).alias("_latest"),
+        F.lit(f"event_time after {latest.isoformat()} (the batch's clock + skew)").alias(
+            "_latest_detail"
+        ),
+    )
+    # Each field's value is looked up once and its kind and typed value computed once, in
+    # projections of their own: the checks refer to them many times, and Spark keeps such
+    # projections apart rather than repeat non-trivial expressions (CollapseProject), so a
+    # record is parsed in tens of microseconds, not hundreds.
+    df = df.select("*", *plan.raws).select("*", *plan.parts).select("*", plan.keys)
+    return df.select(*plan.parsed).select("*", *plan.derived)
+
+
+def prepare_parse(topics: Iterable[str], event_time_skew: timedelta | None) -> None:
+    """Build :func:`parse_topic`'s expressions for ``topics`` of Bronze rows now (Bronze
+    has ``topic_id``), so that the first micro-batch finds them built: a job can do it in a
+    thread while its query starts. Safe beside :func:`parse_topic`, which waits for a topic
+    being built rather than build it twice.
+
+    :param topics: contract topics (:data:`ingest_core.contracts.TOPICS`).
+    :param event_time_skew: as the job will pass to :func:`parse_topic`.
+    """
+    for topic in topics:
+        with _PLANS_BUILDING:
+            _topic_plan(topic, ("topic_id",), event_time_skew)
+
+
+#: Held while :func:`_topic_plan` builds, so that two threads never build the same plan.
+_PLANS_BUILDING = threading.Lock()
+
+
+@dataclass(frozen=True)
+class _TopicPlan:
+    """The column expressions of :func:`parse_topic` for one topic, in the order of its
+    projections (see :func:`_topic_plan`)."""
+
+    head: list[Column]
+    text: Column
+    raws: list[Column]
+    parts: list[Column]
+    keys: Column
+    parsed: list[Column]
+    derived: list[Column]
+
+
+@cache
+def _topic_plan(
+    topic: str, incarnation: tuple[str, ...], event_time_skew: timedelta | None
+) -> _TopicPlan:
+    """Build :func:`parse_topic`'s expressions for ``topic`` once per process.
+
+    They are a few hundred expressions per topic, and building them from Python costs
+    tens of thousands of py4j calls: 5-7 s of driver time per micro-batch on a 2-core
+    machine, measured with cProfile, more than Spark took to parse 100k records. Column
+    expressions name columns, not a DataFrame, so every micro-batch can reuse them; what
+    changes per batch (its clock) is read from the ``_latest`` and ``_latest_detail``
+    columns :func:`parse_topic` adds.
+    """
+    from pyspark.sql import functions as F
     from pyspark.sql.types import ArrayType, DecimalType, IntegerType, StringType
 
     schema = payload_schema(topic)
@@ -174,8 +250,8 @@ def parse_topic(
     money_fields = sorted({f for c in contracts for f in c.money_fields})
     known = [f.name for f in schema.fields]
 
-    text = F.col("value").cast("string")
-    v = F.try_parse_json(text)
+    text = F.col("_text")
+    v = F.col("_v")
     # try_parse_json (like every JSON reader of Spark's) reads the first value and ignores
     # what follows: "{...}{...}", "{...} xyz", "{...},{...}", "{...}]". Wrapped as "[text]", a
     # single value is an array of one element, and as "[text,0]" an array of two. After the
@@ -186,43 +262,29 @@ def parse_topic(
     single = (F.json_array_length(F.concat(F.lit("["), text, F.lit("]"))) == 1) & (
         F.json_array_length(F.concat(F.lit("["), text, F.lit(",0]"))) == 2
     )
+    value_text = F.col("value").cast("string")
     # A re-created topic restarts its offsets: its incarnation (topic_id, when Bronze has it)
     # keeps the skew rule's neighbours apart.
-    incarnation = [c for c in ("topic_id",) if c in bronze.columns]
-    df = bronze.select(*COORDINATES, *incarnation, "key", "value", v.alias("_v"))
-    if event_time_skew is not None:
-        # The neighbours' leads first, on rows that are still narrow: the window's shuffle
-        # and sort then move the Bronze record and its parsed value, not the dozens of
-        # per-field columns below (that made the rule cost more than the rest of parsing).
-        df = _neighbour_leads(df, incarnation)
-    df = df.withColumn("_text", text)
-    v = F.col("_v")
-    text = F.col("_text")
-    # Each field's value is looked up once and its kind and typed value computed once, in
-    # projections of their own: the checks below refer to them many times, and Spark keeps
-    # such projections apart rather than repeat non-trivial expressions (CollapseProject),
-    # so a record is parsed in tens of microseconds, not hundreds.
-    df = df.select("*", *[F.variant_get(v, f"$.{f}", "variant").alias(f"_raw_{f}") for f in known])
-    df = df.select(
-        "*",
-        *[
-            expression.alias(f"_{part}_{f.name}")
-            for f in schema.fields
-            for part, expression in (
-                ("kind", F.schema_of_variant(F.col(f"_raw_{f.name}"))),
-                ("str", F.try_variant_get(F.col(f"_raw_{f.name}"), "$", "string")),
-                (
-                    "typed",
-                    F.try_variant_get(F.col(f"_raw_{f.name}"), "$", f.dataType.simpleString()),
-                ),
-            )
-        ],
-    )
+    head = [*COORDINATES, *incarnation, "key", "value"]
+    head_columns = [F.col(c) for c in head] + [F.try_parse_json(value_text).alias("_v")]
+    raws = [F.variant_get(v, f"$.{f}", "variant").alias(f"_raw_{f}") for f in known]
+    parts = [
+        expression.alias(f"_{part}_{f.name}")
+        for f in schema.fields
+        for part, expression in (
+            ("kind", F.schema_of_variant(F.col(f"_raw_{f.name}"))),
+            ("str", F.try_variant_get(F.col(f"_raw_{f.name}"), "$", "string")),
+            (
+                "typed",
+                F.try_variant_get(F.col(f"_raw_{f.name}"), "$", f.dataType.simpleString()),
+            ),
+        )
+    ]
     # parse_json refuses duplicate keys (returns null); Jackson's json_object_keys lists the
     # top-level keys, repeats included, so the record can be told apart from broken JSON.
     # The repeated names are listed (a lambda per key: slow) only for a record that has
     # any, which the sizes tell cheaply.
-    df = df.withColumn("_keys", F.json_object_keys(text))
+    keys_column = F.json_object_keys(text).alias("_keys")
     keys = F.col("_keys")
     repeated = F.when(
         F.size(keys) != F.size(F.array_distinct(keys)),
@@ -259,7 +321,9 @@ def parse_topic(
 
     event_time_text = typed["event_time"]
     event_time = F.try_to_timestamp(event_time_text)
-    skewed, skew_detail = _skew_checks(event_time, now + max_future_skew, event_time_skew)
+    skewed, skew_detail = _skew_checks(
+        event_time, F.col("_latest"), F.col("_latest_detail"), event_time_skew
+    )
     id_fields = [f for f in ID_FIELDS[topic] if f in typed]
     controls = [(f, F.coalesce(typed[f].rlike(_CONTROL), F.lit(False))) for f in id_fields]
     if "items" in typed:
@@ -377,23 +441,23 @@ def parse_topic(
     ]
     reason, detail = _first_reason(checks)
 
-    as_map = F.from_json(F.col("_text"), "map<string,string>")
+    as_map = F.from_json(text, "map<string,string>")
     unknown = F.map_filter(as_map, lambda k, _: ~k.isin(*known))
     rescued = F.when(F.size(unknown) > 0, F.to_json(unknown))
-    parsed = df.select(
-        *COORDINATES,
-        "key",
-        "value",
+    parsed = [
+        *[F.col(c) for c in (*COORDINATES, "key", "value")],
         # Not "reason": refunds have a payload field of that name.
         reason.alias("_quarantine_reason"),
         detail.alias("_quarantine_detail"),
         *[fields[name].alias(name) for name in known],
         rescued.alias("_rescued_data"),
-    )
+    ]
     payload_cols = [c for c in known if c != "event_id"] + ["_rescued_data"]
-    return parsed.withColumn("event_date", F.to_date("event_time")).withColumn(
-        "payload_hash", F.sha2(F.to_json(F.struct(*payload_cols)), 256)
-    )
+    derived = [
+        F.to_date("event_time").alias("event_date"),
+        F.sha2(F.to_json(F.struct(*payload_cols)), 256).alias("payload_hash"),
+    ]
+    return _TopicPlan(head_columns, value_text, raws, parts, keys_column, parsed, derived)
 
 
 def _lead(event_time: Column) -> Column:
@@ -432,19 +496,19 @@ def _neighbour_leads(df: DataFrame, incarnation: list[str]) -> DataFrame:
 
 
 def _skew_checks(
-    event_time: Column, latest: datetime, skew: timedelta | None
+    event_time: Column, latest: Column, now_detail: Column, skew: timedelta | None
 ) -> tuple[Column, Column]:
     """The ``event_time_skew`` rule of :func:`parse_topic` on rows with ``kafka_timestamp``
     and, with ``skew``, the neighbours' leads of :func:`_neighbour_leads`.
 
-    :param latest: ``now + max_future_skew``: any later event time is skewed.
+    :param latest: ``now + max_future_skew`` (timestamp): any later event time is skewed.
+    :param now_detail: the detail (string) of an event time after ``latest``.
     :param skew: see :func:`parse_topic`'s ``event_time_skew``; ``None``: only ``latest``.
     :returns: (condition, detail).
     """
     from pyspark.sql import functions as F
 
-    ahead_of_now = F.coalesce(event_time > F.lit(latest), F.lit(False))
-    now_detail = F.lit(f"event_time after {latest.isoformat()} (the batch's clock + skew)")
+    ahead_of_now = F.coalesce(event_time > latest, F.lit(False))
     if skew is None:
         return ahead_of_now, F.when(ahead_of_now, now_detail)
     lead = _lead(event_time)

@@ -134,6 +134,23 @@ def test_a_valid_event_followed_by_anything_but_whitespace_is_malformed(spark) -
     assert reasons == {**dict.fromkeys(range(len(TRAILING)), "malformed_json"), len(TRAILING): None}
 
 
+def test_each_batch_is_judged_by_its_own_clock_although_the_expressions_are_reused(
+    spark,
+) -> None:
+    """parse_topic builds a topic's expressions once per process; the batch's clock must
+    still be the one passed with each call, in the rule and in its detail."""
+    bronze = _bronze(spark, [payment(event_time="2026-01-03T12:00:00+00:00")])
+    judged = {}
+    for now in (NOW, NOW + timedelta(days=2)):
+        row = parse_topic(bronze, "payments", now=now, max_future_skew=SKEW).collect()[0]
+        judged[now] = (row._quarantine_reason, row._quarantine_detail)
+    latest = (NOW + SKEW).isoformat()
+    assert judged == {
+        NOW: ("event_time_skew", f"event_time after {latest} (the batch's clock + skew)"),
+        NOW + timedelta(days=2): (None, None),
+    }
+
+
 def test_valid_event_is_standardised_and_unknown_fields_are_rescued(spark) -> None:
     parsed = _parse(spark, [payment(x_promo="WINTER", nested={"a": 1})])
     row = usable_rows(parsed).collect()[0]

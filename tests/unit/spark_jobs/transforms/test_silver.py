@@ -3,6 +3,7 @@ that triggers it, rescued data, standardisation, late split and deduplication.""
 
 from __future__ import annotations
 
+import itertools
 import json
 from datetime import UTC, datetime, timedelta
 from decimal import Decimal
@@ -132,6 +133,29 @@ def test_a_valid_event_followed_by_anything_but_whitespace_is_malformed(spark) -
     parsed = _parse(spark, values)
     reasons = {r.offset: r._quarantine_reason for r in parsed.collect()}
     assert reasons == {**dict.fromkeys(range(len(TRAILING)), "malformed_json"), len(TRAILING): None}
+
+
+def test_what_counts_as_one_json_value_agrees_with_pythons_json_module(spark) -> None:
+    """An independent judge: ``json.loads`` refuses text after the value ("Extra data").
+    Every tail of up to three of these characters after a valid event (584 records), and
+    whitespace around it. The bracket-wrapped re-parse this rule replaced fails it."""
+    event = json.dumps(payment())
+    tails = [
+        "".join(chars) for size in (1, 2, 3) for chars in itertools.product('}],0"{[ ', repeat=size)
+    ]
+    texts = [event + tail for tail in tails] + [f" \n{event}\t\r"]
+
+    def one_value(text: str) -> bool:
+        try:
+            json.loads(text)
+        except ValueError:
+            return False
+        return True
+
+    parsed = _parse(spark, [text.encode() for text in texts])
+    malformed = {r.offset for r in parsed.where("_quarantine_reason = 'malformed_json'").collect()}
+    assert malformed == {i for i, text in enumerate(texts) if not one_value(text)}
+    assert 0 < len(malformed) < len(texts)  # both verdicts occur
 
 
 def test_each_batch_is_judged_by_its_own_clock_although_the_expressions_are_reused(

@@ -168,9 +168,8 @@ def parse_topic(
     """
     from pyspark.sql import functions as F
 
-    incarnation = tuple(c for c in ("topic_id",) if c in bronze.columns)
-    with _PLANS_BUILDING:
-        plan = _topic_plan(topic, incarnation, event_time_skew)
+    incarnation = tuple(c for c in _INCARNATION if c in bronze.columns)
+    plan = _built_plan(topic, incarnation, event_time_skew)
     latest = now + max_future_skew
     df = bronze.select(*plan.head)
     if event_time_skew is not None:
@@ -205,12 +204,20 @@ def prepare_parse(topics: Iterable[str], event_time_skew: timedelta | None) -> N
     :param event_time_skew: as the job will pass to :func:`parse_topic`.
     """
     for topic in topics:
-        with _PLANS_BUILDING:
-            _topic_plan(topic, ("topic_id",), event_time_skew)
+        _built_plan(topic, _INCARNATION, event_time_skew)
 
 
+#: Bronze columns that tell a re-created topic's records apart (see :func:`parse_topic`).
+_INCARNATION = ("topic_id",)
 #: Held while :func:`_topic_plan` builds, so that two threads never build the same plan.
 _PLANS_BUILDING = threading.Lock()
+
+
+def _built_plan(
+    topic: str, incarnation: tuple[str, ...], event_time_skew: timedelta | None
+) -> _TopicPlan:
+    with _PLANS_BUILDING:
+        return _topic_plan(topic, incarnation, event_time_skew)
 
 
 @dataclass(frozen=True)

@@ -29,12 +29,20 @@ from ingest_core.settings import PlatformSettings, get_settings
 #: A state store file: ``<version>.delta`` or ``<version>.snapshot``.
 STATE_FILE = re.compile(r"^(\d+)\.(delta|snapshot)$")
 
+#: What Spark's atomic checkpoint write (``CheckpointFileManager.createAtomic``) leaves when
+#: the process dies before its rename: ``.<name>.<uuid>.tmp``, and Hadoop's checksum of it
+#: ``..<name>.<uuid>.tmp.crc``. Group ``name``: the file it was writing (``0``, ``metadata``).
+UNFINISHED_WRITE = re.compile(
+    r"^\.\.?(?P<name>.+)\.[0-9a-f]{8}(?:-[0-9a-f]{4}){3}-[0-9a-f]{12}\.tmp(?:\.crc)?$"
+)
+
 
 @dataclass(frozen=True)
 class Damage:
-    """One damaged checkpoint file: ``kind`` is ``offsets``, ``commits``, ``state`` or
-    ``metadata``; ``batch`` the batch id it belongs to (for state: the batch whose state is
-    missing; -1 for metadata)."""
+    """One damaged checkpoint file: ``kind`` is ``offsets``, ``commits``, ``state``,
+    ``metadata`` or ``unfinished`` (a crash's half-written temporary file); ``batch`` the
+    batch id it belongs to (for state: the batch whose state is missing; -1 for metadata
+    and unfinished writes)."""
 
     path: Path
     kind: str
@@ -156,6 +164,28 @@ def _metadata_problem(folder: Path) -> str | None:
     return None if isinstance(query_id, str) and query_id else "has no query id"
 
 
+def unfinished_writes(checkpoint: Path) -> list[Path]:
+    """Files anywhere in ``checkpoint`` that a crash left half-written (:data:`UNFINISHED_WRITE`).
+
+    Spark never reads them, but they are not harmless: while a query's offsets log has no
+    batch yet, Spark 4.1+ refuses to start it on an ``offsets``, ``commits`` or ``state``
+    folder that holds any file (``STATE_STORE_CHECKPOINT_LOCATION_NOT_EMPTY``; SQL conf
+    ``spark.sql.streaming.verifyCheckpointDirectoryEmptyOnStart``, default true), so a
+    driver killed while it wrote ``offsets/0`` could never start again. A checksum whose
+    temporary file is listed is left out: it moves with its file.
+
+    :returns: their paths, sorted.
+    """
+    if not checkpoint.is_dir():
+        return []
+    found = {p for p in checkpoint.rglob(".*.tmp*") if UNFINISHED_WRITE.match(p.name)}
+    return sorted(
+        p
+        for p in found
+        if p.is_file() and not (p.name.endswith(".crc") and p.with_name(p.name[1:-4]) in found)
+    )
+
+
 def find_damage(checkpoint: Path) -> list[Damage]:
     """Every damaged file of a job's checkpoint (all its queries), oldest batch first.
 
@@ -170,9 +200,22 @@ def find_damage(checkpoint: Path) -> list[Damage]:
       batch's offsets on restart), and the offsets log has no hole between its oldest and
       newest file (Spark needs ``offsets/N-1`` to re-run batch N); older files that Spark's
       own retention purged leave no hole because they are below the oldest;
-    * the state stores can load the version the next batch needs (last committed batch + 1).
+    * the state stores can load the version the next batch needs (last committed batch + 1);
+    * no file is left half-written by a crash (:func:`unfinished_writes`; kind
+      ``unfinished``, batch -1). A starting driver moves these aside itself
+      (:func:`ingest_core.recovery.set_aside_unfinished_writes`).
     """
-    found: list[Damage] = []
+    found: list[Damage] = [
+        Damage(
+            path,
+            "unfinished",
+            -1,
+            "half-written by a crash before its rename: Spark never reads it, but refuses to "
+            "start a query with no offsets yet while its offsets, commits or state folder "
+            "holds any file",
+        )
+        for path in unfinished_writes(checkpoint)
+    ]
     owners: dict[str, str] = {}  # query id -> the first query folder that has it
     for name, folder in query_dirs(checkpoint).items():
         offsets_ids = batch_ids(folder / "offsets")

@@ -45,6 +45,7 @@ from ingest_core.checkpoint_health import (
     log_file_problem,
     query_dirs,
     query_sink,
+    unfinished_writes,
 )
 from ingest_core.checkpoints import BackupError, backups_root, list_backups, verify
 from ingest_core.delta_tables import (
@@ -614,6 +615,14 @@ def _plan_query_repair(
     for batch in sorted(set(offsets) | {b for kind, b in bad if kind == "offsets"}):
         if batch > keep and (("offsets", batch) in bad or batch > keep + 1):
             aside("offsets", batch)
+    offsets_steps = [step for step in plan if step.path.parent == folder / "offsets"]
+    moved = {_batch_of(step) for step in offsets_steps if isinstance(step, _Move)}
+    written = {_batch_of(step) for step in offsets_steps if isinstance(step, _Write)}
+    if (folder / "state").is_dir() and not (set(intact_offsets) - moved) | written:
+        # Spark plans batch 0 of a new query over this folder, and refuses to while its
+        # state folder holds anything (STATE_STORE_CHECKPOINT_LOCATION_NOT_EMPTY): the state
+        # of batches no sink committed goes aside with their offsets.
+        plan.append(_Move(folder / "state", quarantine / name / "state"))
     return plan
 
 
@@ -645,6 +654,42 @@ def _apply(plan: Sequence[_Move | _Write]) -> list[str]:
     return actions
 
 
+def _unfinished_aside(checkpoint: Path, damage: Sequence[Damage], quarantine: Path) -> list[_Move]:
+    """Moves of the half-written files in ``damage`` (kind ``unfinished``) into
+    ``quarantine``, each at its path relative to ``checkpoint``."""
+    return [
+        _Move(d.path, quarantine / d.path.relative_to(checkpoint))
+        for d in damage
+        if d.kind == "unfinished"
+    ]
+
+
+def set_aside_unfinished_writes(
+    job_name: str, settings: PlatformSettings | None = None
+) -> list[str]:
+    """Move the files a crash left half-written in ``job_name``'s checkpoint
+    (:func:`ingest_core.checkpoint_health.unfinished_writes`) to
+    ``.<checkpoint>.damaged-<UTC time>/``, and audit it. A starting driver calls it while it
+    holds the checkpoint lock: without it, a driver killed while Spark wrote ``offsets/0``
+    could never start again. Nothing a batch needs moves: Spark never reads these files.
+
+    The caller holds the checkpoint lock (:func:`ingest_core.locks.checkpoint_lock`).
+
+    :returns: one line per moved file ([] when there was none).
+    """
+    settings = settings or get_settings()
+    checkpoint = get_catalog().job(job_name).checkpoint(settings)
+    damage = [
+        Damage(path, "unfinished", -1, "half-written") for path in unfinished_writes(checkpoint)
+    ]
+    if not damage:
+        return []
+    quarantine = checkpoint.parent / f".{checkpoint.name}.damaged-{_stamp()}"
+    actions = _apply(_unfinished_aside(checkpoint, damage, quarantine))
+    audit("set-aside-unfinished-writes", job_name, actions=actions)
+    return actions
+
+
 def recover(job_name: str, settings: PlatformSettings | None = None) -> list[str]:
     """Repair a damaged checkpoint without losing or repeating a record (module docstring).
 
@@ -654,7 +699,9 @@ def recover(job_name: str, settings: PlatformSettings | None = None) -> list[str
     is refused with the numbers. A lost ``metadata`` (query id) comes back the same way.
     Damaged files of batches no sink has are moved aside and Spark plans them again; a
     missing state file is copied from the newest verified backup that has it (state files
-    are immutable once written).
+    are immutable once written). Files a crash left half-written are moved aside; a query
+    left with no offsets at all loses its ``state`` folder too (moved aside): Spark starts
+    it as a new query and refuses a state folder that is not empty.
 
     Every step is planned before anything is touched: a refusal changes nothing.
 
@@ -671,9 +718,13 @@ def recover(job_name: str, settings: PlatformSettings | None = None) -> list[str
     try:
         with checkpoint_lock(checkpoint):
             quarantine = checkpoint.parent / f".{checkpoint.name}.damaged-{_stamp()}"
-            plan: list[_Move | _Write] = []
+            plan: list[_Move | _Write] = [*_unfinished_aside(checkpoint, damage, quarantine)]
             for name, folder in query_dirs(checkpoint).items():
-                mine = [d for d in damage if d.kind != "state" and folder in d.path.parents]
+                mine = [
+                    d
+                    for d in damage
+                    if d.kind not in ("state", "unfinished") and folder in d.path.parents
+                ]
                 if mine:
                     plan += _plan_query_repair(job_name, name, folder, mine, quarantine, settings)
             states = [

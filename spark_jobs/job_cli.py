@@ -45,8 +45,10 @@ def parse_job_args(
 @contextmanager
 def owned_checkpoint(job_name: str) -> Iterator[None]:
     """Hold ``job_name``'s checkpoint lock for the driver's lifetime (one driver per
-    checkpoint) and refuse a damaged checkpoint or a changed configuration before Spark
-    starts (:func:`ingest_core.checkpoint_health.check_before_start`).
+    checkpoint), move aside what an earlier driver's crash left half-written (one line each
+    on stderr; :func:`ingest_core.recovery.set_aside_unfinished_writes`), and refuse a
+    damaged checkpoint or a changed configuration before Spark starts
+    (:func:`ingest_core.checkpoint_health.check_before_start`).
 
     :raises ingest_core.locks.CheckpointBusyError: another driver holds the checkpoint.
     :raises ingest_core.checkpoint_health.DamagedCheckpointError: damaged files, named.
@@ -54,8 +56,11 @@ def owned_checkpoint(job_name: str) -> Iterator[None]:
     """
     from ingest_core.checkpoint_health import check_before_start
     from ingest_core.locks import checkpoint_lock
+    from ingest_core.recovery import set_aside_unfinished_writes
 
     with checkpoint_lock(get_catalog().job(job_name).checkpoint()):
+        for action in set_aside_unfinished_writes(job_name):
+            print(f"{job_name}: a crash left a half-written file: {action}", file=sys.stderr)
         check_before_start(job_name)
         yield
 

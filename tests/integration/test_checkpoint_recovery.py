@@ -10,6 +10,8 @@ import shutil
 import threading
 import time
 from datetime import UTC, datetime, timedelta
+from pathlib import Path
+from typing import Any
 
 import pandas as pd
 import pytest
@@ -20,6 +22,7 @@ from ingest_core.checkpoint_health import (
     ConfigurationChangedError,
     DamagedCheckpointError,
     check_before_start,
+    find_damage,
     fingerprint_file,
 )
 from ingest_core.checkpoints import backup, list_backups
@@ -28,6 +31,7 @@ from ingest_core.recovery import RestoreRefusedError, prune, recover, restore
 from ingest_core.settings import get_settings
 from ingest_core.waiting import wait_until
 from ingest_platform import supervisor
+from spark_jobs.job_cli import owned_checkpoint
 from tests.integration.medallion import Platform, bronze_driver, payment
 
 pytestmark = pytest.mark.integration
@@ -229,6 +233,44 @@ def test_retention_keeps_exactly_what_the_policy_says(platform: Platform, monkey
     assert sorted(b.backup_id for b in list_backups("bronze_ingest")) == sorted(
         [original.backup_id, "20260103T000000000000Z", "20260104T000000000000Z"]
     )
+
+
+def _abandoned_write(spark: Any, path: Path) -> None:
+    """Start Spark's own atomic write of ``path`` (``CheckpointFileManager.createAtomic``)
+    and never finish it: the half-written temporary file a driver killed mid-write leaves."""
+    jvm = spark._jvm
+    target = jvm.org.apache.hadoop.fs.Path(str(path))
+    managers = getattr(
+        jvm.org.apache.spark.sql.execution.streaming.checkpointing, "CheckpointFileManager$"
+    )
+    manager = getattr(managers, "MODULE$").create(
+        target.getParent(), spark._jsc.hadoopConfiguration()
+    )
+    manager.createAtomic(target, False).write(bytearray(b'v1\n{"batchWatermarkMs":'))
+
+
+@pytest.mark.parametrize("repair", ["the driver's start", "recover"])
+def test_a_driver_killed_while_writing_its_first_offsets_starts_again(
+    platform: Platform, repair: str
+) -> None:
+    """Found in CI: a bronze driver killed while Spark wrote ``offsets/0`` left
+    ``.0.<uuid>.tmp``, and Spark 4.1+ refused every later start on that checkpoint
+    (``STATE_STORE_CHECKPOINT_LOCATION_NOT_EMPTY``): a starting driver and ``recover`` both
+    move it aside, and every record lands once."""
+    platform.send("payments", [payment(f"u{i}", "2026-01-01T10:00:00Z") for i in range(5)])
+    checkpoint = get_catalog().job("bronze_ingest").checkpoint()
+    (checkpoint / "offsets").mkdir(parents=True)
+    _abandoned_write(platform.spark, checkpoint / "offsets" / "0")
+    assert [d.kind for d in find_damage(checkpoint)] == ["unfinished"]
+    if repair == "recover":
+        assert len(recover("bronze_ingest")) == 1
+        platform.bronze()
+    else:
+        with owned_checkpoint("bronze_ingest"):
+            platform.bronze()
+    _assert_bronze_exactly_once(platform, 5)
+    (quarantine,) = checkpoint.parent.glob(".bronze_ingest.damaged-*")
+    assert [p.name.split(".")[1] for p in (quarantine / "offsets").glob(".*.tmp")] == ["0"]
 
 
 @pytest.mark.slow

@@ -81,3 +81,26 @@ def test_two_query_folders_with_one_query_id_are_named(tmp_path: Path) -> None:
     damage = find_damage(tmp_path)
     assert [(d.kind, d.path.parent.name) for d in damage] == [("metadata", "gold_b")]
     assert "same query id as query folder 'gold_a'" in damage[0].problem
+
+
+def test_files_a_crash_left_half_written_are_named_with_their_checksums_moving_along(
+    tmp_path: Path,
+) -> None:
+    """Found in CI: a driver killed while Spark wrote ``offsets/0`` left ``.0.<uuid>.tmp``
+    (Hadoop's atomic write), and Spark 4.1+ refused every later start of the query."""
+    folder = _checkpoint(tmp_path, range(3), range(3))
+    uid = "0f8fad5b-d9cb-469f-a165-70867728950e"
+    (folder / "offsets" / f".3.{uid}.tmp").write_text("v1\n{")
+    (folder / "offsets" / f"..3.{uid}.tmp.crc").write_bytes(b"crc")  # goes with its file
+    (folder / "commits" / f"..2.{uid}.tmp.crc").write_bytes(b"crc")  # its file is gone
+    (folder / f".metadata.{uid}.tmp").write_text("")
+    (folder / "state" / "0" / "0").mkdir(parents=True)
+    (folder / "state" / "0" / "0" / f".1.delta.{uid}.tmp").write_bytes(b"")
+    (folder / "offsets" / ".3.tmp").write_text("not Hadoop's name")
+    found = [(d.kind, d.batch, str(d.path.relative_to(folder))) for d in find_damage(folder)]
+    assert found == [
+        ("unfinished", -1, f".metadata.{uid}.tmp"),
+        ("unfinished", -1, f"commits/..2.{uid}.tmp.crc"),
+        ("unfinished", -1, f"offsets/.3.{uid}.tmp"),
+        ("unfinished", -1, f"state/0/0/.1.delta.{uid}.tmp"),
+    ]

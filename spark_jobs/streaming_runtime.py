@@ -239,8 +239,7 @@ def run_supervised(
         queries = start_queries()
         polling.set()  # from here on, SIGTERM waits for the micro-batch to end
         while any(query.isActive for query in queries):
-            spark.streams.awaitAnyTermination(max(1, round(poll_s)))
-            spark.streams.resetTerminated()
+            _await_queries(queries, max(1, round(poll_s)))
             if files.stop_request.exists() or terminate.is_set():
                 listener.beat("stopping")
                 _stop_between_batches(
@@ -272,6 +271,24 @@ def run_supervised(
         committer.close()
     listener.beat("stopped")
     return 0
+
+
+def _await_queries(queries: list[StreamingQuery], timeout_s: int) -> None:
+    """Wait up to ``timeout_s`` seconds for the first active query of ``queries`` to end,
+    after re-raising the failure of any of them that ended with one.
+
+    Only these queries count: ``spark.streams.awaitAnyTermination`` would also wake on, and
+    re-raise the failure of, any other query the session ever ran (a notebook's, the test
+    suite's), killing a healthy job and leaving its query running unsupervised.
+
+    :raises pyspark.errors.StreamingQueryException: one of ``queries`` failed.
+    """
+    for query in queries:
+        if not query.isActive:
+            query.awaitTermination()  # returns at once; re-raises its failure
+    active = [query for query in queries if query.isActive]
+    if active:
+        active[0].awaitTermination(timeout_s)
 
 
 def mark_failed(job: str, message: str, settings: PlatformSettings | None = None) -> int:

@@ -81,7 +81,9 @@ def spark() -> Iterator[object]:
 def _streams_end_with_their_test(request: pytest.FixtureRequest) -> Iterator[None]:
     """A streaming query a test leaves running in the suite's one driver would poll Kafka
     and Delta for the rest of the session, on a worker other tests share: stop it, and warn
-    with its name so the test gets fixed."""
+    with its name so the test gets fixed. A query that failed is forgotten too
+    (``resetTerminated``): ``awaitAnyTermination`` would re-raise its failure in a later
+    test."""
     yield
     if "spark" not in request.fixturenames:
         return
@@ -89,6 +91,7 @@ def _streams_end_with_their_test(request: pytest.FixtureRequest) -> Iterator[Non
     leftover = list(session.streams.active)  # type: ignore[attr-defined]
     for query in leftover:
         query.stop()
+    session.streams.resetTerminated()  # type: ignore[attr-defined]
     if leftover:
         names = [query.name or query.id for query in leftover]
         warnings.warn(

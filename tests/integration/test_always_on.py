@@ -10,6 +10,7 @@ import subprocess
 import sys
 import threading
 import time
+from typing import Any
 
 import pytest
 
@@ -75,19 +76,48 @@ def _supervised_bronze(platform: Platform) -> tuple[threading.Thread, dict[str, 
 
     def run() -> None:
         start = lambda: [bronze_ingest.start(platform.spark, trigger=trigger)]  # noqa: E731
-        outcome["rc"] = run_supervised(platform.spark, "bronze_ingest", start, poll_s=0.5)
+        try:
+            outcome["rc"] = run_supervised(platform.spark, "bronze_ingest", start, poll_s=0.5)
+        except Exception as error:
+            outcome["error"] = error
+            raise
 
     thread = threading.Thread(target=run, daemon=True)
     thread.start()
     return thread, outcome
 
 
+def _running(thread: threading.Thread, outcome: dict[str, object]) -> None:
+    """Fail at once, with why, when the supervised driver of :func:`_supervised_bronze` has
+    ended (instead of waiting out a timeout for what will never come)."""
+    if not thread.is_alive():
+        raise AssertionError(f"the supervised bronze_ingest ended: {outcome}")
+
+
+def _a_failed_query(spark: Any) -> None:
+    """A query of the same session that failed before the job started (an earlier test's,
+    a notebook's)."""
+    from pyspark.errors import StreamingQueryException
+
+    def fail(batch: Any, batch_id: int) -> None:
+        raise ValueError("an earlier query's failure")
+
+    query = spark.readStream.format("rate").load().writeStream.foreachBatch(fail).start()
+    with pytest.raises(StreamingQueryException, match="an earlier query's failure"):
+        query.awaitTermination()
+
+
 def test_heartbeat_and_graceful_stop(platform: Platform) -> None:
+    """The supervised driver beats, stops on request, and ignores a query of its session
+    that failed before it started (found in CI: ``awaitAnyTermination`` re-raised such a
+    failure, the job died at once and left its own query running unsupervised)."""
     platform.send("payments", [payment("h1", "2026-01-01T10:00:00Z")])
     files = runtime_files("bronze_ingest")
+    _a_failed_query(platform.spark)
     thread, outcome = _supervised_bronze(platform)
 
     def first_batch() -> dict | None:
+        _running(thread, outcome)
         beat = read_json(files.heartbeat)
         progress = (beat or {}).get("queries", {}).get("bronze_ingest", {}).get("last_progress")
         return beat if progress and progress["input_rows"] >= 1 else None
@@ -241,6 +271,7 @@ def test_kafka_tools_show_the_lag_the_checkpoint_has(platform: Platform) -> None
     topics = {platform.prefix + t for t in ("orders", "payments", "refunds", "customer_activity")}
 
     def drained() -> dict | None:
+        _running(thread, outcome)
         lags = _group_lag(platform)
         mine = {k: v for k, v in lags.items() if k[0] in topics}
         return mine if len(mine) == 12 and all(v == 0 for v in mine.values()) else None

@@ -9,6 +9,7 @@ Imports neither pyspark nor Airflow: safe at DAG parse time.
 
 from __future__ import annotations
 
+import re
 from datetime import timedelta
 from functools import lru_cache
 from pathlib import Path
@@ -284,6 +285,14 @@ class _ApplicationSpec(BaseModel):
     :param settings: job-specific settings (watermark delays and the like), as strings.
     :param work_from: the inputs whose new versions give the job something to do (an Airflow
         task skips the job while none changed); None: its inputs that it does not write.
+    :param driver_memory: ``spark.driver.memory`` (the driver JVM's heap, e.g. ``768m``) of
+        this application; None: the platform's ``spark.driver_memory`` setting.
+    :param driver_java_options: more options of the driver JVM (each ``-X...``), after the
+        platform's (``spark.driver.extraJavaOptions``): e.g. the always-on jobs' serial GC and
+        small initial heap, which hold a light stream in about 250 MB less resident memory
+        than G1 with its initial heap of 1/64 of the machine's memory (measured with the
+        JVM's native memory tracking; ``bench/results/REFERENCE.md``). ``-Xmx`` is refused:
+        the heap is ``driver_memory``.
     """
 
     name: str = Field(pattern=_NAME)
@@ -293,6 +302,20 @@ class _ApplicationSpec(BaseModel):
     outputs: list[str] = []
     settings: dict[str, str] = {}
     work_from: list[str] | None = None
+    driver_memory: str | None = Field(default=None, pattern=r"^\d+[kmgKMG]$")
+    driver_java_options: list[str] = []
+
+    @field_validator("driver_java_options")
+    @classmethod
+    def _java_options(cls, value: list[str]) -> list[str]:
+        for option in value:
+            if not re.fullmatch(r"-X[A-Za-z0-9:+=._-]+", option):
+                raise ValueError(f"driver_java_options: {option!r} is not one -X JVM option")
+            if option.startswith("-Xmx"):
+                raise ValueError(
+                    f"driver_java_options: {option!r}: the heap's maximum is driver_memory"
+                )
+        return value
 
     @model_validator(mode="after")
     def _work_from_inputs(self) -> _ApplicationSpec:

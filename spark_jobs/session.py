@@ -59,12 +59,20 @@ def spark_conf(app_name: str, settings: PlatformSettings | None = None) -> dict[
     Shared by :func:`build_spark_session` and by Airflow's SparkSubmitOperator tasks, so that
     a job behaves the same whether it starts from Python or from ``spark-submit``.
 
-    :param app_name: ``spark.app.name``.
+    :param app_name: ``spark.app.name``; a catalog application's name (or
+        ``<name>.<part>``) brings its ``driver_memory`` and ``driver_java_options``.
     :param settings: platform settings; the current profile's when ``None``.
     :raises MissingJarsError: see :func:`spark_jar_paths`.
     """
+    from ingest_core.catalog import get_catalog
+
     settings = settings or get_settings()
     spark = settings.spark
+    # A gate's application is "quality_gate.<layer>": the catalog's quality_gate.
+    application = get_catalog().applications.get(app_name.split(".")[0])
+    java_options = [f"-Dlog4j2.configurationFile={INCLUDE_DIR / 'spark' / 'log4j2.properties'}"]
+    if application is not None:
+        java_options += application.driver_java_options
     conf = {
         "spark.app.name": app_name,
         "spark.master": spark.master,
@@ -76,14 +84,12 @@ def spark_conf(app_name: str, settings: PlatformSettings | None = None) -> dict[
         # Delta rebuilds a table's snapshot with 50 tasks by default; on a small machine each
         # task costs more than the work it does.
         "spark.databricks.delta.snapshotPartitions": str(spark.shuffle_partitions),
-        "spark.driver.memory": spark.driver_memory,
+        "spark.driver.memory": (application and application.driver_memory) or spark.driver_memory,
         "spark.executor.memory": spark.executor_memory,
         "spark.ui.enabled": str(spark.ui_enabled).lower(),
         "spark.ui.showConsoleProgress": "false",
         # Applied when the driver JVM starts (pyspark launch or spark-submit --conf).
-        "spark.driver.extraJavaOptions": (
-            f"-Dlog4j2.configurationFile={INCLUDE_DIR / 'spark' / 'log4j2.properties'}"
-        ),
+        "spark.driver.extraJavaOptions": " ".join(java_options),
         # Data from outside must not crash a job: ANSI stays on (Spark 4's default) and the
         # jobs parse with try_cast/permissive functions instead.
         "spark.sql.ansi.enabled": "true",

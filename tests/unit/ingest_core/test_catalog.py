@@ -99,3 +99,14 @@ def test_work_from_must_be_inputs_and_defaults_to_inputs_not_written() -> None:
         for t in get_catalog().application("late_corrections").inputs
         if t not in get_catalog().application("late_corrections").outputs
     ]
+
+
+def test_driver_java_options_are_single_jvm_options_and_never_the_heap_maximum() -> None:
+    ok = Catalog.model_validate(_declaration(driver_java_options=["-XX:+UseSerialGC", "-Xms64m"]))
+    assert ok.job("bronze_ingest").driver_java_options == ["-XX:+UseSerialGC", "-Xms64m"]
+    with pytest.raises(ValidationError, match="the heap's maximum is driver_memory"):
+        Catalog.model_validate(_declaration(driver_java_options=["-Xmx2g"]))
+    with pytest.raises(ValidationError, match="is not one -X JVM option"):
+        Catalog.model_validate(_declaration(driver_java_options=["-XX:+UseSerialGC -Dx=1"]))
+    with pytest.raises(ValidationError, match="driver_memory"):
+        Catalog.model_validate(_declaration(driver_memory="lots"))

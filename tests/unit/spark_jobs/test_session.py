@@ -39,3 +39,27 @@ def test_spark_gets_local_files_and_never_downloads() -> None:
     for path in conf["spark.jars"].split(","):
         assert Path(path).is_file()
     assert conf["spark.sql.extensions"] == "io.delta.sql.DeltaSparkSessionExtension"
+
+
+def _java_options(app_name: str) -> list[str]:
+    """The driver JVM options after the platform's log4j one."""
+    return spark_conf(app_name)["spark.driver.extraJavaOptions"].split()[1:]
+
+
+def test_a_catalog_application_brings_its_driver_settings(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    from ingest_core.catalog import get_catalog
+
+    bronze = get_catalog().job("bronze_ingest")
+    monkeypatch.setattr(bronze, "driver_memory", "768m")
+    conf = spark_conf("bronze_ingest")
+    assert conf["spark.driver.memory"] == "768m"
+    options = conf["spark.driver.extraJavaOptions"].split()
+    assert options[0].startswith("-Dlog4j2.configurationFile=")
+    assert options[1:] == bronze.driver_java_options != []
+    gate = get_catalog().application("quality_gate")
+    monkeypatch.setattr(gate, "driver_java_options", ["-Xms32m"])
+    assert _java_options("quality_gate.silver") == ["-Xms32m"]  # a gate's application
+    assert _java_options("tests") == []  # not in the catalog: the platform's defaults
+    assert spark_conf("tests")["spark.driver.memory"] == "1g"

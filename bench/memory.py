@@ -37,7 +37,9 @@ def classify(cmdline: list[str]) -> str:
         or "spark-submit" in text
     ):
         return "spark"
-    if "airflow" in text:
+    # An always-on job's launcher: the Spark provider's hook in a process of its own
+    # (``python -m ingest_platform.hooks submit <job>``), alive as long as its driver.
+    if "airflow" in text or "ingest_platform.hooks" in text:
         return "airflow"
     return "bench_tools"
 

@@ -187,6 +187,16 @@ def test_the_memory_groups_know_the_embedded_postgres() -> None:
     assert classify(["postgres: checkpointer "]) == "postgres"
     assert classify(["java", "kafka.Kafka", "server.properties"]) == "broker"
     assert classify(["python", "-m", "airflow", "scheduler"]) == "airflow"
+    launcher = [
+        "python",
+        "-m",
+        "ingest_platform.hooks",
+        "submit",
+        "--conn-id",
+        "x",
+        "bronze_ingest",
+    ]
+    assert classify(launcher) == "airflow"  # an always-on job's launcher counts
     assert classify(["python", "psql_report.py"]) == "bench_tools"
 
 

@@ -39,10 +39,11 @@ UNFINISHED_WRITE = re.compile(
 
 @dataclass(frozen=True)
 class Damage:
-    """One damaged checkpoint file: ``kind`` is ``offsets``, ``commits``, ``state``,
+    """One damaged checkpoint file: ``kind`` is ``offsets``, ``commits``, ``state`` (a
+    missing state file), ``stale_state`` (a state folder of a query with no offsets),
     ``metadata`` or ``unfinished`` (a crash's half-written temporary file); ``batch`` the
-    batch id it belongs to (for state: the batch whose state is missing; -1 for metadata
-    and unfinished writes)."""
+    batch id it belongs to (for state: the batch whose state is missing; -1 for metadata,
+    stale state and unfinished writes)."""
 
     path: Path
     kind: str
@@ -200,7 +201,9 @@ def find_damage(checkpoint: Path) -> list[Damage]:
       batch's offsets on restart), and the offsets log has no hole between its oldest and
       newest file (Spark needs ``offsets/N-1`` to re-run batch N); older files that Spark's
       own retention purged leave no hole because they are below the oldest;
-    * the state stores can load the version the next batch needs (last committed batch + 1);
+    * the state stores can load the version the next batch needs (last committed batch + 1),
+      and a query with no offsets and no commits has an empty state folder (kind
+      ``stale_state``, batch -1: Spark refuses to start a new query on state);
     * no file is left half-written by a crash (:func:`unfinished_writes`; kind
       ``unfinished``, batch -1). A starting driver moves these aside itself
       (:func:`ingest_core.recovery.set_aside_unfinished_writes`).
@@ -274,11 +277,21 @@ def find_damage(checkpoint: Path) -> list[Damage]:
                             f"missing: a hole in the offsets log below batch {newest}",
                         )
                     )
+        state = folder / "state"
+        if not offsets_ids and not commit_ids and state.is_dir() and any(state.iterdir()):
+            found.append(
+                Damage(
+                    state,
+                    "stale_state",
+                    -1,
+                    "holds state but the query has no offsets yet: Spark starts it as a new "
+                    "query and refuses a state folder that is not empty",
+                )
+            )
         commits = folder / "commits"
         good_commits = [
             b for b in commit_ids if log_file_problem(commits / str(b), "commits") is None
         ]
-        state = folder / "state"
         if good_commits and state.is_dir():
             last = max(good_commits)
             for store in _store_dirs(state):

@@ -32,6 +32,7 @@ from typing import Any
 from ingest_core.catalog import get_catalog
 from ingest_core.checkpoint_health import (
     STATE_FILE,
+    UNFINISHED_WRITE,
     fingerprint,
     fingerprint_config,
     query_dirs,
@@ -75,7 +76,10 @@ def backups_root(settings: PlatformSettings | None = None) -> Path:
 
 
 def _keep(relative: Path, committed: int) -> bool:
-    """Whether a checkpoint file belongs to a committed batch (see the module docstring)."""
+    """Whether a checkpoint file belongs to a committed batch (see the module docstring);
+    never a half-written temporary file (a crash's, or a running task's)."""
+    if UNFINISHED_WRITE.match(relative.name):
+        return False
     top = relative.parts[0]
     if top in ("offsets", "commits") and len(relative.parts) == 2:
         name = relative.name.lstrip(".").removesuffix(".crc")

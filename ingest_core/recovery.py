@@ -654,14 +654,43 @@ def _apply(plan: Sequence[_Move | _Write]) -> list[str]:
     return actions
 
 
-def _unfinished_aside(checkpoint: Path, damage: Sequence[Damage], quarantine: Path) -> list[_Move]:
-    """Moves of the half-written files in ``damage`` (kind ``unfinished``) into
+#: Damage kinds the query-by-query repair leaves alone: a missing state file (copied back
+#: from a backup), and what goes aside whole (:func:`_whole_aside`).
+_WHOLE = ("state", "stale_state", "unfinished")
+
+
+def _whole_aside(checkpoint: Path, damage: Sequence[Damage], quarantine: Path) -> list[_Move]:
+    """Moves of the stale state folders and half-written files in ``damage`` into
     ``quarantine``, each at its path relative to ``checkpoint``."""
     return [
         _Move(d.path, quarantine / d.path.relative_to(checkpoint))
         for d in damage
-        if d.kind == "unfinished"
+        if d.kind in ("stale_state", "unfinished")
     ]
+
+
+def _outermost(plan: Sequence[_Move | _Write]) -> list[_Move | _Write]:
+    """``plan`` without the moves of files inside a folder the plan moves (a half-written
+    file in a state folder that goes aside whole), and without repeated moves."""
+    folders = {step.path for step in plan if isinstance(step, _Move)}
+    kept: list[_Move | _Write] = []
+    for step in plan:
+        if isinstance(step, _Move) and (step in kept or folders & set(step.path.parents)):
+            continue
+        kept.append(step)
+    return kept
+
+
+def _quarantine(checkpoint: Path) -> Path:
+    """A folder beside ``checkpoint`` that no earlier repair used, for what this one moves
+    aside: ``.<name>.damaged-<UTC time>``, then ``-1``, ``-2``... within the same second (a
+    rename onto an earlier repair's file would replace it)."""
+    base = checkpoint.parent / f".{checkpoint.name}.damaged-{_stamp()}"
+    candidate, number = base, 0
+    while candidate.exists():
+        number += 1
+        candidate = base.with_name(f"{base.name}-{number}")
+    return candidate
 
 
 def set_aside_unfinished_writes(
@@ -684,8 +713,7 @@ def set_aside_unfinished_writes(
     ]
     if not damage:
         return []
-    quarantine = checkpoint.parent / f".{checkpoint.name}.damaged-{_stamp()}"
-    actions = _apply(_unfinished_aside(checkpoint, damage, quarantine))
+    actions = _apply(_whole_aside(checkpoint, damage, _quarantine(checkpoint)))
     audit("set-aside-unfinished-writes", job_name, actions=actions)
     return actions
 
@@ -712,19 +740,16 @@ def recover(job_name: str, settings: PlatformSettings | None = None) -> list[str
     settings = settings or get_settings()
     job = get_catalog().job(job_name)
     checkpoint = job.checkpoint(settings)
-    damage = find_damage(checkpoint)
-    if not damage:
+    if not find_damage(checkpoint):
         return []
     try:
         with checkpoint_lock(checkpoint):
-            quarantine = checkpoint.parent / f".{checkpoint.name}.damaged-{_stamp()}"
-            plan: list[_Move | _Write] = [*_unfinished_aside(checkpoint, damage, quarantine)]
+            # Again under the lock: a driver that ran meanwhile may have changed the files.
+            damage = find_damage(checkpoint)
+            quarantine = _quarantine(checkpoint)
+            plan: list[_Move | _Write] = [*_whole_aside(checkpoint, damage, quarantine)]
             for name, folder in query_dirs(checkpoint).items():
-                mine = [
-                    d
-                    for d in damage
-                    if d.kind not in ("state", "unfinished") and folder in d.path.parents
-                ]
+                mine = [d for d in damage if d.kind not in _WHOLE and folder in d.path.parents]
                 if mine:
                     plan += _plan_query_repair(job_name, name, folder, mine, quarantine, settings)
             states = [
@@ -732,7 +757,7 @@ def recover(job_name: str, settings: PlatformSettings | None = None) -> list[str
                 for d in damage
                 if d.kind == "state"
             ]
-            actions = _apply(plan)
+            actions = _apply(_outermost(plan))
             for source, missing in states:
                 shutil.copy2(source[0], missing)
                 actions.append(f"copied {missing.relative_to(checkpoint)} from {source[1]}")

@@ -53,7 +53,10 @@ def test_recover_moves_state_aside_with_the_only_offsets_no_sink_committed(
     (query / "state" / "0" / "0").mkdir(parents=True)
     (query / "state" / "0" / "0" / "1.delta").write_bytes(b"state of batch 0")
     (query / "offsets" / f".1.{UID}.tmp").write_text("v1\n")
-    assert [d.kind for d in find_damage(query.parent)] == ["unfinished", "offsets"]
+    # Found by the breaker: a half-written state file made the state folder's move fail
+    # half-way (its file had gone aside first).
+    (query / "state" / "0" / "0" / f".2.delta.{UID}.tmp").write_bytes(b"")
+    assert [d.kind for d in find_damage(query.parent)] == ["unfinished", "unfinished", "offsets"]
     recover("gold_aggregate")
     assert find_damage(query.parent) == []
     assert not (query / "state").exists()
@@ -62,3 +65,49 @@ def test_recover_moves_state_aside_with_the_only_offsets_no_sink_committed(
     assert (moved / "state" / "0" / "0" / "1.delta").read_bytes() == b"state of batch 0"
     assert (moved / "offsets" / "0").exists()
     assert (moved / "offsets" / f".1.{UID}.tmp").exists()
+    assert (moved / "state" / "0" / "0" / f".2.delta.{UID}.tmp").exists()
+    (entry,) = [json.loads(line) for line in audit_log().read_text().splitlines()]
+    assert entry["action"] == "recover"
+
+
+def test_a_state_folder_of_a_query_without_offsets_is_named_and_moved_aside(
+    ingest_home: Path,
+) -> None:
+    """Spark would refuse to start the query as a new one (found by the breaker: after a
+    repair that failed half-way, nothing said so)."""
+    query = get_catalog().job("gold_aggregate").checkpoint() / "gold_customer_metrics"
+    (query / "offsets").mkdir(parents=True)
+    (query / "metadata").write_text(json.dumps({"id": "q-gold"}))
+    (query / "state" / "0" / "0").mkdir(parents=True)
+    (query / "state" / "0" / "0" / "1.delta").write_bytes(b"state")
+    assert [(d.kind, d.path.name) for d in find_damage(query.parent)] == [("stale_state", "state")]
+    recover("gold_aggregate")
+    assert find_damage(query.parent) == []
+    moved = _quarantine(query.parent) / "gold_customer_metrics" / "state" / "0" / "0"
+    assert (moved / "1.delta").read_bytes() == b"state"
+
+
+def test_two_repairs_in_one_second_keep_both_moved_aside_files(
+    ingest_home: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Found by the breaker: the second repair's rename replaced the first one's file."""
+    from ingest_core import recovery
+
+    monkeypatch.setattr(recovery, "_stamp", lambda: "20261201T120000Z")
+    checkpoint = get_catalog().job("bronze_ingest").checkpoint()
+    (checkpoint / "offsets").mkdir(parents=True)
+    (checkpoint / "metadata").write_text(json.dumps({"id": "q-1"}))
+    for text in ("first", "second"):
+        (checkpoint / "offsets" / f".0.{UID}.tmp").write_text(text)
+        set_aside_unfinished_writes("bronze_ingest")
+    moved = sorted(checkpoint.parent.glob(".bronze_ingest.damaged-20261201T120000Z*"))
+    assert [m.name[-2:] for m in moved] == ["0Z", "-1"]
+    assert [(m / "offsets" / f".0.{UID}.tmp").read_text() for m in moved] == ["first", "second"]
+
+
+def test_backups_never_take_half_written_files() -> None:
+    from ingest_core.checkpoints import _keep
+
+    assert _keep(Path("offsets/3"), committed=5)
+    assert not _keep(Path(f"offsets/.3.{UID}.tmp"), committed=5)
+    assert not _keep(Path(f"state/0/0/..4.delta.{UID}.tmp.crc"), committed=5)

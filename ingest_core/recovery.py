@@ -654,9 +654,10 @@ def _apply(plan: Sequence[_Move | _Write]) -> list[str]:
     return actions
 
 
-#: Damage kinds the query-by-query repair leaves alone: a missing state file (copied back
-#: from a backup), and what goes aside whole (:func:`_whole_aside`).
-_WHOLE = ("state", "stale_state", "unfinished")
+#: Damage kinds that are not about a query's logs, which the query-by-query repair leaves
+#: alone: a missing state file (copied back from a backup), and what goes aside whole
+#: (:func:`_whole_aside`).
+_NOT_LOG_DAMAGE = ("state", "stale_state", "unfinished")
 
 
 def _whole_aside(checkpoint: Path, damage: Sequence[Damage], quarantine: Path) -> list[_Move]:
@@ -708,12 +709,11 @@ def set_aside_unfinished_writes(
     """
     settings = settings or get_settings()
     checkpoint = get_catalog().job(job_name).checkpoint(settings)
-    damage = [
-        Damage(path, "unfinished", -1, "half-written") for path in unfinished_writes(checkpoint)
-    ]
-    if not damage:
+    leftovers = unfinished_writes(checkpoint)
+    if not leftovers:
         return []
-    actions = _apply(_whole_aside(checkpoint, damage, _quarantine(checkpoint)))
+    quarantine = _quarantine(checkpoint)
+    actions = _apply([_Move(p, quarantine / p.relative_to(checkpoint)) for p in leftovers])
     audit("set-aside-unfinished-writes", job_name, actions=actions)
     return actions
 
@@ -749,7 +749,9 @@ def recover(job_name: str, settings: PlatformSettings | None = None) -> list[str
             quarantine = _quarantine(checkpoint)
             plan: list[_Move | _Write] = [*_whole_aside(checkpoint, damage, quarantine)]
             for name, folder in query_dirs(checkpoint).items():
-                mine = [d for d in damage if d.kind not in _WHOLE and folder in d.path.parents]
+                mine = [
+                    d for d in damage if d.kind not in _NOT_LOG_DAMAGE and folder in d.path.parents
+                ]
                 if mine:
                     plan += _plan_query_repair(job_name, name, folder, mine, quarantine, settings)
             states = [

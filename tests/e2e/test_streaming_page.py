@@ -10,6 +10,7 @@ Delta, not Airflow's database. SQLite keeps its start short."""
 from __future__ import annotations
 
 import os
+import re
 import shutil
 import subprocess
 import sys
@@ -217,12 +218,18 @@ def test_streaming_page_in_a_browser(
         )
         try:
             page = browser.new_page(viewport={"width": 1600, "height": 1100})
+            # A loaded CI machine renders Airflow's React app slowly: 30 s is not enough.
+            page.set_default_timeout(120_000)
+            expect.set_options(timeout=60_000)
             page.goto(f"{api_server.url}/")
             page.get_by_label("Username").fill("admin")
             page.get_by_label("Password").fill(api_server.password)
             page.get_by_role("button", name="Sign in").click()
             page.get_by_role("link", name="Streaming").click()
-            page.wait_for_url("**/plugin/streaming")
+            # Airflow keeps the iframe's location in its own URL (basePath + the iframe's
+            # path): once the page's iframe has loaded /streaming/, the address bar reads
+            # /plugin/streaming/streaming/. It may already be there when this line runs.
+            expect(page).to_have_url(re.compile(r"/plugin/streaming/streaming/$"), timeout=120_000)
             frame = page.frame_locator("iframe")
             job = frame.locator('#jobs tr[data-job="bronze_ingest"]').first
             expect(job.locator(".state")).to_have_text("running", timeout=240_000)

@@ -110,7 +110,8 @@ def start(
     """Start the bronze_ingest streaming query and return it (the caller waits or stops it).
 
     Defaults come from ``include/pipeline.yaml`` and the platform settings; tests pass their
-    own topics, table path and checkpoint.
+    own topics, table path and checkpoint. A micro-batch is written by at most the job's
+    ``output_files_per_batch`` tasks (one file each per ``ingestion_date``).
 
     :param trigger: see :mod:`spark_jobs.triggers`.
     :param topics: Kafka topics to subscribe to.
@@ -165,9 +166,11 @@ def start(
     limit = max_offsets_per_trigger or job.max_offsets_per_trigger
     if limit:
         reader = reader.option("maxOffsetsPerTrigger", str(limit))
+    bronze = to_bronze(reader.load(), found.topic_ids)
+    if job.output_files_per_batch:
+        bronze = bronze.coalesce(job.output_files_per_batch)
     writer = (
-        to_bronze(reader.load(), found.topic_ids)
-        .writeStream.format("delta")
+        bronze.writeStream.format("delta")
         .outputMode("append")
         .partitionBy(*table.partition_by)
         # a Bronze table from before topic_id existed gains the column (null in old rows)

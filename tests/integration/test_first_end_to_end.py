@@ -9,6 +9,7 @@ from pathlib import Path
 import pytest
 from deltalake import DeltaTable
 
+from ingest_core.catalog import get_catalog
 from ingestctl.producer import produce
 from spark_jobs import bronze_ingest
 from spark_jobs.triggers import TriggerSpec
@@ -65,6 +66,19 @@ def test_kafka_to_delta_available_now_exactly_once(
     spark_rows = spark.read.format("delta").load(str(table)).select("value").collect()
     assert sorted(bytes(r.value) for r in spark_rows) == sorted(first["value"].map(bytes))
     assert {json.loads(v)["n"] for v in first["value"]} == set(range(1000))
+
+    # A micro-batch of three Kafka partitions is written by the catalog's fewer tasks.
+    files = get_catalog().job("bronze_ingest").output_files_per_batch
+    assert files is not None
+    assert files < 3
+    added = [
+        int(commit["operationMetrics"]["numAddedFiles"])
+        for commit in DeltaTable(str(table)).history()
+        if commit.get("operation") == "STREAMING UPDATE"
+    ]
+    assert len(added) >= 3
+    # One file per task and ingestion_date; a batch has one ingestion_time (its start).
+    assert max(added) <= files
 
     produce(kafka_bootstrap, _events(1000, 500, topic))
     _run_available_now(spark, topic, table, checkpoint, kafka_bootstrap)

@@ -110,3 +110,13 @@ def test_driver_java_options_are_single_jvm_options_and_never_the_heap_maximum()
         Catalog.model_validate(_declaration(driver_java_options=["-XX:+UseSerialGC -Dx=1"]))
     with pytest.raises(ValidationError, match="driver_memory"):
         Catalog.model_validate(_declaration(driver_memory="lots"))
+
+
+def test_output_files_per_batch_is_positive_and_only_for_kafka_into_delta() -> None:
+    ok = Catalog.model_validate(_declaration(output_files_per_batch=2))
+    assert ok.job("bronze_ingest").output_files_per_batch == 2
+    with pytest.raises(ValidationError, match="greater than or equal to 1"):
+        Catalog.model_validate(_declaration(output_files_per_batch=0))
+    kafka_sink = {"kind": "kafka", "topic_setting": "alerts.topic"}
+    with pytest.raises(ValidationError, match="applies to a job reading Kafka into a Delta"):
+        Catalog.model_validate(_declaration(sink=kafka_sink, outputs=[], output_files_per_batch=2))

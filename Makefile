@@ -11,6 +11,9 @@ VENV       := .venv
 BIN        := $(VENV)/bin
 VENV_STAMP := $(VENV)/.synced
 JARS_STAMP := $(STATE)/jars/.complete
+# The Spark drivers' class-data archive (spark_jobs/class_data_archive.py): made from the
+# venv's pyspark and the jars, so rebuilt when either changes.
+CDS_ARCHIVE := $(STATE)/jars/cds/spark-driver.jsa
 POMS       := include/maven/pom.xml include/maven/spark/pom.xml include/maven/kafka/pom.xml
 PYTEST_ARGS ?=
 # Two pytest workers, one per core: most of a test's wall time is waiting (JVM starts, polls of
@@ -54,7 +57,10 @@ $(JARS_STAMP): $(POMS) | prereqs
 	mvn -B -q -U -Dstyle.color=never -f include/maven/pom.xml package
 	@touch $@
 
-setup: prereqs $(VENV_STAMP) $(JARS_STAMP) ## Python environment (uv.lock) and JVM jars (Maven)
+$(CDS_ARCHIVE): $(VENV_STAMP) $(JARS_STAMP)
+	$(BIN)/python -m spark_jobs.class_data_archive
+
+setup: prereqs $(VENV_STAMP) $(JARS_STAMP) $(CDS_ARCHIVE) ## Python environment (uv.lock), JVM jars (Maven), the drivers' class-data archive
 
 jars: $(JARS_STAMP) ## Fetch the JVM jars into .ingest/jars (once)
 

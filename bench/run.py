@@ -19,6 +19,8 @@ Order of one run (one isolated platform under ``<workdir>/<run id>``, see :mod:`
    trigger (p50 and p99 of Kafka timestamp -> Delta commit);
 8. **alert latency** (``bench.alerts``): payment -> alert on Kafka, real-time mode beside
    a 5-second micro-batch, at ``Profile.alert_rates`` payments/s;
+0. (``--only startup``, first) **driver start** (:mod:`bench.startup`): a small job's
+   spark-submit with and without the drivers' class-data archive;
 9. **memory**: ``--full`` runs ``ingestctl demo`` (own home, ports, Airflow on
    ``--airflow-port``) and samples every platform process every second; the small run
    reports the peaks sampled during the whole bench instead (broker, Airflow CLI, drivers).
@@ -734,7 +736,7 @@ def demo_memory_by_database(bench: Bench) -> None:
 
 
 # -- the run -------------------------------------------------------------------------------
-PARTS = ("throughput", "cycles", "freshness", "alerts", "memory")
+PARTS = ("startup", "throughput", "cycles", "freshness", "alerts", "memory")
 
 
 def _positive(kind: type[int] | type[float]) -> Callable[[str], Any]:
@@ -864,6 +866,11 @@ def main(argv: Sequence[str] | None = None) -> int:
         with interrupts_raise(), env.use(env.home("main")):
             sampler.start()
             print("[bench] " + env.broker_up(), flush=True)
+            if "startup" in only:
+                from bench.startup import driver_start
+
+                with bench.step("driver_start_small_job", "s"):
+                    driver_start(bench)
             if {"throughput", "cycles"} & only:
                 backlog_parts(bench, only)
             if "freshness" in only:

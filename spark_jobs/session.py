@@ -21,6 +21,7 @@ from ingest_core.settings import (
     ingest_home,
     jars_dir,
 )
+from spark_jobs.class_data_archive import archive_java_options
 
 if TYPE_CHECKING:
     from pyspark.sql import SparkSession
@@ -53,6 +54,26 @@ def spark_jar_paths() -> list[Path]:
     return jars
 
 
+def driver_java_options(app_name: str, *, class_data: bool = True) -> list[str]:
+    """The driver JVM's options for ``app_name``: the platform's log4j configuration, the
+    catalog application's ``driver_java_options``, and the class-data archive's
+    (:func:`spark_jobs.class_data_archive.archive_java_options`) unless ``class_data`` is
+    false or it was not built.
+
+    :param app_name: a catalog application's name, or ``<name>.<part>`` (a gate's
+        ``quality_gate.<layer>``); other names get the platform's options only.
+    """
+    from ingest_core.catalog import get_catalog
+
+    application = get_catalog().applications.get(app_name.split(".")[0])
+    options = [f"-Dlog4j2.configurationFile={INCLUDE_DIR / 'spark' / 'log4j2.properties'}"]
+    if application is not None:
+        options += application.driver_java_options
+    if class_data:
+        options += archive_java_options()
+    return options
+
+
 def spark_conf(app_name: str, settings: PlatformSettings | None = None) -> dict[str, str]:
     """Return the Spark configuration the platform uses, as ``spark.*`` key/value strings.
 
@@ -70,9 +91,6 @@ def spark_conf(app_name: str, settings: PlatformSettings | None = None) -> dict[
     spark = settings.spark
     # A gate's application is "quality_gate.<layer>": the catalog's quality_gate.
     application = get_catalog().applications.get(app_name.split(".")[0])
-    java_options = [f"-Dlog4j2.configurationFile={INCLUDE_DIR / 'spark' / 'log4j2.properties'}"]
-    if application is not None:
-        java_options += application.driver_java_options
     conf = {
         "spark.app.name": app_name,
         "spark.master": spark.master,
@@ -89,7 +107,7 @@ def spark_conf(app_name: str, settings: PlatformSettings | None = None) -> dict[
         "spark.ui.enabled": str(spark.ui_enabled).lower(),
         "spark.ui.showConsoleProgress": "false",
         # Applied when the driver JVM starts (pyspark launch or spark-submit --conf).
-        "spark.driver.extraJavaOptions": " ".join(java_options),
+        "spark.driver.extraJavaOptions": " ".join(driver_java_options(app_name)),
         # Data from outside must not crash a job: ANSI stays on (Spark 4's default) and the
         # jobs parse with try_cast/permissive functions instead.
         "spark.sql.ansi.enabled": "true",

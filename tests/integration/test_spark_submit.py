@@ -1,5 +1,6 @@
 """spark-submit still works after install (pyspark and pyspark-client share files), with the
-platform's configuration: local jars, Delta, and the Kafka source class on the class path."""
+platform's configuration: local jars, Delta, the Kafka source class on the class path, and the
+drivers' class-data archive."""
 
 from __future__ import annotations
 
@@ -29,7 +30,11 @@ def test_spark_submit_runs_a_delta_job_with_local_jars(tmp_path: Path) -> None:
     script = tmp_path / "job.py"
     script.write_text(SCRIPT)
     command = [str(Path(sys.executable).parent / "spark-submit")]
-    for key, value in spark_conf("spark_submit_check").items():
+    conf = spark_conf("spark_submit_check")
+    # Which file each class came from: the class-data archive `make setup` built, or a jar.
+    loaded = tmp_path / "classes.log"
+    conf["spark.driver.extraJavaOptions"] += f" -Xlog:class+load=info:file={loaded}"
+    for key, value in conf.items():
         command += ["--conf", f"{key}={value}"]
     env = os.environ | {"PYSPARK_PYTHON": sys.executable}
     result = subprocess.run(
@@ -42,3 +47,16 @@ def test_spark_submit_runs_a_delta_job_with_local_jars(tmp_path: Path) -> None:
     assert result.returncode == 0, result.stderr[-3000:]
     assert "ROWS 7" in result.stdout
     assert "KAFKA ['key', 'value', 'topic', 'partition', 'offset'" in result.stdout
+    # The driver mapped the archive: Spark's and Delta's classes (Delta's come through
+    # spark.jars' class loader) were not loaded from their jars again.
+    sources = {
+        line.split(" source: ")[0].split()[-1]: line.split(" source: ")[1].strip()
+        for line in loaded.read_text().splitlines()
+        if " source: " in line
+    }
+    for name in ("org.apache.spark.SparkContext", "org.apache.spark.sql.delta.DeltaLog"):
+        assert sources[name] == "shared objects file (top)", (name, sources[name])
+    # Of the classes read from a file (not generated at run time), most came from it.
+    shared = sum(source.startswith("shared objects file") for source in sources.values())
+    from_jars = sum(source.startswith(("file:", "jar:", "jrt:")) for source in sources.values())
+    assert shared > 0.8 * (shared + from_jars), f"{shared} from the archive, {from_jars} not"

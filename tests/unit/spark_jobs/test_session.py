@@ -8,7 +8,8 @@ from pathlib import Path
 import pyspark
 import pytest
 
-from spark_jobs.session import spark_conf, spark_jar_paths
+from spark_jobs.class_data_archive import archive_java_options, class_data_archive
+from spark_jobs.session import driver_java_options, spark_conf, spark_jar_paths
 
 pytestmark = pytest.mark.unit
 
@@ -42,8 +43,12 @@ def test_spark_gets_local_files_and_never_downloads() -> None:
 
 
 def _java_options(app_name: str) -> list[str]:
-    """The driver JVM options after the platform's log4j one."""
-    return spark_conf(app_name)["spark.driver.extraJavaOptions"].split()[1:]
+    """The driver JVM options after the platform's log4j one, before the class-data
+    archive's (when ``make setup`` built it)."""
+    options = spark_conf(app_name)["spark.driver.extraJavaOptions"].split()[1:]
+    archive = archive_java_options()
+    assert options[len(options) - len(archive) :] == archive
+    return options[: len(options) - len(archive)]
 
 
 def test_a_catalog_application_brings_its_driver_settings(
@@ -57,9 +62,30 @@ def test_a_catalog_application_brings_its_driver_settings(
     assert conf["spark.driver.memory"] == "768m"
     options = conf["spark.driver.extraJavaOptions"].split()
     assert options[0].startswith("-Dlog4j2.configurationFile=")
-    assert options[1:] == bronze.driver_java_options != []
+    assert _java_options("bronze_ingest") == bronze.driver_java_options != []
     gate = get_catalog().application("quality_gate")
     monkeypatch.setattr(gate, "driver_java_options", ["-Xms32m"])
     assert _java_options("quality_gate.silver") == ["-Xms32m"]  # a gate's application
     assert _java_options("tests") == []  # not in the catalog: the platform's defaults
     assert spark_conf("tests")["spark.driver.memory"] == "1g"
+
+
+def test_drivers_map_the_class_data_archive_once_it_is_built(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from ingest_core.catalog import get_catalog
+
+    monkeypatch.setenv("INGEST_JARS_DIR", str(tmp_path))
+    bronze = get_catalog().job("bronze_ingest").driver_java_options
+    assert archive_java_options() == []  # not built: the drivers start as before
+    assert driver_java_options("bronze_ingest")[1:] == bronze
+    archive = class_data_archive()
+    assert archive.is_relative_to(tmp_path)  # it belongs with the jars it was made from
+    archive.parent.mkdir(parents=True)
+    archive.write_bytes(b"recorded")
+    options = driver_java_options("bronze_ingest")
+    # After the job's own options; HotSpot's warnings about an archive it cannot map are off.
+    assert options[1:] == [*bronze, f"-XX:SharedArchiveFile={archive}", *options[-2:]]
+    assert all(option.startswith("-Xlog:cds") for option in options[-2:])
+    # The run that records the archive must not map the one it replaces.
+    assert driver_java_options("bronze_ingest", class_data=False)[1:] == bronze

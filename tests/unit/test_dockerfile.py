@@ -76,6 +76,14 @@ def test_the_maven_jars_are_baked_in_where_the_settings_look(dockerfile) -> None
     ), copies
 
 
+def test_the_image_records_the_drivers_class_data_archive_after_installing(dockerfile) -> None:
+    runs = [value for kind, value in stages(dockerfile)[-1]["instructions"] if kind == "RUN"]
+    installs = next(i for i, run in enumerate(runs) if "pip install" in run and " -e " in run)
+    records = [i for i, run in enumerate(runs) if "-m spark_jobs.class_data_archive" in run]
+    assert records, runs
+    assert records[0] > installs, runs
+
+
 def test_the_project_is_installed_from_the_lock_file(dockerfile) -> None:
     all_stages = stages(dockerfile)
     export = " ".join(

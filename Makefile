@@ -12,8 +12,8 @@ BIN        := $(VENV)/bin
 VENV_STAMP := $(VENV)/.synced
 JARS_STAMP := $(STATE)/jars/.complete
 # The Spark drivers' class-data archive (spark_jobs/class_data_archive.py): made from the
-# venv's pyspark and the jars, so rebuilt when either changes.
-CDS_ARCHIVE := $(STATE)/jars/cds/spark-driver.jsa
+# venv's pyspark and the jars, so rebuilt when either changes. Its manifest is written last.
+CDS_ARCHIVE := $(STATE)/jars/cds/spark-driver.jsa.json
 POMS       := include/maven/pom.xml include/maven/spark/pom.xml include/maven/kafka/pom.xml
 PYTEST_ARGS ?=
 # Two pytest workers, one per core: most of a test's wall time is waiting (JVM starts, polls of

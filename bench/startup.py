@@ -33,10 +33,10 @@ assert spark.read.format("delta").load(sys.argv[1]).count() == 7
 
 
 def _command(script: Path, table: Path, archive: bool) -> list[str]:
-    from spark_jobs.session import driver_java_options, spark_submit_conf
+    from spark_jobs.session import driver_java_options, java_options_string, spark_submit_conf
 
     conf = spark_submit_conf("bench_driver_start")
-    conf["spark.driver.extraJavaOptions"] = " ".join(
+    conf["spark.driver.extraJavaOptions"] = java_options_string(
         driver_java_options("bench_driver_start", class_data=archive)
     )
     return [

@@ -9,9 +9,12 @@ small Delta job's spark-submit took 18.9 s instead of 20.9 s, 32.3 s of CPU inst
 (medians of 5, ``python -m bench --only startup``; docs/configuration.md).
 
 The archive is tied to the JDK build and to the class path it was made with (pyspark's
-jars): ``make setup`` rebuilds it when the Python environment or the jars change. A JVM that
-cannot use it (another JDK, another pyspark) starts without it, as before: the archive only
-saves time, it never changes what a job does.
+jars): ``make setup`` rebuilds it when the Python environment or the jars change. It only
+saves time, it never changes what a job does: a driver maps it only when it is complete (the
+size its recording wrote in ``spark-driver.jsa.json``; HotSpot would map a truncated archive
+and crash) and after HotSpot checked its CRCs (``-XX:+VerifySharedSpaces``: a corrupted one
+is refused). A JVM that refuses it (another JDK or pyspark, damage) starts without any class
+sharing, a few seconds slower than a JVM that was never given it, and runs the same.
 
     python -m spark_jobs.class_data_archive      # (re)build it; about 30-60 s
 """
@@ -19,20 +22,23 @@ saves time, it never changes what a job does.
 from __future__ import annotations
 
 import argparse
+import json
 import os
 import subprocess
 import sys
 import tempfile
+import threading
+import time
 from pathlib import Path
 
+from ingest_core.locks import file_lock
 from ingest_core.settings import jars_dir
 
-#: The JVM option that makes a driver map the archive; the warnings a JVM prints when it
-#: cannot (another JDK or class path) would repeat at every start: off.
-_USE = "-XX:SharedArchiveFile={archive} -Xlog:cds=off -Xlog:cds+dynamic=off"
-#: The JVM options of the run that records the archive; one line per class it cannot archive
-#: (signed jars, old class versions) is noise: off.
-_RECORD = "-XX:ArchiveClassesAtExit={archive} -Xlog:cds=off -Xlog:cds+dynamic=off"
+#: HotSpot's warnings about an archive it cannot map (another JDK or class path) would repeat
+#: at every start, and the recording run's about every class it cannot archive (signed jars,
+#: old class versions): off. The recording run keeps errors (a folder it cannot write).
+_QUIET = ["-Xlog:cds=off", "-Xlog:cds+dynamic=off"]
+_QUIET_RECORDING = ["-Xlog:cds=error", "-Xlog:cds+dynamic=error"]
 
 
 def class_data_archive() -> Path:
@@ -41,11 +47,29 @@ def class_data_archive() -> Path:
     return jars_dir() / "cds" / "spark-driver.jsa"
 
 
+def _manifest(archive: Path) -> Path:
+    """What a complete recording wrote beside the archive: its size in bytes (JSON)."""
+    return archive.with_name(archive.name + ".json")
+
+
 def archive_java_options() -> list[str]:
-    """The driver JVM options that map the archive, or ``[]`` when it was not built (a job
-    then starts as it did without it)."""
+    """The driver JVM options that map the archive, or ``[]`` when there is none to map.
+
+    The archive is mapped only when it has the size its recording wrote in its manifest:
+    HotSpot maps a truncated archive and the JVM dies on a ``SIGBUS``. ``-XX:+VerifySharedSpaces``
+    makes it check the archive's CRCs before use: a corrupted archive is then refused (the
+    JVM starts without it) instead of crashing it. Each option is one JVM argument (a path
+    with spaces stays one).
+    """
     archive = class_data_archive()
-    return _USE.format(archive=archive).split() if archive.is_file() else []
+    try:
+        recorded = json.loads(_manifest(archive).read_text())["bytes"]
+        complete = archive.is_file() and archive.stat().st_size == recorded
+    except (OSError, ValueError, KeyError, TypeError):
+        complete = False
+    if not complete:
+        return []
+    return [f"-XX:SharedArchiveFile={archive}", "-XX:+VerifySharedSpaces", *_QUIET]
 
 
 def _workload(archive: Path) -> None:
@@ -55,12 +79,24 @@ def _workload(archive: Path) -> None:
     from pyspark.sql import DataFrame
     from pyspark.sql import functions as F
 
-    from spark_jobs.session import build_spark_session, driver_java_options
+    # The build that started this driver was killed: stop too (the JVM, its stdin closed,
+    # exits), rather than record an archive nobody will move into place.
+    parent = os.getppid()
+
+    def stop_when_orphaned() -> None:
+        while os.getppid() == parent:
+            time.sleep(1)
+        os._exit(1)
+
+    threading.Thread(target=stop_when_orphaned, name="orphan-watch", daemon=True).start()
+
+    from spark_jobs.session import build_spark_session, driver_java_options, java_options_string
 
     options = driver_java_options("class_data_archive", class_data=False)
-    options += _RECORD.format(archive=archive).split()
+    options += [f"-XX:ArchiveClassesAtExit={archive}", *_QUIET_RECORDING]
     spark = build_spark_session(
-        "class_data_archive", extra_conf={"spark.driver.extraJavaOptions": " ".join(options)}
+        "class_data_archive",
+        extra_conf={"spark.driver.extraJavaOptions": java_options_string(options)},
     )
     with tempfile.TemporaryDirectory(prefix="class-data-archive-") as folder:
         events = (
@@ -119,29 +155,42 @@ def _workload(archive: Path) -> None:
 
 def build(archive: Path | None = None) -> Path:
     """(Re)build the archive: record it in a driver of its own (the JVM writes it when it
-    exits), then move it into place, so that drivers never map a half-written file.
+    exits), then move it into place and write its manifest, so that drivers never map a
+    half-written file. One build at a time (a lock beside the archive; a second waits).
 
     :returns: the archive's path (:func:`class_data_archive` by default).
+    :raises PermissionError: the archive's folder is not writable.
     :raises RuntimeError: the recording driver failed or left no archive; its output is in
         the message.
     """
     archive = archive or class_data_archive()
     archive.parent.mkdir(parents=True, exist_ok=True)
-    partial = archive.with_name(archive.name + ".partial")
-    partial.unlink(missing_ok=True)
-    done = subprocess.run(
-        [sys.executable, "-m", "spark_jobs.class_data_archive", "--record", str(partial)],
-        capture_output=True,
-        text=True,
-        check=False,
-    )
-    if done.returncode != 0 or not partial.is_file() or partial.stat().st_size == 0:
+    if not os.access(archive.parent, os.W_OK):
+        raise PermissionError(f"cannot write the class-data archive into {archive.parent}")
+    with file_lock(archive.with_name(archive.name + ".lock")):
+        partial = archive.with_name(archive.name + ".partial")
         partial.unlink(missing_ok=True)
-        raise RuntimeError(
-            f"recording the class-data archive failed (exit {done.returncode}, no {partial}):\n"
-            + (done.stdout + done.stderr)[-3000:]
+        done = subprocess.run(
+            [sys.executable, "-m", "spark_jobs.class_data_archive", "--record", str(partial)],
+            capture_output=True,
+            text=True,
+            check=False,
         )
-    os.replace(partial, archive)
+        if done.returncode != 0 or not partial.is_file() or partial.stat().st_size == 0:
+            partial.unlink(missing_ok=True)
+            raise RuntimeError(
+                f"recording the class-data archive failed (exit {done.returncode}, "
+                f"no {partial}):\n" + (done.stdout + done.stderr)[-3000:]
+            )
+        # Drivers map the archive only when its manifest gives its size: remove the old
+        # manifest first, write the new one last.
+        _manifest(archive).unlink(missing_ok=True)
+        size = partial.stat().st_size
+        os.replace(partial, archive)
+        with tempfile.NamedTemporaryFile("w", dir=archive.parent, delete=False) as manifest:
+            json.dump({"bytes": size}, manifest)
+        os.chmod(manifest.name, 0o644)  # readable by every driver, as the archive is
+        os.replace(manifest.name, _manifest(archive))
     return archive
 
 

@@ -8,6 +8,7 @@ Maven coordinates resolved at session start, no Ivy).
 from __future__ import annotations
 
 import os
+import shlex
 import sys
 import time
 from collections.abc import Mapping
@@ -52,6 +53,13 @@ def spark_jar_paths() -> list[Path]:
                 "(mvn -f include/maven/pom.xml package) once to fetch the JVM jars"
             )
     return jars
+
+
+def java_options_string(options: list[str]) -> str:
+    """``options`` as one ``spark.driver.extraJavaOptions`` value: Spark splits it the way a
+    shell would (``CommandBuilderUtils.parseOptionString``), so an option with a space (a
+    path) is quoted and stays one JVM argument."""
+    return " ".join(shlex.quote(option) for option in options)
 
 
 def driver_java_options(app_name: str, *, class_data: bool = True) -> list[str]:
@@ -107,7 +115,7 @@ def spark_conf(app_name: str, settings: PlatformSettings | None = None) -> dict[
         "spark.ui.enabled": str(spark.ui_enabled).lower(),
         "spark.ui.showConsoleProgress": "false",
         # Applied when the driver JVM starts (pyspark launch or spark-submit --conf).
-        "spark.driver.extraJavaOptions": " ".join(driver_java_options(app_name)),
+        "spark.driver.extraJavaOptions": java_options_string(driver_java_options(app_name)),
         # Data from outside must not crash a job: ANSI stays on (Spark 4's default) and the
         # jobs parse with try_cast/permissive functions instead.
         "spark.sql.ansi.enabled": "true",

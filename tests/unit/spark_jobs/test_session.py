@@ -2,14 +2,21 @@
 
 from __future__ import annotations
 
+import json
 import re
+import shlex
 from pathlib import Path
 
 import pyspark
 import pytest
 
 from spark_jobs.class_data_archive import archive_java_options, class_data_archive
-from spark_jobs.session import driver_java_options, spark_conf, spark_jar_paths
+from spark_jobs.session import (
+    driver_java_options,
+    java_options_string,
+    spark_conf,
+    spark_jar_paths,
+)
 
 pytestmark = pytest.mark.unit
 
@@ -70,7 +77,7 @@ def test_a_catalog_application_brings_its_driver_settings(
     assert spark_conf("tests")["spark.driver.memory"] == "1g"
 
 
-def test_drivers_map_the_class_data_archive_once_it_is_built(
+def test_drivers_map_the_class_data_archive_once_it_is_complete(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     from ingest_core.catalog import get_catalog
@@ -83,9 +90,23 @@ def test_drivers_map_the_class_data_archive_once_it_is_built(
     assert archive.is_relative_to(tmp_path)  # it belongs with the jars it was made from
     archive.parent.mkdir(parents=True)
     archive.write_bytes(b"recorded")
+    assert archive_java_options() == []  # no manifest: a recording that did not finish
+    manifest = archive.with_name(archive.name + ".json")
+    manifest.write_text(json.dumps({"bytes": 100}))
+    assert archive_java_options() == []  # truncated: HotSpot would map it and crash
+    manifest.write_text("{")
+    assert archive_java_options() == []
+    manifest.write_text(json.dumps({"bytes": len(b"recorded")}))
     options = driver_java_options("bronze_ingest")
-    # After the job's own options; HotSpot's warnings about an archive it cannot map are off.
-    assert options[1:] == [*bronze, f"-XX:SharedArchiveFile={archive}", *options[-2:]]
-    assert all(option.startswith("-Xlog:cds") for option in options[-2:])
+    # After the job's own options; HotSpot checks the archive's CRCs before it maps it, and
+    # its warnings about an archive it cannot map are off.
+    assert options[1:] == [*bronze, f"-XX:SharedArchiveFile={archive}", *options[-3:]]
+    assert options[-3:] == ["-XX:+VerifySharedSpaces", "-Xlog:cds=off", "-Xlog:cds+dynamic=off"]
     # The run that records the archive must not map the one it replaces.
     assert driver_java_options("bronze_ingest", class_data=False)[1:] == bronze
+
+
+def test_an_option_with_a_space_stays_one_jvm_argument() -> None:
+    options = ["-XX:SharedArchiveFile=/srv/my jars/cds/a.jsa", "-Xms64m", "-Dq='x y'"]
+    assert shlex.split(java_options_string(options)) == options
+    assert java_options_string(["-Xms64m", "-XX:+UseSerialGC"]) == "-Xms64m -XX:+UseSerialGC"

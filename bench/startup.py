@@ -4,13 +4,16 @@ Every Airflow task that runs Spark starts a driver JVM (``spark-submit``), and o
 increments most of its time is the start: the JVM loading Spark's and Delta's classes, the
 session, the first queries' code. This part runs the same small Delta job (write 7 rows,
 read them back) under ``spark-submit --master local[*]`` with the platform's ``--conf``,
-alternately with the class-data archive ``make setup`` built
-(:mod:`spark_jobs.class_data_archive`) and without it, and reports the medians: wall time
-(s) and CPU time (s, the driver JVM and its Python process).
+alternately with the drivers' class-data archive (:mod:`spark_jobs.class_data_archive`) and
+without it, and reports the medians: wall time (s) and CPU time (s, the driver JVM and its
+Python process). Without the bench's ``SPARK_CONF_DIR`` (event logs), as the platform runs:
+with it no driver can map an archive (:func:`spark_jobs.class_data_archive.
+archive_java_options`), so the bench's other parts measure drivers without one.
 """
 
 from __future__ import annotations
 
+import os
 import resource
 import statistics
 from pathlib import Path
@@ -57,11 +60,22 @@ def driver_start(bench: Bench, pairs: int = 5) -> None:
 
     :raises BenchError: the archive was not built (``make setup``) or a run failed.
     """
-    from ingest_platform.hooks import job_environment
     from spark_jobs.class_data_archive import class_data_archive
 
     if not class_data_archive().is_file():
         raise BenchError(f"no class-data archive at {class_data_archive()}: run `make setup`")
+    # No SPARK_CONF_DIR, as the platform runs (and needs for the archive); restored after.
+    conf_dir = os.environ.pop("SPARK_CONF_DIR", None)
+    try:
+        _interleaved_runs(bench, pairs)
+    finally:
+        if conf_dir is not None:
+            os.environ["SPARK_CONF_DIR"] = conf_dir
+
+
+def _interleaved_runs(bench: Bench, pairs: int) -> None:
+    from ingest_platform.hooks import job_environment
+
     env = bench.env
     script = env.root / "driver_start.py"
     script.write_text(SCRIPT)

@@ -5,7 +5,7 @@ the JVM parses and verifies each from the jars. HotSpot's application class-data
 (AppCDS, JEP 350 "Dynamic CDS Archives", JDK 13+) records the classes a run loaded in an
 archive at its exit (``-XX:ArchiveClassesAtExit``); a later JVM maps it
 (``-XX:SharedArchiveFile``) instead of loading them again. On this project's 2-core machine a
-small Delta job's spark-submit took 18.9 s instead of 20.9 s, 32.3 s of CPU instead of 35.6 s
+small Delta job's spark-submit took 16.9 s instead of 22.9 s, 29.4 s of CPU instead of 38.2 s
 (medians of 5, ``python -m bench --only startup``; docs/configuration.md).
 
 The archive is tied to the JDK build and to the class path it was made with (pyspark's
@@ -53,7 +53,8 @@ def _manifest(archive: Path) -> Path:
 
 
 def archive_java_options() -> list[str]:
-    """The driver JVM options that map the archive, or ``[]`` when there is none to map.
+    """The driver JVM options that map the archive, or ``[]`` when there is none to map or
+    ``SPARK_CONF_DIR`` is set (with it, no driver can use one).
 
     The archive is mapped only when it has the size its recording wrote in its manifest:
     HotSpot maps a truncated archive and the JVM dies on a ``SIGBUS``. ``-XX:+VerifySharedSpaces``
@@ -61,6 +62,11 @@ def archive_java_options() -> list[str]:
     JVM starts without it) instead of crashing it. Each option is one JVM argument (a path
     with spaces stays one).
     """
+    if os.environ.get("SPARK_CONF_DIR"):
+        # spark-class puts that folder first on the driver's class path: HotSpot (JDK 17)
+        # archives no class path with a non-empty folder ("non-empty directory") and maps an
+        # archive only into a JVM whose class path starts as the recording's did.
+        return []
     archive = class_data_archive()
     try:
         recorded = json.loads(_manifest(archive).read_text())["bytes"]

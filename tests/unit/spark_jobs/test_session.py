@@ -51,11 +51,12 @@ def test_spark_gets_local_files_and_never_downloads() -> None:
 
 def _java_options(app_name: str) -> list[str]:
     """The driver JVM options after the platform's log4j one, before the class-data
-    archive's (when ``make setup`` built it)."""
+    archive's (when ``make setup`` built it and the job is not always-on)."""
     options = spark_conf(app_name)["spark.driver.extraJavaOptions"].split()[1:]
     archive = archive_java_options()
-    assert options[len(options) - len(archive) :] == archive
-    return options[: len(options) - len(archive)]
+    if archive and options[-len(archive) :] == archive:
+        return options[: -len(archive)]
+    return options
 
 
 def test_a_catalog_application_brings_its_driver_settings(
@@ -83,9 +84,10 @@ def test_drivers_map_the_class_data_archive_once_it_is_complete(
     from ingest_core.catalog import get_catalog
 
     monkeypatch.setenv("INGEST_JARS_DIR", str(tmp_path))
-    bronze = get_catalog().job("bronze_ingest").driver_java_options
+    monkeypatch.delenv("SPARK_CONF_DIR", raising=False)
+    silver = get_catalog().job("silver_refine").driver_java_options
     assert archive_java_options() == []  # not built: the drivers start as before
-    assert driver_java_options("bronze_ingest")[1:] == bronze
+    assert driver_java_options("silver_refine")[1:] == silver
     archive = class_data_archive()
     assert archive.is_relative_to(tmp_path)  # it belongs with the jars it was made from
     archive.parent.mkdir(parents=True)
@@ -97,13 +99,25 @@ def test_drivers_map_the_class_data_archive_once_it_is_complete(
     manifest.write_text("{")
     assert archive_java_options() == []
     manifest.write_text(json.dumps({"bytes": len(b"recorded")}))
-    options = driver_java_options("bronze_ingest")
+    options = driver_java_options("silver_refine")
     # After the job's own options; HotSpot checks the archive's CRCs before it maps it, and
     # its warnings about an archive it cannot map are off.
-    assert options[1:] == [*bronze, f"-XX:SharedArchiveFile={archive}", *options[-3:]]
+    assert options[1:] == [*silver, f"-XX:SharedArchiveFile={archive}", *options[-3:]]
     assert options[-3:] == ["-XX:+VerifySharedSpaces", "-Xlog:cds=off", "-Xlog:cds+dynamic=off"]
+    assert archive_java_options() == options[-4:]
+    # spark-class puts SPARK_CONF_DIR first on the JVM's class path: HotSpot cannot record
+    # an archive with a folder of files on it, and maps none recorded without it.
+    monkeypatch.setenv("SPARK_CONF_DIR", str(tmp_path))
+    assert archive_java_options() == []
+    monkeypatch.delenv("SPARK_CONF_DIR")
+    for scheduled in ("gold_backfill", "quality_gate.silver", "tests"):
+        assert driver_java_options(scheduled)[-4:] == options[-4:]
     # The run that records the archive must not map the one it replaces.
-    assert driver_java_options("bronze_ingest", class_data=False)[1:] == bronze
+    assert driver_java_options("silver_refine", class_data=False)[1:] == silver
+    # An always-on driver starts once and lives for days: its memory, not its start, counts.
+    bronze = get_catalog().job("bronze_ingest")
+    assert bronze.mode == "always_on"
+    assert driver_java_options("bronze_ingest")[1:] == bronze.driver_java_options
 
 
 def test_an_option_with_a_space_stays_one_jvm_argument() -> None:

@@ -73,8 +73,8 @@ RUN pip install --no-cache-dir --no-deps --require-hashes -r /tmp/requirements.t
     && rm /tmp/requirements.txt
 WORKDIR /opt/ingest-platform
 # The Spark drivers' class-data archive (spark_jobs/class_data_archive.py), recorded with this
-# image's JDK, pyspark and jars: every driver maps it instead of loading Spark's and Delta's
-# classes again. It only saves start time (a driver without it runs the same), so a failed
+# image's JDK, pyspark and jars: the scheduled jobs' drivers map it instead of loading Spark's
+# and Delta's classes again. It only saves start time (a driver without it runs the same), so a failed
 # recording is printed and the build goes on.
 RUN python -m spark_jobs.class_data_archive \
     || echo "class-data archive not recorded: Spark drivers start without it"

@@ -60,13 +60,15 @@ def driver_start(bench: Bench, pairs: int = 5) -> None:
 
     :raises BenchError: the archive was not built (``make setup``) or a run failed.
     """
-    from spark_jobs.class_data_archive import class_data_archive
+    from spark_jobs.class_data_archive import archive_java_options, class_data_archive
 
-    if not class_data_archive().is_file():
-        raise BenchError(f"no class-data archive at {class_data_archive()}: run `make setup`")
     # No SPARK_CONF_DIR, as the platform runs (and needs for the archive); restored after.
     conf_dir = os.environ.pop("SPARK_CONF_DIR", None)
     try:
+        if not archive_java_options():
+            raise BenchError(
+                f"no complete class-data archive at {class_data_archive()}: run `make setup`"
+            )
         _interleaved_runs(bench, pairs)
     finally:
         if conf_dir is not None:

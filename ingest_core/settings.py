@@ -35,8 +35,8 @@ PLATFORM_YAML: Path = INCLUDE_DIR / "platform.yaml"
 def ingest_home() -> Path:
     """Return the folder for everything the platform creates at run time.
 
-    ``INGEST_HOME`` if set, else ``<repository>/.ingest`` (ignored by git). Holds the Maven
-    jars (``jars/``), the broker's data, Delta tables and checkpoints.
+    ``INGEST_HOME`` if set, else ``<repository>/.ingest`` (ignored by git). Holds the broker's
+    data, Delta tables and checkpoints; the Maven jars are in :func:`jars_dir`.
     """
     return Path(os.environ.get("INGEST_HOME", PROJECT_ROOT / ".ingest")).resolve()
 

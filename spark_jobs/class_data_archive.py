@@ -1,6 +1,6 @@
-"""The drivers' class-data archive: ``make setup`` builds it once, every driver maps it.
+"""The drivers' class-data archive: ``make setup`` builds it once, scheduled drivers map it.
 
-A Spark driver with Delta loads ~20,000 classes when it starts and runs its first queries;
+A Spark driver with Delta loads about 16,000 classes when it starts and runs its first queries;
 the JVM parses and verifies each from the jars. HotSpot's application class-data sharing
 (AppCDS, JEP 350 "Dynamic CDS Archives", JDK 13+) records the classes a run loaded in an
 archive at its exit (``-XX:ArchiveClassesAtExit``); a later JVM maps it
@@ -16,7 +16,7 @@ and crash) and after HotSpot checked its CRCs (``-XX:+VerifySharedSpaces``: a co
 is refused). A JVM that refuses it (another JDK or pyspark, damage) starts without any class
 sharing, a few seconds slower than a JVM that was never given it, and runs the same.
 
-    python -m spark_jobs.class_data_archive      # (re)build it; about 30-60 s
+    python -m spark_jobs.class_data_archive      # (re)build it; 1-3 minutes
 """
 
 from __future__ import annotations
@@ -176,10 +176,13 @@ def build(archive: Path | None = None) -> Path:
     with file_lock(archive.with_name(archive.name + ".lock")):
         partial = archive.with_name(archive.name + ".partial")
         partial.unlink(missing_ok=True)
+        # For the drivers that can map it: without SPARK_CONF_DIR (archive_java_options).
+        environment = {k: v for k, v in os.environ.items() if k != "SPARK_CONF_DIR"}
         done = subprocess.run(
             [sys.executable, "-m", "spark_jobs.class_data_archive", "--record", str(partial)],
             capture_output=True,
             text=True,
+            env=environment,
             check=False,
         )
         if done.returncode != 0 or not partial.is_file() or partial.stat().st_size == 0:
@@ -208,7 +211,7 @@ def main(argv: list[str] | None = None) -> int:
     if args.record is not None:
         _workload(args.record)
         return 0
-    print("Recording the Spark drivers' class-data archive (about a minute) ...", flush=True)
+    print("Recording the Spark drivers' class-data archive (1-3 minutes) ...", flush=True)
     archive = build()
     print(f"{archive}: {archive.stat().st_size / 2**20:.0f} MiB", flush=True)
     return 0

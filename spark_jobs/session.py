@@ -67,7 +67,7 @@ def driver_java_options(app_name: str, *, class_data: bool = True) -> list[str]:
     catalog application's ``driver_java_options``, and the class-data archive's
     (:func:`spark_jobs.class_data_archive.archive_java_options`) unless ``class_data`` is
     false, it was not built, or the application is always-on. A mapped archive saves a
-    driver ~2 s of its start but holds ~20-30 MB more of its resident memory (its pages are
+    driver ~6 s of its start but holds ~20-30 MB more of its resident memory (its pages are
     relocated and checked: a small Delta job's driver, serial GC, 561 MB without it, 580 MB
     mapped, 591 MB mapped and CRC-checked): worth it for the scheduled jobs, which start
     every cycle, not for the always-on ones, which start once and live for days.

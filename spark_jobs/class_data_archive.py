@@ -159,17 +159,17 @@ def _workload(archive: Path) -> None:
     spark.stop()
 
 
-def build(archive: Path | None = None) -> Path:
+def build() -> Path:
     """(Re)build the archive: record it in a driver of its own (the JVM writes it when it
     exits), then move it into place and write its manifest, so that drivers never map a
     half-written file. One build at a time (a lock beside the archive; a second waits).
 
-    :returns: the archive's path (:func:`class_data_archive` by default).
+    :returns: the archive's path (:func:`class_data_archive`).
     :raises PermissionError: the archive's folder is not writable.
     :raises RuntimeError: the recording driver failed or left no archive; its output is in
         the message.
     """
-    archive = archive or class_data_archive()
+    archive = class_data_archive()
     archive.parent.mkdir(parents=True, exist_ok=True)
     if not os.access(archive.parent, os.W_OK):
         raise PermissionError(f"cannot write the class-data archive into {archive.parent}")
@@ -212,7 +212,11 @@ def main(argv: list[str] | None = None) -> int:
         _workload(args.record)
         return 0
     print("Recording the Spark drivers' class-data archive (1-3 minutes) ...", flush=True)
-    archive = build()
+    try:
+        archive = build()
+    except (PermissionError, RuntimeError) as error:
+        print(f"class_data_archive: {error}", file=sys.stderr)
+        return 1
     print(f"{archive}: {archive.stat().st_size / 2**20:.0f} MiB", flush=True)
     return 0
 

@@ -27,6 +27,8 @@ from spark_jobs.class_data_archive import archive_java_options
 if TYPE_CHECKING:
     from pyspark.sql import SparkSession
 
+    from ingest_core.catalog import BatchJobSpec, JobSpec
+
 
 class MissingJarsError(RuntimeError):
     """The Maven-fetched jars are not where the platform expects them."""
@@ -55,6 +57,14 @@ def spark_jar_paths() -> list[Path]:
     return jars
 
 
+def _application(app_name: str) -> JobSpec | BatchJobSpec | None:
+    """The catalog application behind ``app_name``: a gate's application is
+    ``quality_gate.<layer>``, the catalog's ``quality_gate``; None for names not in it."""
+    from ingest_core.catalog import get_catalog
+
+    return get_catalog().applications.get(app_name.split(".")[0])
+
+
 def java_options_string(options: list[str]) -> str:
     """``options`` as one ``spark.driver.extraJavaOptions`` value: Spark splits it the way a
     shell would (``CommandBuilderUtils.parseOptionString``), so an option with a space (a
@@ -75,9 +85,7 @@ def driver_java_options(app_name: str, *, class_data: bool = True) -> list[str]:
     :param app_name: a catalog application's name, or ``<name>.<part>`` (a gate's
         ``quality_gate.<layer>``); other names get the platform's options only.
     """
-    from ingest_core.catalog import get_catalog
-
-    application = get_catalog().applications.get(app_name.split(".")[0])
+    application = _application(app_name)
     options = [f"-Dlog4j2.configurationFile={INCLUDE_DIR / 'spark' / 'log4j2.properties'}"]
     if application is not None:
         options += application.driver_java_options
@@ -97,12 +105,9 @@ def spark_conf(app_name: str, settings: PlatformSettings | None = None) -> dict[
     :param settings: platform settings; the current profile's when ``None``.
     :raises MissingJarsError: see :func:`spark_jar_paths`.
     """
-    from ingest_core.catalog import get_catalog
-
     settings = settings or get_settings()
     spark = settings.spark
-    # A gate's application is "quality_gate.<layer>": the catalog's quality_gate.
-    application = get_catalog().applications.get(app_name.split(".")[0])
+    application = _application(app_name)
     conf = {
         "spark.app.name": app_name,
         "spark.master": spark.master,

@@ -135,6 +135,13 @@ def spark_conf(app_name: str, settings: PlatformSettings | None = None) -> dict[
         # The quality gates read exactly the rows a layer added between two table versions
         # (Delta's change data feed); appends cost nothing extra with it on.
         "spark.databricks.delta.properties.defaults.enableChangeDataFeed": "true",
+        # Constraint propagation (inferring IsNotNull and equality filters from every
+        # projection) grows with the number of aliased CASE WHEN columns, and Silver's
+        # decision plans have many: a JFR profile of a Silver micro-batch spent 28 % of its
+        # planning thread in `getAllValidConstraints`; a medallion integration test took 157 s
+        # without it, 168-190 s with it (bench/results/REFERENCE.md). The jobs filter
+        # explicitly where a filter matters.
+        "spark.sql.constraintPropagation.enabled": "false",
     }
     if spark.cores_max is not None:
         # Standalone clusters: several applications (always-on and scheduled) share it.

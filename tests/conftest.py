@@ -75,7 +75,7 @@ def spark() -> Iterator[object]:
                 # projections with Janino (and formatting the generated source first) cost
                 # more than evaluating them. A JFR profile of a medallion integration test
                 # spent ~20 % of the driver's CPU there; interpreted projections took the
-                # test from 190 s to 136 s. Same results by Spark's contract; the jobs that
+                # test from 157 s to 135 s. Same results by Spark's contract; the jobs that
                 # spark-submit runs (Airflow tasks, e2e) keep Spark's default (codegen).
                 "spark.sql.codegen.factoryMode": "NO_CODEGEN",
                 # The plan text every query posts to listeners: the short form.

@@ -345,10 +345,10 @@ class SilverBatchWriter:
             seen = self._seen(batch_id, watermarks)
             # Enriched before the counts: a dimension that multiplied rows would unbalance
             # them (ReconciliationError) instead of writing an event twice. Materialised once
-            # with its lineage cut (a local checkpoint, MEMORY_AND_DISK): the summary and the
-            # seven writes below each planned the whole parse-decide-enrich plan again when
-            # it was only persisted (constraint sets, cache lookups by canonical plan); a
-            # medallion integration test ran 112-125 s instead of 136 s.
+            # with its lineage cut (a local checkpoint, MEMORY_AND_DISK): the summary and each
+            # write below (one per table) planned the whole parse-decide-enrich plan again
+            # when it was only persisted (constraint sets, cache lookups by canonical plan);
+            # a medallion integration test ran 112-125 s instead of 136 s.
             decided = enrich_with_customers(
                 decide(parsed, watermarks, seen), self._customers()
             ).localCheckpoint()

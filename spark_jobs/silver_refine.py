@@ -352,6 +352,7 @@ class SilverBatchWriter:
             decided = enrich_with_customers(
                 decide(parsed, watermarks, seen), self._customers()
             ).localCheckpoint()
+            batch.unpersist()  # everything below reads `decided`
             summary = (
                 decided.groupBy("_contract_topic", "partition", "_decision")
                 .agg(

@@ -47,7 +47,7 @@ from ingest_core.settings import PlatformSettings, get_settings
 from ingest_core.time_range import TimeRange, TimeRangeError
 
 if TYPE_CHECKING:
-    from pyspark.sql import DataFrame, SparkSession
+    from pyspark.sql import Column, DataFrame, SparkSession
 
 JOB_NAME = "gold_backfill"
 #: A backfill's interval may span at most this long (one DAG run is normally 15 minutes).
@@ -203,6 +203,47 @@ def _specs() -> dict[str, WindowedTable]:
     return windowed_tables()
 
 
+def interval_changes(
+    fresh: DataFrame, existing: DataFrame, keys: Sequence[str], final: Column
+) -> dict[str, int]:
+    """What replacing ``existing`` by the finalised rows of ``fresh`` would change, counted
+    in one Spark query (a full outer join on ``keys``).
+
+    :param fresh: the recomputed rows of an interval, finalised or not (a Gold table's
+        columns).
+    :param existing: the table's finalised rows of the interval, same columns.
+    :param keys: the table's keys (``include/pipeline.yaml``); rows with equal keys are the
+        same window or session, so they share finality.
+    :param final: a boolean column of ``fresh``: the stream has finalised the row.
+    :returns: counts of rows: ``recomputed`` (finalised rows of ``fresh``), ``open`` (the
+        others), ``inserted`` (finalised, absent from ``existing``), ``deleted`` (in
+        ``existing``, no finalised row in ``fresh``), ``changed`` (both, some value differs;
+        nulls compare equal).
+    """
+    from pyspark.sql import functions as F
+
+    values = [c for c in existing.columns if c not in keys]
+    s_in, t_in = F.col("s._final").isNotNull(), F.col("t._in").isNotNull()
+    s_final = F.coalesce(F.col("s._final"), F.lit(False))
+    same = F.lit(True)
+    for column in values:
+        same = same & F.col(f"s.{column}").eqNullSafe(F.col(f"t.{column}"))
+    row = (
+        fresh.withColumn("_final", final)
+        .alias("s")
+        .join(existing.withColumn("_in", F.lit(1)).alias("t"), list(keys), "full_outer")
+        .agg(
+            F.count(F.when(s_final, 1)).alias("recomputed"),
+            F.count(F.when(s_in & ~s_final, 1)).alias("open"),
+            F.count(F.when(s_final & ~t_in, 1)).alias("inserted"),
+            F.count(F.when(t_in & ~s_final, 1)).alias("deleted"),
+            F.count(F.when(s_final & t_in & ~same, 1)).alias("changed"),
+        )
+        .collect()[0]
+    )
+    return row.asDict()
+
+
 def backfill_table(
     spark: SparkSession,
     table: str,
@@ -234,29 +275,9 @@ def backfill_table(
         report.open = fresh_all.count()  # the stream has not finalised anything yet
         return report
     final = F.col(spec.end_col) <= F.lit(watermark)
-    fresh_all = fresh_all.localCheckpoint()  # computed once: counted twice, then merged
     fresh = fresh_all.where(final)
     existing = _interval_rows(current, spec, interval).where(final).select(*fresh.columns)
-    keys, values = list(spec.keys), [c for c in fresh.columns if c not in spec.keys]
-    s_in, t_in = F.col("s._in").isNotNull(), F.col("t._in").isNotNull()
-    same = F.lit(True)
-    for column in values:
-        same = same & F.col(f"s.{column}").eqNullSafe(F.col(f"t.{column}"))
-    counts = (
-        fresh.withColumn("_in", F.lit(1))
-        .alias("s")
-        .join(existing.withColumn("_in", F.lit(1)).alias("t"), keys, "full_outer")
-        .agg(
-            F.count(F.when(s_in, 1)).alias("recomputed"),
-            F.count(F.when(s_in & ~t_in, 1)).alias("inserted"),
-            F.count(F.when(t_in & ~s_in, 1)).alias("deleted"),
-            F.count(F.when(s_in & t_in & ~same, 1)).alias("changed"),
-        )
-        .collect()[0]
-    )
-    report.recomputed, report.inserted = counts["recomputed"], counts["inserted"]
-    report.deleted, report.changed = counts["deleted"], counts["changed"]
-    report.open = fresh_all.where(~final).count()
+    report = TableReport(table, **interval_changes(fresh_all, existing, spec.keys, final))
     if report.changed or report.inserted or report.deleted:
         start, end = (f"'{t.isoformat()}'" for t in (interval.start, interval.end))
         in_interval = (
@@ -266,7 +287,7 @@ def backfill_table(
         (
             DeltaTable.forPath(spark, str(path))
             .alias("t")
-            .merge(fresh.alias("s"), " AND ".join(f"t.{k} = s.{k}" for k in keys))
+            .merge(fresh.alias("s"), " AND ".join(f"t.{k} = s.{k}" for k in spec.keys))
             .whenMatchedUpdateAll()
             .whenNotMatchedInsertAll()
             .whenNotMatchedBySourceDelete(in_interval)

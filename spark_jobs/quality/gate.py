@@ -71,6 +71,9 @@ RESULTS_SCHEMA = (
 _CDF_COLUMNS = ("_change_type", "_commit_version", "_commit_timestamp")
 #: Change-feed rows that are a table's new rows (inserts, and updated rows' new images).
 _NEW_ROWS = ("insert", "update_postimage")
+#: The GX data source of each engine; a table's asset and validation definition (named
+#: ``<table>.<engine>``) belong to its engine's source.
+GX_SOURCES = {"spark": "platform", "pandas": "platform_pandas"}
 #: ``validate --engine``: ``auto`` is pandas up to ``quality.pandas_max_rows``, else Spark.
 ENGINE_CHOICES = ("auto", "pandas", "spark")
 
@@ -255,10 +258,17 @@ def _validate(
     The result is stored in the GX project; Data Docs are built by the caller, once."""
     import great_expectations as gx
 
-    if engine == "spark":
-        source = context.data_sources.add_or_update_spark(name="platform")
-    else:
-        source = context.data_sources.add_or_update_pandas(name="platform_pandas")
+    # One data source per engine, created once and kept: GX's add_or_update_* replaces a
+    # data source with an empty one, and a stored validation definition whose asset is gone
+    # no longer loads (it broke the first pandas gate after a Spark one).
+    name = GX_SOURCES[engine]
+    try:
+        source = context.data_sources.get(name)
+    except KeyError:
+        add = (
+            context.data_sources.add_spark if engine == "spark" else context.data_sources.add_pandas
+        )
+        source = add(name=name)
     names = [asset.name for asset in source.assets]
     asset = (
         source.get_asset(rules.table)
@@ -273,7 +283,7 @@ def _validate(
     suite = build_suite(rules, settings.quality, band=band, now=now, engine=engine)
     suite = context.suites.add_or_update(suite)
     definition = context.validation_definitions.add_or_update(
-        gx.ValidationDefinition(name=rules.table, data=batch, suite=suite)
+        gx.ValidationDefinition(name=f"{rules.table}.{engine}", data=batch, suite=suite)
     )
     result_format: dict[str, Any] = {"result_format": "SUMMARY"}
     if collect_ids:

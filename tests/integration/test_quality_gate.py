@@ -12,7 +12,7 @@ import pytest
 from ingest_core.catalog import get_catalog
 from ingest_core.settings import get_settings
 from spark_jobs.quality import gate, state
-from tests.integration.medallion import Platform, payment, windows
+from tests.integration.medallion import Platform, activity, payment, windows
 
 pytestmark = pytest.mark.integration
 
@@ -48,6 +48,31 @@ def test_gate_validates_increments_only_and_empty_passes(platform: Platform) -> 
     assert inc.from_version == first["silver_payments"].increment.to_version + 1
     results = platform.read("ops_gate_results")
     assert sorted(results.run_id.unique()) == ["r1", "r3"]
+
+
+def test_the_engine_may_change_between_gate_runs(platform: Platform) -> None:
+    """A Spark gate run, then a pandas one, then Spark again, on one GX project (as when an
+    increment crosses ``quality.pandas_max_rows``): each validates its increment. GX's
+    ``add_or_update_*`` emptied a data source on every table, so the second run could not
+    load the definitions the first had stored ("Could not find asset named 'silver_orders'
+    within 'platform' data source": a 1M-event bench's next cycle)."""
+    runs: list[dict[str, gate.TableOutcome]] = []
+    for i, engine in enumerate(("spark", "pandas", "spark")):
+        platform.send("payments", _payments(f"e{i}", 10 * i, 2))
+        when = f"2026-01-01T10:{10 * i:02d}:30Z"
+        platform.send("customer_activity", [activity(f"a{i}", when, "c1")])
+        platform.bronze()
+        platform.silver()
+        if engine == "spark":
+            outcomes = gate.validate_layer(platform.spark, "silver", run_id=f"r{i}")
+        else:
+            outcomes = gate.validate_layer_without_spark("silver", run_id=f"r{i}") or []
+        runs.append({o.increment.table: o for o in outcomes})
+    for outcomes in runs:  # two tables: a data source holds several assets
+        assert outcomes["silver_payments"].rows == 2
+        assert outcomes["silver_customer_activity"].rows == 1
+        assert {o.status for o in outcomes.values()} <= {"passed", "empty"}
+    assert sorted(platform.read("ops_gate_results").run_id.unique()) == ["r0", "r1", "r2"]
 
 
 def test_bad_increment_is_held_back_until_quarantined_and_nothing_is_lost(

@@ -267,13 +267,12 @@ def backfill_table(
     settings = settings or get_settings()
     spec = _specs()[table]
     path = get_catalog().table(table).path(settings)
-    report = TableReport(table)
     watermark = gold_watermark(table, settings)
     current = read_table(spark, path)
     fresh_all = recompute(spark, table, interval, settings, source)
     if watermark is None or current is None:
-        report.open = fresh_all.count()  # the stream has not finalised anything yet
-        return report
+        # The stream has not finalised anything yet.
+        return TableReport(table, open=fresh_all.count())
     final = F.col(spec.end_col) <= F.lit(watermark)
     fresh = fresh_all.where(final)
     existing = _interval_rows(current, spec, interval).where(final).select(*fresh.columns)

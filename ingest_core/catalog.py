@@ -19,7 +19,13 @@ import yaml
 from pydantic import BaseModel, Field, field_validator, model_validator
 
 from ingest_core.intervals import IntervalError, parse_interval
-from ingest_core.settings import INCLUDE_DIR, TOPIC_PATTERN, PlatformSettings, get_settings
+from ingest_core.settings import (
+    INCLUDE_DIR,
+    TOPIC_PATTERN,
+    JavaOptions,
+    PlatformSettings,
+    get_settings,
+)
 
 PIPELINE_YAML: Path = INCLUDE_DIR / "pipeline.yaml"
 _NAME = r"^[a-z][a-z0-9_]*$"
@@ -245,8 +251,6 @@ class KafkaSourceSpec(BaseModel):
 
     @model_validator(mode="after")
     def _valid_topics(self) -> KafkaSourceSpec:
-        import re
-
         bad = [t for t in self.topics if not re.fullmatch(TOPIC_PATTERN, t)]
         if bad:
             raise ValueError(f"invalid Kafka topic names {bad}: use 1-249 of [A-Za-z0-9._-]")
@@ -287,12 +291,10 @@ class _ApplicationSpec(BaseModel):
         task skips the job while none changed); None: its inputs that it does not write.
     :param driver_memory: ``spark.driver.memory`` (the driver JVM's heap, e.g. ``768m``) of
         this application; None: the platform's ``spark.driver_memory`` setting.
-    :param driver_java_options: more options of the driver JVM (each ``-X...``), after the
-        platform's (``spark.driver.extraJavaOptions``): e.g. the always-on jobs' serial GC and
-        small initial heap, which hold a light stream in about 250 MB less resident memory
-        than G1 with its initial heap of 1/64 of the machine's memory (measured with the
-        JVM's native memory tracking; ``bench/results/REFERENCE.md``). ``-Xmx`` is refused:
-        the heap is ``driver_memory``.
+    :param driver_java_options: more options of this application's driver JVM (each one
+        ``-X...`` option; ``-Xmx`` is refused: the heap is ``driver_memory``), after the
+        platform's ``spark.driver_java_options`` setting (``include/platform.yaml``: the
+        serial GC and a small initial heap on one machine).
     """
 
     name: str = Field(pattern=_NAME)
@@ -303,19 +305,7 @@ class _ApplicationSpec(BaseModel):
     settings: dict[str, str] = {}
     work_from: list[str] | None = None
     driver_memory: str | None = Field(default=None, pattern=r"^\d+[kmgKMG]$")
-    driver_java_options: list[str] = []
-
-    @field_validator("driver_java_options")
-    @classmethod
-    def _java_options(cls, value: list[str]) -> list[str]:
-        for option in value:
-            if not re.fullmatch(r"-X[A-Za-z0-9:+=._-]+", option):
-                raise ValueError(f"driver_java_options: {option!r} is not one -X JVM option")
-            if option.startswith("-Xmx"):
-                raise ValueError(
-                    f"driver_java_options: {option!r}: the heap's maximum is driver_memory"
-                )
-        return value
+    driver_java_options: JavaOptions = []
 
     @model_validator(mode="after")
     def _work_from_inputs(self) -> _ApplicationSpec:

@@ -15,9 +15,16 @@ import re
 from collections.abc import Iterable
 from functools import lru_cache
 from pathlib import Path
-from typing import Any, Literal
+from typing import Annotated, Any, Literal
 
-from pydantic import BaseModel, Field, SecretStr, field_validator, model_validator
+from pydantic import (
+    AfterValidator,
+    BaseModel,
+    Field,
+    SecretStr,
+    field_validator,
+    model_validator,
+)
 from pydantic_settings import (
     BaseSettings,
     PydanticBaseSettingsSource,
@@ -265,6 +272,29 @@ class KafkaSettings(BaseModel):
         return _resolve(self.data_dir)
 
 
+def check_java_options(options: list[str]) -> list[str]:
+    """Refuse what is not one ``-X`` JVM option per item, and ``-Xmx``.
+
+    The options end up in ``spark.driver.extraJavaOptions``, which Spark splits like a shell
+    would: an item with a space would become two JVM arguments. The heap's maximum is
+    ``spark.driver.memory`` (``driver_memory``), never an option.
+
+    :raises ValueError: naming the option.
+    """
+    for option in options:
+        if not re.fullmatch(r"-X[A-Za-z0-9:+=._-]+", option):
+            raise ValueError(f"driver_java_options: {option!r} is not one -X JVM option")
+        if option.startswith("-Xmx"):
+            raise ValueError(
+                f"driver_java_options: {option!r}: the heap's maximum is driver_memory"
+            )
+    return options
+
+
+#: Driver JVM options (``-X...``), checked by :func:`check_java_options`.
+JavaOptions = Annotated[list[str], AfterValidator(check_java_options)]
+
+
 class SparkSettings(BaseModel):
     """How the platform's SparkSessions are built (see :mod:`spark_jobs.session`).
 
@@ -281,6 +311,12 @@ class SparkSettings(BaseModel):
     :param driver_host: address the executors reach the driver at, when drivers run in a
         container or on a host the workers know by another name (``spark.driver.host``; the
         driver then binds every interface). ``None``: Spark's own choice (loopback locally).
+    :param driver_java_options: options of every driver JVM the platform starts (each one
+        ``-X...`` option; ``-Xmx`` is refused: the heap is ``driver_memory``), before a catalog
+        application's own. The ``local`` and ``compose`` profiles give the serial GC and a
+        64 MB initial heap: on 2 cores G1 starts at 1/64 of the machine's memory and keeps
+        remembered sets, about 500 MB more resident memory per scheduled driver, for no speed
+        (``bench/results/REFERENCE.md``).
     """
 
     master: str = "local[*]"
@@ -290,6 +326,7 @@ class SparkSettings(BaseModel):
     executor_memory: str = Field("1g", pattern=r"^\d+[kmgKMG]$")
     cores_max: int | None = Field(None, ge=1)
     driver_host: str | None = None
+    driver_java_options: JavaOptions = []
 
     @field_validator("master")
     @classmethod

@@ -72,21 +72,28 @@ def java_options_string(options: list[str]) -> str:
     return " ".join(shlex.quote(option) for option in options)
 
 
-def driver_java_options(app_name: str, *, class_data: bool = True) -> list[str]:
+def driver_java_options(
+    app_name: str, *, class_data: bool = True, settings: PlatformSettings | None = None
+) -> list[str]:
     """The driver JVM's options for ``app_name``: the platform's log4j configuration, the
-    catalog application's ``driver_java_options``, and the class-data archive's
-    (:func:`spark_jobs.class_data_archive.archive_java_options`) unless ``class_data`` is
-    false, it was not built, or the application is always-on. A mapped archive saves a
-    driver ~6 s of its start but holds ~20-30 MB more of its resident memory (its pages are
-    relocated and checked: a small Delta job's driver, serial GC, 561 MB without it, 580 MB
-    mapped, 591 MB mapped and CRC-checked): worth it for the scheduled jobs, which start
-    every cycle, not for the always-on ones, which start once and live for days.
+    profile's ``spark.driver_java_options`` (``include/platform.yaml``: the serial GC and a
+    64 MB initial heap on one machine), the catalog application's ``driver_java_options``,
+    and the class-data archive's (:func:`spark_jobs.class_data_archive.archive_java_options`)
+    unless ``class_data`` is false, it was not built, or the application is always-on. A
+    mapped archive saves a driver ~6 s of its start but holds ~20-30 MB more of its resident
+    memory (its pages are relocated and checked: a small Delta job's driver, serial GC,
+    561 MB without it, 580 MB mapped, 591 MB mapped and CRC-checked): worth it for the
+    scheduled jobs, which start every cycle, not for the always-on ones, which start once and
+    live for days.
 
     :param app_name: a catalog application's name, or ``<name>.<part>`` (a gate's
         ``quality_gate.<layer>``); other names get the platform's options only.
+    :param settings: platform settings; the current profile's when ``None``.
     """
+    settings = settings or get_settings()
     application = _application(app_name)
     options = [f"-Dlog4j2.configurationFile={INCLUDE_DIR / 'spark' / 'log4j2.properties'}"]
+    options += settings.spark.driver_java_options
     if application is not None:
         options += application.driver_java_options
     if class_data and (application is None or application.mode != "always_on"):
@@ -124,7 +131,9 @@ def spark_conf(app_name: str, settings: PlatformSettings | None = None) -> dict[
         "spark.ui.enabled": str(spark.ui_enabled).lower(),
         "spark.ui.showConsoleProgress": "false",
         # Applied when the driver JVM starts (pyspark launch or spark-submit --conf).
-        "spark.driver.extraJavaOptions": java_options_string(driver_java_options(app_name)),
+        "spark.driver.extraJavaOptions": java_options_string(
+            driver_java_options(app_name, settings=settings)
+        ),
         # Data from outside must not crash a job: ANSI stays on (Spark 4's default) and the
         # jobs parse with try_cast/permissive functions instead.
         "spark.sql.ansi.enabled": "true",

@@ -10,6 +10,7 @@ from pathlib import Path
 import pyspark
 import pytest
 
+from ingest_core.settings import PlatformSettings, get_settings
 from spark_jobs.class_data_archive import archive_java_options, class_data_archive
 from spark_jobs.session import (
     driver_java_options,
@@ -70,11 +71,16 @@ def test_a_catalog_application_brings_its_driver_settings(
     assert conf["spark.driver.memory"] == "768m"
     options = conf["spark.driver.extraJavaOptions"].split()
     assert options[0].startswith("-Dlog4j2.configurationFile=")
-    assert _java_options("bronze_ingest") == bronze.driver_java_options != []
+    # The profile's options (local: the serial GC from a small heap) come first.
+    platform = get_settings().spark.driver_java_options
+    assert platform == ["-XX:+UseSerialGC", "-Xms64m"]
+    assert _java_options("bronze_ingest") == platform
+    monkeypatch.setattr(bronze, "driver_java_options", ["-XX:MaxHeapFreeRatio=30"])
+    assert _java_options("bronze_ingest") == [*platform, "-XX:MaxHeapFreeRatio=30"]
     gate = get_catalog().application("quality_gate")
     monkeypatch.setattr(gate, "driver_java_options", ["-Xms32m"])
-    assert _java_options("quality_gate.silver") == ["-Xms32m"]  # a gate's application
-    assert _java_options("tests") == []  # not in the catalog: the platform's defaults
+    assert _java_options("quality_gate.silver") == [*platform, "-Xms32m"]  # a gate's
+    assert _java_options("tests") == platform  # not in the catalog: the platform's only
     assert spark_conf("tests")["spark.driver.memory"] == "1g"
 
 
@@ -85,7 +91,10 @@ def test_drivers_map_the_class_data_archive_once_it_is_complete(
 
     monkeypatch.setenv("INGEST_JARS_DIR", str(tmp_path))
     monkeypatch.delenv("SPARK_CONF_DIR", raising=False)
-    silver = get_catalog().job("silver_refine").driver_java_options
+    silver = [
+        *get_settings().spark.driver_java_options,
+        *get_catalog().job("silver_refine").driver_java_options,
+    ]
     assert archive_java_options() == []  # not built: the drivers start as before
     assert driver_java_options("silver_refine")[1:] == silver
     archive = class_data_archive()
@@ -117,10 +126,33 @@ def test_drivers_map_the_class_data_archive_once_it_is_complete(
     # An always-on driver starts once and lives for days: its memory, not its start, counts.
     bronze = get_catalog().job("bronze_ingest")
     assert bronze.mode == "always_on"
-    assert driver_java_options("bronze_ingest")[1:] == bronze.driver_java_options
+    assert driver_java_options("bronze_ingest")[1:] == [
+        *get_settings().spark.driver_java_options,
+        *bronze.driver_java_options,
+    ]
 
 
 def test_an_option_with_a_space_stays_one_jvm_argument() -> None:
     options = ["-XX:SharedArchiveFile=/srv/my jars/cds/a.jsa", "-Xms64m", "-Dq='x y'"]
     assert shlex.split(java_options_string(options)) == options
     assert java_options_string(["-Xms64m", "-XX:+UseSerialGC"]) == "-Xms64m -XX:+UseSerialGC"
+
+
+def test_the_profile_chooses_every_drivers_gc(monkeypatch: pytest.MonkeyPatch) -> None:
+    """``spark.driver_java_options`` of the profile reaches every driver, scheduled or
+    always-on; the environment overrides it, and a bad option is refused by name."""
+    g1 = PlatformSettings.model_validate({"spark": {"driver_java_options": ["-XX:+UseG1GC"]}})
+    for app in ("silver_refine", "bronze_ingest", "quality_gate.gold", "tests"):
+        assert driver_java_options(app, class_data=False, settings=g1)[1:] == ["-XX:+UseG1GC"]
+        assert "-XX:+UseG1GC" in spark_conf(app, g1)["spark.driver.extraJavaOptions"]
+    monkeypatch.setenv("INGEST_SPARK__DRIVER_JAVA_OPTIONS", '["-XX:+UseParallelGC"]')
+    get_settings.cache_clear()
+    try:
+        assert get_settings().spark.driver_java_options == ["-XX:+UseParallelGC"]
+        monkeypatch.setenv("INGEST_SPARK__DRIVER_JAVA_OPTIONS", '["-Xmx4g"]')
+        get_settings.cache_clear()
+        with pytest.raises(ValueError, match="'-Xmx4g': the heap's maximum is driver_memory"):
+            get_settings()
+    finally:
+        monkeypatch.delenv("INGEST_SPARK__DRIVER_JAVA_OPTIONS")
+        get_settings.cache_clear()

@@ -315,8 +315,9 @@ class SparkSettings(BaseModel):
         ``-X...`` option; ``-Xmx`` is refused: the heap is ``driver_memory``), before a catalog
         application's own. The ``local`` and ``compose`` profiles give the serial GC and a
         64 MB initial heap: on 2 cores G1 starts at 1/64 of the machine's memory and keeps
-        remembered sets, about 500 MB more resident memory per scheduled driver, for no speed
-        (``bench/results/REFERENCE.md``).
+        remembered sets (about 450 MB more resident memory per scheduled driver), and its
+        concurrent threads compete with Spark's (a 1M-event cycle: 351 s on G1, 268 s on the
+        serial GC; ``bench/results/REFERENCE.md``).
     """
 
     master: str = "local[*]"

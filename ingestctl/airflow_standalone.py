@@ -13,6 +13,7 @@ as Airflow's standalone does on Ctrl-C) and then the standalone.
 from __future__ import annotations
 
 import signal
+import socket
 import subprocess
 import sys
 import threading
@@ -27,6 +28,20 @@ RESTART_BACKOFF_MAX_S = 60.0
 #: A component that ran this long counts as healthy again: its next restart waits
 #: :data:`RESTART_BACKOFF_S`.
 STABLE_AFTER_S = 600.0
+#: The scheduler starts once the API server accepts connections, or after this long anyway.
+#: Its tasks report to the API server's execution API from their first second: a task the
+#: scheduler ran at once (one left from an interrupted run) while the API server was still
+#: starting got "Connection refused", was killed and failed its run.
+API_WAIT_S = 120.0
+
+
+def api_address() -> tuple[str, int]:
+    """Where the API server listens (``[api] host`` and ``port``; a wildcard host is reached
+    on loopback)."""
+    from airflow.configuration import conf
+
+    host = conf.get("api", "host", fallback="127.0.0.1")
+    return ("127.0.0.1" if host in ("0.0.0.0", "::", "") else host, conf.getint("api", "port"))
 
 
 class RestartingSubCommand(threading.Thread):
@@ -35,6 +50,9 @@ class RestartingSubCommand(threading.Thread):
 
     :param parent: the standalone (its ``output_queue`` gets ``(name, line)`` pairs).
     :param launcher: builds the process's argument list from ``command`` (tests replace it).
+    :param wait_for: ``(host, port)`` to accept a TCP connection before the first start (at
+        most :data:`API_WAIT_S`); default: the API server's address for the scheduler, none
+        for the other components.
     """
 
     def __init__(
@@ -45,6 +63,7 @@ class RestartingSubCommand(threading.Thread):
         env: dict[str, str],
         launcher: Callable[[list[str]], list[str]] | None = None,
         backoff_s: float = RESTART_BACKOFF_S,
+        wait_for: tuple[str, int] | None = None,
     ) -> None:
         super().__init__(daemon=True)
         self.parent = parent
@@ -53,6 +72,7 @@ class RestartingSubCommand(threading.Thread):
         self.env = env
         self.launcher = launcher or (lambda command: ["airflow", *command])
         self.backoff_s = backoff_s
+        self.wait_for = wait_for or (api_address() if name == "scheduler" else None)
         self.process: subprocess.Popen[bytes] | None = None
         self.restarts = 0
         self._stopping = threading.Event()
@@ -60,8 +80,26 @@ class RestartingSubCommand(threading.Thread):
     def _say(self, text: str) -> None:
         self.parent.output_queue.append(("standalone", text.encode()))
 
+    def _await_address(self) -> None:
+        if self.wait_for is None:
+            return
+        deadline = time.monotonic() + API_WAIT_S
+        while not self._stopping.is_set():
+            try:
+                socket.create_connection(self.wait_for, timeout=1).close()
+                return
+            except OSError:
+                if time.monotonic() >= deadline:
+                    self._say(
+                        f"{self.name}: nothing answers on {self.wait_for[0]}:{self.wait_for[1]}"
+                        f" after {API_WAIT_S:.0f} s; starting it anyway"
+                    )
+                    return
+                self._stopping.wait(0.5)
+
     def run(self) -> None:
         pause = self.backoff_s
+        self._await_address()
         while not self._stopping.is_set():
             started = time.monotonic()
             self.process = subprocess.Popen(

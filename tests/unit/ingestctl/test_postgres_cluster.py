@@ -4,6 +4,7 @@ launcher's restart loop."""
 
 from __future__ import annotations
 
+import socket
 import stat
 import sys
 import threading
@@ -245,7 +246,7 @@ def test_a_component_that_exits_is_started_again_until_stopped() -> None:
     parent = _Parent()
     component = RestartingSubCommand(
         parent,
-        "scheduler",
+        "dag-processor",
         ["print('beat')"],
         env={},
         launcher=lambda command: [sys.executable, "-c", *command],
@@ -260,15 +261,15 @@ def test_a_component_that_exits_is_started_again_until_stopped() -> None:
     assert not component.is_alive()
     assert component.restarts >= 2
     lines = [(name, line.decode().strip()) for name, line in parent.output_queue]
-    assert ("scheduler", "beat") in lines
-    assert ("standalone", "scheduler exited with code 0; restarting it in 0 s") in lines
+    assert ("dag-processor", "beat") in lines
+    assert ("standalone", "dag-processor exited with code 0; restarting it in 0 s") in lines
 
 
 def test_stopping_during_the_pause_restarts_nothing() -> None:
     parent = _Parent()
     component = RestartingSubCommand(
         parent,
-        "scheduler",
+        "dag-processor",
         ["pass"],
         env={},
         launcher=lambda command: [sys.executable, "-c", *command],
@@ -283,3 +284,38 @@ def test_stopping_during_the_pause_restarts_nothing() -> None:
     component.join(timeout=10)
     assert not component.is_alive()  # woken at once, not after 30 s
     assert component.restarts == 0
+
+
+def test_the_scheduler_starts_once_the_api_server_answers() -> None:
+    """Its tasks report to the API server from their first second: one started before it
+    listened got "Connection refused" and failed its run (a demo restarted after an
+    interrupted one)."""
+    parent = _Parent()
+    with socket.socket() as probe:  # a free port, nothing listening on it yet
+        probe.bind(("127.0.0.1", 0))
+        address = probe.getsockname()
+    component = RestartingSubCommand(
+        parent,
+        "scheduler",
+        ["print('beat'); import time; time.sleep(30)"],
+        env={},
+        launcher=lambda command: [sys.executable, "-c", *command],
+        wait_for=address,
+    )
+    component.start()
+    try:
+        time.sleep(1.5)
+        assert component.process is None  # still waiting
+        assert not parent.output_queue
+        with socket.create_server(address) as api:
+            deadline = time.monotonic() + 30
+            while not parent.output_queue and time.monotonic() < deadline:
+                time.sleep(0.05)
+            assert ("scheduler", b"beat\n") in parent.output_queue
+            api.close()
+    finally:
+        component.stop()
+        component.join(timeout=10)
+    assert not component.is_alive()
+    # Only the scheduler waits, and only for the API server's own address.
+    assert RestartingSubCommand(parent, "dag-processor", [], env={}).wait_for is None

@@ -297,7 +297,7 @@ def test_the_scheduler_starts_once_the_api_server_answers() -> None:
     component = RestartingSubCommand(
         parent,
         "scheduler",
-        ["print('beat'); import time; time.sleep(30)"],
+        ["print('beat', flush=True); import time; time.sleep(30)"],
         env={},
         launcher=lambda command: [sys.executable, "-c", *command],
         wait_for=address,
@@ -307,12 +307,11 @@ def test_the_scheduler_starts_once_the_api_server_answers() -> None:
         time.sleep(1.5)
         assert component.process is None  # still waiting
         assert not parent.output_queue
-        with socket.create_server(address) as api:
+        with socket.create_server(address):
             deadline = time.monotonic() + 30
             while not parent.output_queue and time.monotonic() < deadline:
                 time.sleep(0.05)
             assert ("scheduler", b"beat\n") in parent.output_queue
-            api.close()
     finally:
         component.stop()
         component.join(timeout=10)

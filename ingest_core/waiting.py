@@ -5,11 +5,13 @@ value (returned) or ``timeout_s`` seconds have passed (:class:`TimeoutError` nam
 awaited). The predicate is always called at least once, and once more at the end of the
 timeout: a condition met just in time is not reported as a timeout. An exception from the
 predicate propagates at once (it is a failure, not a "not yet").
+:func:`accepts_connections` is the predicate for a server that should be listening.
 """
 
 from __future__ import annotations
 
 import operator
+import socket
 from collections.abc import Callable
 from typing import TypeVar
 
@@ -49,3 +51,13 @@ def wait_until(
         if not value:
             raise TimeoutError(f"timed out after {timeout_s:g} s waiting for {what}") from None
     return value
+
+
+def accepts_connections(host: str, port: int, timeout_s: float = 1.0) -> bool:
+    """Whether something accepts a TCP connection on ``host``:``port`` within ``timeout_s``
+    seconds (the connection is closed at once)."""
+    try:
+        with socket.create_connection((host, port), timeout=timeout_s):
+            return True
+    except OSError:
+        return False

@@ -13,7 +13,6 @@ as Airflow's standalone does on Ctrl-C) and then the standalone.
 from __future__ import annotations
 
 import signal
-import socket
 import subprocess
 import sys
 import threading
@@ -21,6 +20,8 @@ import time
 from collections.abc import Callable
 from types import FrameType
 from typing import Any
+
+from ingest_core.waiting import accepts_connections, wait_until
 
 #: Pause before the first restart of a component, doubled for every further one.
 RESTART_BACKOFF_S = 5.0
@@ -83,19 +84,15 @@ class RestartingSubCommand(threading.Thread):
     def _await_address(self) -> None:
         if self.wait_for is None:
             return
-        deadline = time.monotonic() + API_WAIT_S
-        while not self._stopping.is_set():
-            try:
-                socket.create_connection(self.wait_for, timeout=1).close()
-                return
-            except OSError:
-                if time.monotonic() >= deadline:
-                    self._say(
-                        f"{self.name}: nothing answers on {self.wait_for[0]}:{self.wait_for[1]}"
-                        f" after {API_WAIT_S:.0f} s; starting it anyway"
-                    )
-                    return
-                self._stopping.wait(0.5)
+        host, port = self.wait_for
+        try:
+            wait_until(
+                lambda: self._stopping.is_set() or accepts_connections(host, port),
+                API_WAIT_S,
+                what=f"{host}:{port} to answer",
+            )
+        except TimeoutError as error:
+            self._say(f"{self.name}: {error}; starting it anyway")
 
     def run(self) -> None:
         pause = self.backoff_s

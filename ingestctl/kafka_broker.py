@@ -34,7 +34,7 @@ import psutil
 from ingest_core.locks import file_lock
 from ingest_core.processes import is_alive, stop_process
 from ingest_core.settings import INCLUDE_DIR, KafkaSettings, jars_dir
-from ingest_core.waiting import wait_until
+from ingest_core.waiting import accepts_connections, wait_until
 
 SERVER_PROPERTIES_TEMPLATE = INCLUDE_DIR / "kafka" / "server.properties"
 LOG4J2_PROPERTIES = INCLUDE_DIR / "kafka" / "log4j2.properties"
@@ -375,7 +375,7 @@ class KafkaBroker:
                 raise BrokerStartError(
                     f"the Kafka broker (pid {pid}) exited during start-up.\n{self.log_tail()}"
                 )
-            if not _accepts_connections(self.settings.host, self.settings.port):
+            if not accepts_connections(self.settings.host, self.settings.port):
                 return False
             try:
                 admin = KafkaAdminClient(
@@ -408,14 +408,6 @@ class KafkaBroker:
     @staticmethod
     def _terminate(pid: int, timeout_s: float) -> None:
         stop_process(pid, grace_s=timeout_s)
-
-
-def _accepts_connections(host: str, port: int) -> bool:
-    try:
-        with socket.create_connection((host, port), timeout=1.0):
-            return True
-    except OSError:
-        return False
 
 
 #: How ``ingestctl`` users choose other broker ports (the end of :class:`PortInUseError`).

@@ -37,8 +37,9 @@ def classify(cmdline: list[str]) -> str:
         or "spark-submit" in text
     ):
         return "spark"
-    # An always-on job's launcher: the Spark provider's hook in a process of its own
-    # (``python -m ingest_platform.hooks submit <job>``), alive as long as its driver.
+    # An always-on job's launcher (``python -m ingest_platform.hooks submit <job>``): the
+    # Spark provider's hook, for the seconds before it execs spark-submit (until 2026-12-02
+    # it stayed alive beside its driver, ~140 MB each).
     if "airflow" in text or "ingest_platform.hooks" in text:
         return "airflow"
     return "bench_tools"

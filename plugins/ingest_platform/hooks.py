@@ -1,6 +1,7 @@
 """Hooks of the platform: what the operators and the streaming supervisor task do, over the
 Spark provider's :class:`~airflow.providers.apache.spark.hooks.spark_submit.SparkSubmitHook`
-(its public API only: the constructor and ``submit(application)``).
+(its constructor and ``submit(application)``; an always-on job's launcher also its
+``_build_spark_submit_command``, see :meth:`PlatformJobHook.launch`).
 
 * :class:`PlatformJobHook`: one ``spark-submit`` of a platform job on a connection
   (``spark_default``: ``local[*]`` embedded, ``spark://host:7077`` on a cluster), with the
@@ -10,8 +11,9 @@ Spark provider's :class:`~airflow.providers.apache.spark.hooks.spark_submit.Spar
 * :class:`StreamingJobHook`: an always-on job (start detached, heartbeat, running or not,
   stop), over :mod:`ingest_platform.supervisor`. A detached start runs
   ``python -m ingest_platform.hooks submit <job> ...`` in a session of its own: that
-  launcher submits the job through :class:`PlatformJobHook` (so through
-  ``SparkSubmitHook.submit``) and outlives the Airflow task, like the driver it waits for.
+  launcher has :class:`PlatformJobHook` build the command ``SparkSubmitHook.submit`` would
+  run, then becomes it (:meth:`PlatformJobHook.launch`, ``exec``), so that no Python process
+  holding Airflow's imports (~140 MB) stays beside each always-on driver for its lifetime.
 """
 
 from __future__ import annotations
@@ -20,11 +22,10 @@ import argparse
 import json
 import logging
 import os
-import re
 import sys
 from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, NoReturn
 
 from airflow.sdk import BaseHook
 
@@ -194,6 +195,30 @@ class PlatformJobHook(BaseHook):
             message: the masked command, the exit code, the log's tail).
         """
         return self.spark_submit_hook().submit(self.application)
+
+    def launch(self) -> NoReturn:
+        """Replace this process by the job's ``spark-submit`` (:func:`os.execvpe`): the command
+        and environment ``SparkSubmitHook.submit`` would run (the provider's
+        ``_build_spark_submit_command``, which sets its ``_env``), without the provider's
+        ``Popen`` and log-reading loop around it. Same pid, process group and output
+        descriptors; the exit status is spark-submit's.
+
+        Why: an always-on job's launcher lived as long as its driver only to pipe its output,
+        holding Airflow's and the provider's imports (138 MB resident per always-on job in
+        the demo, ``python -m bench --only memory --demo``). A scheduled job's task keeps
+        :meth:`submit`: its output belongs in the task's log.
+
+        :raises airflow.exceptions.AirflowNotFoundException: the connection is not defined.
+        :raises spark_jobs.session.MissingJarsError: the Maven jars are missing.
+        :raises OSError: ``spark-submit`` cannot be executed (not found, not executable).
+        """
+        hook = self.spark_submit_hook()
+        command = hook._build_spark_submit_command(self.application)
+        environment = {**os.environ, **(hook._env or {})}
+        self.log.info("spark-submit (in place of the launcher): %s", hook._mask_cmd(command))
+        sys.stdout.flush()
+        sys.stderr.flush()
+        os.execvpe(command[0], command, environment)
 
     def _inputs_file(self) -> Path:
         from ingest_core.runtime_files import runtime_files
@@ -396,31 +421,22 @@ class StreamingJobHook(BaseHook):
         return self.status().heartbeat
 
 
-def _exit_code(error: BaseException) -> int:
-    # The provider's failure message carries spark-submit's exit code ("Error code is: N."):
-    # the launcher exits with it, as the driver would have without the launcher.
-    found = re.search(r"Error code is: (\d+)", str(error))
-    return int(found.group(1)) if found and int(found.group(1)) else 1
-
-
 def main(argv: Sequence[str] | None = None) -> int:
     """``python -m ingest_platform.hooks submit [--conn-id ID] <job> -- <job args>``: the
-    detached launcher of an always-on job. Submits it through :class:`PlatformJobHook`
-    (checkpoint work is the supervisor's) with spark-submit's output on stdout, and waits.
+    detached launcher of an always-on job. Becomes the job's spark-submit
+    (:meth:`PlatformJobHook.launch`; checkpoint work is the supervisor's), whose output goes
+    where the launcher's did and whose exit status is the process's.
 
-    :returns: 0 when spark-submit succeeded, else its exit code (1 when unknown).
+    :returns: only when spark-submit could not be executed: 127, the message on stderr (as a
+        shell says "command not found").
     """
-    from airflow.sdk.exceptions import AirflowException
-
     job, conn_id, job_args = parse_launcher_args(argv)
     logging.basicConfig(level=logging.INFO, stream=sys.stdout, format="%(message)s")
-    hook = PlatformJobHook(job, job_args, conn_id=conn_id, manage_checkpoint=False)
     try:
-        hook.submit()
-    except AirflowException as error:
-        print(f"{job}: {error}", file=sys.stderr)
-        return _exit_code(error)
-    return 0
+        PlatformJobHook(job, job_args, conn_id=conn_id, manage_checkpoint=False).launch()
+    except OSError as error:
+        print(f"{job}: cannot execute spark-submit: {error}", file=sys.stderr)
+    return 127
 
 
 def parse_launcher_args(argv: Sequence[str] | None = None) -> tuple[str, str, list[str]]:

@@ -68,14 +68,63 @@ def test_a_failed_spark_submit_propagates(
 ) -> None:
     from airflow.sdk.exceptions import AirflowException
 
-    from ingest_platform.hooks import PlatformJobHook, main
+    from ingest_platform.hooks import PlatformJobHook
 
     monkeypatch.setenv("FAKE_RC", "3")
     with pytest.raises(AirflowException, match="Error code is: 3"):
         PlatformJobHook("silver_refine").submit()
-    # The detached launcher exits with spark-submit's code.
-    assert main(["submit", "bronze_ingest", "--", "--trigger", "available-now"]) == 3
-    assert fake_spark_submit.read_text().splitlines()[-2:] == ["--trigger", "available-now"]
+
+
+def test_the_launcher_becomes_spark_submit(fake_spark_submit: Path, tmp_path: Path) -> None:
+    """The detached launcher of an always-on job execs spark-submit: the process the
+    supervisor started is spark-submit itself (same pid; no Python process holding Airflow's
+    imports stays beside the driver), its output lands where the launcher's did, and its exit
+    status is spark-submit's."""
+    import os
+    import subprocess
+
+    pid_file = tmp_path / "pid"
+    # The fake spark-submit also records its pid ($$).
+    script = Path(sys.executable).parent / "spark-submit"
+    script.write_text(
+        FAKE_SPARK_SUBMIT.replace("#!/bin/sh\n", f"#!/bin/sh\necho $$ > {pid_file}\n")
+    )
+    # The launcher runs spark-submit from beside its interpreter (use_project_spark_submit):
+    # point it at the fake one's folder.
+    launcher = (
+        f"import sys; sys.executable = {sys.executable!r}; "
+        "from ingest_platform.hooks import main; "
+        "sys.exit(main(['submit', 'bronze_ingest', '--', '--trigger', 'available-now']))"
+    )
+    process = subprocess.Popen(
+        [str(Path(sys.prefix) / "bin" / "python"), "-c", launcher],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
+        text=True,
+        env={**os.environ, "FAKE_RC": "3"},
+    )
+    output, _ = process.communicate(timeout=120)
+    assert process.returncode == 3, output
+    assert int(pid_file.read_text()) == process.pid  # exec: spark-submit is the launcher
+    assert "fake spark-submit output" in output
+    recorded = fake_spark_submit.read_text().splitlines()
+    assert recorded[-3:] == [
+        str(Path("spark_jobs/bronze_ingest.py").resolve()),
+        "--trigger",
+        "available-now",
+    ]
+    assert recorded[recorded.index("--name") + 1] == "bronze_ingest"
+
+
+def test_a_launcher_without_spark_submit_says_so(
+    fake_spark_submit: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from ingest_platform.hooks import main
+
+    bin_dir = Path(sys.executable).parent
+    (bin_dir / "spark-submit").unlink()
+    monkeypatch.setenv("PATH", str(bin_dir))  # no other spark-submit to find
+    assert main(["submit", "bronze_ingest"]) == 127
 
 
 def test_submit_goes_through_the_providers_public_submit(monkeypatch) -> None:

@@ -28,6 +28,7 @@ from ingest_core.kafka_offsets import (
 )
 from ingest_core.settings import get_settings
 from spark_jobs.job_cli import job_parser, operator_errors, owned_checkpoint, parse_job_args
+from spark_jobs.local_frames import local_frame
 from spark_jobs.triggers import TriggerError, TriggerSpec
 
 if TYPE_CHECKING:
@@ -88,7 +89,8 @@ def record_gaps(spark: SparkSession, gaps: list[dict[str, Any]], path: Path) -> 
     from datetime import UTC, datetime
 
     rows = [{"topic_id": None} | g | {"accepted_at": datetime.now(UTC)} for g in gaps]
-    spark.createDataFrame(
+    local_frame(
+        spark,
         rows,
         "topic string, partition int, first_missing_offset long, last_missing_offset long, "
         "reason string, topic_id string, accepted_at timestamp",

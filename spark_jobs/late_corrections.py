@@ -54,6 +54,7 @@ from ingest_core.delta_tables import committed_offsets, table_exists
 from ingest_core.settings import PlatformSettings, get_settings
 from spark_jobs.delta_io import append_idempotent, read_table
 from spark_jobs.job_cli import operator_errors
+from spark_jobs.local_frames import local_frame
 from spark_jobs.quality.holds import without_held
 
 if TYPE_CHECKING:
@@ -138,7 +139,7 @@ def silver_with_late(
     )
     on_time = read_table(spark, catalog.table(table).path(settings))
     if on_time is None:
-        on_time = spark.createDataFrame([], schema)
+        on_time = local_frame(spark, [], schema)
     # Rows an operator held back after a failed gate never reach Gold (quality.holds).
     on_time = without_held(spark, on_time, table, settings)
     every_on_time = on_time

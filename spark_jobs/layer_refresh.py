@@ -42,6 +42,7 @@ from typing import TYPE_CHECKING
 
 from ingest_core.catalog import get_catalog
 from ingest_core.settings import PlatformSettings, get_settings
+from spark_jobs.local_frames import local_frame
 
 if TYPE_CHECKING:
     from pyspark.sql import SparkSession
@@ -316,7 +317,7 @@ def swap(
                     )
             if marks:
                 path = str(catalog.table(RESULTS_TABLE).path(settings))
-                results = spark.createDataFrame(marks, RESULTS_SCHEMA)
+                results = local_frame(spark, marks, RESULTS_SCHEMA)
                 results.write.format("delta").mode("append").save(path)
             journal["marks_recorded"] = True
             journal_path.write_text(json.dumps(journal, indent=1))

@@ -61,6 +61,7 @@ from ingest_core.intervals import parse_interval
 from ingest_core.settings import PlatformSettings, get_settings
 from spark_jobs.delta_io import append_idempotent, read_table
 from spark_jobs.job_cli import job_parser, operator_errors, owned_checkpoint, parse_job_args
+from spark_jobs.local_frames import local_frame
 from spark_jobs.triggers import TriggerError, TriggerSpec
 
 if TYPE_CHECKING:
@@ -277,7 +278,7 @@ class SilverBatchWriter:
 
         seen = read_table(self.spark, self.path("silver_event_ids"))
         if seen is None:
-            return self.spark.createDataFrame([], "event_id string, payload_hash string")
+            return local_frame(self.spark, [], "event_id string, payload_hash string")
         if "query_id" in seen.columns:
             mine_later = (F.col("query_id") == self.app_id()) & (F.col("batch_id") >= batch_id)
             seen = seen.where(~F.coalesce(mine_later, F.lit(False)))
@@ -292,8 +293,8 @@ class SilverBatchWriter:
     def _customers(self) -> DataFrame:
         customers = read_table(self.spark, self.path("silver_customers"))
         if customers is None:
-            return self.spark.createDataFrame(
-                [], "customer_id string, city string, state string, country string"
+            return local_frame(
+                self.spark, [], "customer_id string, city string, state string, country string"
             )
         return customers
 
@@ -447,7 +448,8 @@ class SilverBatchWriter:
             counts.check(batch_id)
             new = advance_watermarks(state, batch_max, self.delay)
             partitions = [(t, p, m) for (t, p), m in sorted(new.partition_max.items())]
-            record = self.spark.createDataFrame(
+            record = local_frame(
+                self.spark,
                 [
                     (
                         JOB_NAME,

@@ -43,6 +43,7 @@ from typing import TYPE_CHECKING, Any
 from ingest_core.catalog import get_catalog
 from ingest_core.settings import PlatformSettings, get_settings
 from spark_jobs.delta_io import append_idempotent, read_table
+from spark_jobs.local_frames import local_frame
 from spark_jobs.quality.holds import held_event_ids
 from spark_jobs.quality.state import (
     HOLDS_TABLE,
@@ -457,7 +458,7 @@ def _record(
     ]
     path = get_catalog().table(RESULTS_TABLE).path(settings)
     if spark is not None:
-        frame = spark.createDataFrame(rows, RESULTS_SCHEMA)
+        frame = local_frame(spark, rows, RESULTS_SCHEMA)
         frame.write.format("delta").mode("append").save(str(path))
         return
     import pyarrow as pa

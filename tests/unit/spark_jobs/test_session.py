@@ -13,6 +13,7 @@ import pytest
 from ingest_core.settings import PlatformSettings, get_settings
 from spark_jobs.class_data_archive import archive_java_options, class_data_archive
 from spark_jobs.session import (
+    _application,
     driver_java_options,
     java_options_string,
     spark_conf,
@@ -74,9 +75,14 @@ def test_a_catalog_application_brings_its_driver_settings(
     # The profile's options (local: the serial GC from a small heap) come first.
     platform = get_settings().spark.driver_java_options
     assert platform == ["-XX:+UseSerialGC", "-Xms64m"]
-    assert _java_options("bronze_ingest") == platform
-    monkeypatch.setattr(bronze, "driver_java_options", ["-XX:MaxHeapFreeRatio=30"])
-    assert _java_options("bronze_ingest") == [*platform, "-XX:MaxHeapFreeRatio=30"]
+    # Then the application's own: every always-on driver's heap shrinks back after a full
+    # collection (include/pipeline.yaml).
+    always_on = ["-XX:MinHeapFreeRatio=10", "-XX:MaxHeapFreeRatio=30"]
+    for job in ("bronze_ingest", "payment_alerts", "payment_alerts_rt"):
+        assert _java_options(job) == [*platform, *always_on]
+    assert _java_options("silver_refine") == platform
+    monkeypatch.setattr(bronze, "driver_java_options", ["-XX:MaxHeapFreeRatio=50"])
+    assert _java_options("bronze_ingest") == [*platform, "-XX:MaxHeapFreeRatio=50"]
     gate = get_catalog().application("quality_gate")
     monkeypatch.setattr(gate, "driver_java_options", ["-Xms32m"])
     assert _java_options("quality_gate.silver") == [*platform, "-Xms32m"]  # a gate's
@@ -143,7 +149,11 @@ def test_the_profile_chooses_every_drivers_gc(monkeypatch: pytest.MonkeyPatch) -
     always-on; the environment overrides it, and a bad option is refused by name."""
     g1 = PlatformSettings.model_validate({"spark": {"driver_java_options": ["-XX:+UseG1GC"]}})
     for app in ("silver_refine", "bronze_ingest", "quality_gate.gold", "tests"):
-        assert driver_java_options(app, class_data=False, settings=g1)[1:] == ["-XX:+UseG1GC"]
+        own = _application(app).driver_java_options if _application(app) else []
+        assert driver_java_options(app, class_data=False, settings=g1)[1:] == [
+            "-XX:+UseG1GC",
+            *own,
+        ]
         assert "-XX:+UseG1GC" in spark_conf(app, g1)["spark.driver.extraJavaOptions"]
     monkeypatch.setenv("INGEST_SPARK__DRIVER_JAVA_OPTIONS", '["-XX:+UseParallelGC"]')
     get_settings.cache_clear()

@@ -34,6 +34,7 @@ from ingest_core.delta_tables import checkpoint_query_id, table_exists
 from ingest_core.settings import PlatformSettings, get_settings
 from spark_jobs.delta_io import append_idempotent, read_table
 from spark_jobs.job_cli import job_parser, operator_errors, owned_checkpoint, parse_job_args
+from spark_jobs.local_frames import local_frame
 from spark_jobs.transforms.alerts import VELOCITY_RULE
 from spark_jobs.triggers import TriggerError, TriggerSpec
 
@@ -185,7 +186,7 @@ def start(
     assert job.sink_table is not None
     table = get_catalog().table(job.sink_table).path(settings)
     if not table_exists(table):
-        spark.createDataFrame([], ALERTS_DDL).write.format("delta").save(str(table))
+        local_frame(spark, [], ALERTS_DDL).write.format("delta").save(str(table))
     payments = usable_rows(parse_payments(spark, settings, JOB_NAME))
     velocity = velocity_alerts(
         payments,

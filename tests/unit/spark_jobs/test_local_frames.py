@@ -66,3 +66,20 @@ def test_mappings_empty_frames_and_bad_rows(spark, tmp_path) -> None:
     assert written == spark.createDataFrame([], RECORD).schema
     with pytest.raises(ValueError, match="2 values for 6 fields"):
         local_frame(spark, [("a", 1)], RECORD)
+
+
+def test_no_job_builds_frames_from_pickled_rows() -> None:
+    """A single ``createDataFrame`` of local rows in a job starts Spark's Python worker daemon
+    in its driver for the driver's lifetime (~150 MB; it sat under payment_alerts' always-on
+    driver): the jobs use local_frame."""
+    from pathlib import Path
+
+    import spark_jobs
+
+    root = Path(spark_jobs.__file__).parent
+    offenders = [
+        str(path.relative_to(root))
+        for path in root.rglob("*.py")
+        if "createDataFrame(" in path.read_text() and path.name != "local_frames.py"
+    ]
+    assert offenders == []

@@ -7,6 +7,12 @@ their Python drivers and workers). Other engineers' processes on the shared mach
 never counted. RSS counts shared pages once per process, so a group's sum is an upper
 bound of what it really holds; the embedded PostgreSQL, whose processes share its buffers,
 is counted by PSS (shared pages divided among the processes sharing them).
+
+The total's PSS is sampled too (``total_peak_pss_mb``): every process's proportional share,
+what the platform really takes from the machine. RSS counts the pages JVMs and Python
+processes share (libjvm, the Python libraries a driver imports, what Airflow's forked
+processes have not written since the fork) once per process: on the demo it is about a fifth
+above the PSS. The target stays on the RSS total, the figure the issue was written against.
 """
 
 from __future__ import annotations
@@ -47,12 +53,14 @@ def classify(cmdline: list[str]) -> str:
 
 @dataclass(eq=False)  # a Thread must stay hashable
 class MemorySampler(threading.Thread):
-    """Sample RSS per group every ``interval_s`` until :meth:`stop`."""
+    """Sample RSS per group, and the platform's PSS total, every ``interval_s`` (seconds)
+    until :meth:`stop`; peaks in MB."""
 
     root: str
     interval_s: float = 1.0
     peaks_mb: dict[str, float] = field(default_factory=lambda: defaultdict(float))
     total_peak_mb: float = 0.0
+    total_peak_pss_mb: float = 0.0
     samples: int = 0
     peak_detail: dict[str, float] = field(default_factory=dict)
 
@@ -80,24 +88,26 @@ class MemorySampler(threading.Thread):
     def sample(self) -> None:
         groups: dict[str, float] = defaultdict(float)
         detail: dict[str, float] = defaultdict(float)
+        pss_total = 0.0
         for process in psutil.process_iter(["pid", "name"]):
             group = self._group(process)
             if group is None:
                 continue
             try:
-                if group == "postgres":
-                    # PostgreSQL's processes share its buffers: RSS counts them once per
-                    # process (275 MiB RSS for a PSS of about 33 MiB with Airflow connected).
-                    rss = process.memory_full_info().pss / 2**20
-                else:
-                    rss = process.memory_info().rss / 2**20
+                memory = process.memory_full_info()  # rss and pss (smaps_rollup)
             except (psutil.NoSuchProcess, psutil.AccessDenied, psutil.ZombieProcess):
                 continue
+            # PostgreSQL's processes share its buffers: RSS counts them once per process
+            # (275 MiB RSS for a PSS of about 33 MiB with Airflow connected).
+            rss = (memory.pss if group == "postgres" else memory.rss) / 2**20
             groups[group] += rss
             detail[f"{group}:{process.info['name']}:{process.pid}"] += rss
+            if group != "bench_tools":
+                pss_total += memory.pss / 2**20
         platform = sum(v for g, v in groups.items() if g != "bench_tools")
         for group, value in groups.items():
             self.peaks_mb[group] = max(self.peaks_mb[group], value)
+        self.total_peak_pss_mb = max(self.total_peak_pss_mb, pss_total)
         if platform > self.total_peak_mb:
             self.total_peak_mb = platform
             self.peak_detail = {k: round(v, 1) for k, v in sorted(detail.items())}

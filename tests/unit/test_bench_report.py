@@ -200,6 +200,31 @@ def test_the_memory_groups_know_the_embedded_postgres() -> None:
     assert classify(["python", "psql_report.py"]) == "bench_tools"
 
 
+def test_the_memory_sampler_counts_only_its_run_and_a_pss_total(tmp_path) -> None:
+    """Processes of the run (``INGEST_HOME`` below its root) count by group; the PSS total
+    (shared pages divided among their sharers) is never above the RSS total; another home's
+    process is not counted."""
+    import subprocess
+    import sys
+    import time
+
+    from bench.memory import MemorySampler
+
+    sleeper = [sys.executable, "-c", "import time; time.sleep(60)", "spark_jobs"]
+    mine = subprocess.Popen(sleeper, env={**os.environ, "INGEST_HOME": str(tmp_path / "a")})
+    other = subprocess.Popen(sleeper, env={**os.environ, "INGEST_HOME": "/elsewhere"})
+    try:
+        time.sleep(0.5)
+        sampler = MemorySampler(str(tmp_path))
+        sampler.sample()
+        assert list(sampler.peak_detail) == [f"spark:python:{mine.pid}"]
+        assert sampler.peaks_mb["spark"] > 1
+        assert 0 < sampler.total_peak_pss_mb <= sampler.total_peak_mb
+    finally:
+        mine.kill()
+        other.kill()
+
+
 def test_a_bench_home_leaves_the_metadata_database_to_ingestctl(tmp_path, monkeypatch) -> None:
     """Exported, the embedded PostgreSQL's URL reads as a user's own database, and
     `ingestctl airflow` did not start the server: every cycle of the bench failed."""

@@ -21,6 +21,7 @@ import threading
 import time
 from collections import defaultdict
 from dataclasses import dataclass, field
+from typing import Any
 
 import psutil
 
@@ -67,41 +68,56 @@ class MemorySampler(threading.Thread):
     def __post_init__(self) -> None:
         threading.Thread.__init__(self, name="memory-sampler", daemon=True)
         self._stop_event = threading.Event()
-        self._mine: dict[int, str | None] = {}
+        self._mine: dict[int, bool] = {}
 
     def stop(self) -> None:
         self._stop_event.set()
         self.join(timeout=10)
 
     def _group(self, process: psutil.Process) -> str | None:
-        # A process's environment and command line do not change: look them up once.
+        # Whether a process belongs to this run: its environment, looked up once. Its group:
+        # from its command line at every sample, which an exec changes (an always-on job's
+        # launcher becomes its spark-submit JVM under the same pid).
         key = process.pid
-        if key not in self._mine:
-            try:
+        try:
+            if key not in self._mine:
                 home = process.environ().get("INGEST_HOME", "")
-                cmd = process.cmdline()
-            except (psutil.NoSuchProcess, psutil.AccessDenied, psutil.ZombieProcess):
+                self._mine[key] = home.startswith(self.root)
+            if not self._mine[key]:
                 return None
-            self._mine[key] = classify(cmd) if home.startswith(self.root) else None
-        return self._mine[key]
+            return classify(process.cmdline())
+        except (psutil.NoSuchProcess, psutil.AccessDenied, psutil.ZombieProcess):
+            return None
 
     def sample(self) -> None:
-        groups: dict[str, float] = defaultdict(float)
-        detail: dict[str, float] = defaultdict(float)
-        pss_total = 0.0
-        for process in psutil.process_iter(["pid", "name"]):
+        seen: dict[int, tuple[str, psutil.Process, Any]] = {}
+        for process in psutil.process_iter(["pid", "ppid", "name", "exe"]):
             group = self._group(process)
             if group is None:
                 continue
             try:
-                memory = process.memory_full_info()  # rss and pss (smaps_rollup)
+                seen[process.pid] = (group, process, process.memory_full_info())
             except (psutil.NoSuchProcess, psutil.AccessDenied, psutil.ZombieProcess):
+                continue
+        groups: dict[str, float] = defaultdict(float)
+        detail: dict[str, float] = defaultdict(float)
+        pss_total = 0.0
+        for pid, (group, process, memory) in seen.items():
+            parent = seen.get(process.info["ppid"])
+            if (
+                parent is not None
+                and parent[1].info["exe"] == process.info["exe"]
+                and parent[2].rss == memory.rss
+            ):
+                # A child in its parent's address space: a JVM's posix_spawn child between
+                # clone and exec (Hadoop's local file system runs `chmod` that way) shows the
+                # parent's pages as its own. Counted once, with the parent.
                 continue
             # PostgreSQL's processes share its buffers: RSS counts them once per process
             # (275 MiB RSS for a PSS of about 33 MiB with Airflow connected).
             rss = (memory.pss if group == "postgres" else memory.rss) / 2**20
             groups[group] += rss
-            detail[f"{group}:{process.info['name']}:{process.pid}"] += rss
+            detail[f"{group}:{process.info['name']}:{pid}"] += rss
             if group != "bench_tools":
                 pss_total += memory.pss / 2**20
         platform = sum(v for g, v in groups.items() if g != "bench_tools")

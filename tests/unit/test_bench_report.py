@@ -225,6 +225,51 @@ def test_the_memory_sampler_counts_only_its_run_and_a_pss_total(tmp_path) -> Non
         other.kill()
 
 
+def test_the_memory_sampler_follows_an_exec_and_counts_a_shared_address_space_once(
+    tmp_path, monkeypatch
+) -> None:
+    """An always-on launcher execs its JVM under the same pid: it counts with Airflow, then
+    with Spark. A JVM's spawn child between clone and exec shows its parent's resident pages:
+    counted once."""
+    from types import SimpleNamespace
+
+    import psutil
+
+    from bench import memory
+
+    class Fake:
+        def __init__(self, pid: int, ppid: int, exe: str, cmd: list[str], rss_mb: int) -> None:
+            self.pid = pid
+            self.info = {"pid": pid, "ppid": ppid, "name": exe.rsplit("/", 1)[-1], "exe": exe}
+            self.cmd = cmd
+            self.rss = rss_mb * 2**20
+
+        def environ(self) -> dict[str, str]:
+            return {"INGEST_HOME": str(tmp_path / "home")}
+
+        def cmdline(self) -> list[str]:
+            return self.cmd
+
+        def memory_full_info(self) -> SimpleNamespace:
+            return SimpleNamespace(rss=self.rss, pss=self.rss // 2)
+
+    launcher = Fake(10, 1, "/venv/bin/python", ["python", "-m", "ingest_platform.hooks"], 140)
+    processes = [launcher]
+    monkeypatch.setattr(psutil, "process_iter", lambda attrs: list(processes))
+    sampler = memory.MemorySampler(str(tmp_path))
+    sampler.sample()
+    assert dict(sampler.peaks_mb) == {"airflow": 140}
+    launcher.info["exe"] = "/usr/bin/java"  # exec: same pid, a JVM now
+    launcher.cmd = ["java", "org.apache.spark.deploy.SparkSubmit", "spark_jobs/x.py"]
+    launcher.rss = 500 * 2**20
+    spawn = Fake(11, 10, "/usr/bin/java", ["java", "org.apache.spark.deploy.SparkSubmit"], 500)
+    processes.append(spawn)
+    sampler.sample()
+    assert sampler.peaks_mb["spark"] == 500  # the JVM once, not its spawn child too
+    assert sampler.total_peak_mb == 500
+    assert sampler.total_peak_pss_mb == 250
+
+
 def test_a_bench_home_leaves_the_metadata_database_to_ingestctl(tmp_path, monkeypatch) -> None:
     """Exported, the embedded PostgreSQL's URL reads as a user's own database, and
     `ingestctl airflow` did not start the server: every cycle of the bench failed."""

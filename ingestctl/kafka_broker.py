@@ -310,8 +310,12 @@ class KafkaBroker:
         return [
             self.java,
             f"-Xmx{self.settings.heap}",
-            "-Xms128m",
-            "-XX:+UseG1GC",
+            # As the platform's Spark drivers on one machine (include/platform.yaml): the
+            # serial GC from a small heap. G1 (kafka-run-class.sh's choice) kept ~390 MB
+            # resident for a demo's few thousand events; its concurrent threads compete with
+            # Spark's on 2 cores.
+            "-Xms32m",
+            "-XX:+UseSerialGC",
             "-Djava.awt.headless=true",
             f"-Dkafka.logs.dir={self.log_dir}",
             f"-Dlog4j2.configurationFile={LOG4J2_PROPERTIES}",

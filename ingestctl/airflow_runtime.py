@@ -25,15 +25,17 @@ import json
 import os
 import subprocess
 import sys
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from datetime import datetime
 from pathlib import Path
-from typing import Any, Literal
+from typing import Any, Literal, TypeVar
 
 from ingest_core.processes import command_line, stop_tree
 from ingest_core.settings import PROJECT_ROOT, get_settings, ingest_home
 from ingest_core.waiting import wait_until
+
+T = TypeVar("T")
 
 #: Local connection: master ``local[*]`` (the provider reads the host of a ``spark``
 #: connection without a port as the whole master URL).
@@ -446,11 +448,23 @@ class AirflowClient:
             raise AirflowError(f"{method} {path}: {response.status_code} {response.text[:300]}")
         return response.json() if response.content else None
 
+    def _poll(self, ask: Callable[[], T]) -> T | None:
+        """``ask()``, or None when the API server did not answer it (a timeout, a reset
+        connection): for a polling loop that is "not yet", and its deadline bounds the wait.
+        On a loaded machine one GET of a run's state took longer than the client's 30 s
+        while the scheduler restarted, and failed a run that then succeeded."""
+        import httpx
+
+        try:
+            return ask()
+        except httpx.TransportError:
+            return None
+
     def wait_for_dag(self, dag_id: str, timeout_s: float = 180) -> None:
         """Wait until the DAG processor has parsed ``dag_id``."""
         try:
             wait_until(
-                lambda: self.http.get(f"/dags/{dag_id}").status_code == 200,
+                lambda: self._poll(lambda: self.http.get(f"/dags/{dag_id}").status_code == 200),
                 timeout_s,
                 2,
                 what=f"DAG {dag_id} to be parsed",
@@ -507,10 +521,10 @@ class AirflowClient:
 
         def finished() -> str | None:
             nonlocal seen
-            state = self.run_state(dag_id, run_id)
+            state = self._poll(lambda: self.run_state(dag_id, run_id))
             if on_change is not None:
-                tasks = self.task_states(dag_id, run_id)
-                if tasks != seen:
+                tasks = self._poll(lambda: self.task_states(dag_id, run_id))
+                if tasks is not None and tasks != seen:
                     on_change(tasks)
                     seen = tasks
             return state if state in ("success", "failed") else None

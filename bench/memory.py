@@ -82,7 +82,11 @@ class MemorySampler(threading.Thread):
         try:
             if key not in self._mine:
                 home = process.environ().get("INGEST_HOME", "")
-                self._mine[key] = home.startswith(self.root)
+                # A child of a process of the run is of the run too: Airflow's processes
+                # that retitle themselves (setproctitle: "airflow worker -- LocalExecutor",
+                # "airflow serve-logs") overwrite the memory /proc/<pid>/environ reads.
+                parent = process.info.get("ppid")
+                self._mine[key] = home.startswith(self.root) or bool(self._mine.get(parent))
             if not self._mine[key]:
                 return None
             return classify(process.cmdline())

@@ -244,8 +244,10 @@ def test_the_memory_sampler_follows_an_exec_and_counts_a_shared_address_space_on
             self.cmd = cmd
             self.rss = rss_mb * 2**20
 
+        home = str(tmp_path / "home")
+
         def environ(self) -> dict[str, str]:
-            return {"INGEST_HOME": str(tmp_path / "home")}
+            return {"INGEST_HOME": self.home} if self.home else {}
 
         def cmdline(self) -> list[str]:
             return self.cmd
@@ -264,10 +266,18 @@ def test_the_memory_sampler_follows_an_exec_and_counts_a_shared_address_space_on
     launcher.rss = 500 * 2**20
     spawn = Fake(11, 10, "/usr/bin/java", ["java", "org.apache.spark.deploy.SparkSubmit"], 500)
     processes.append(spawn)
+    # A retitled Airflow child (setproctitle overwrote what /proc/<pid>/environ reads) is of
+    # the run through its parent; a process of another home is not.
+    worker = Fake(12, 10, "/venv/bin/python", ["airflow worker -- LocalExecutor"], 160)
+    worker.home = ""
+    stranger = Fake(13, 1, "/venv/bin/python", ["airflow", "scheduler"], 999)
+    stranger.home = "/elsewhere"
+    processes += [worker, stranger]
     sampler.sample()
     assert sampler.peaks_mb["spark"] == 500  # the JVM once, not its spawn child too
-    assert sampler.total_peak_mb == 500
-    assert sampler.total_peak_pss_mb == 250
+    assert sampler.peaks_mb["airflow"] == 160  # the launcher is a JVM now; the worker counts
+    assert sampler.total_peak_mb == 660
+    assert sampler.total_peak_pss_mb == 330
 
 
 def test_a_bench_home_leaves_the_metadata_database_to_ingestctl(tmp_path, monkeypatch) -> None:

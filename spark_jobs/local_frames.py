@@ -66,13 +66,16 @@ def local_frame(
     :param rows: tuples in the schema's column order, or mappings by column name (a missing
         key is null).
     :param schema: a DDL string (``"a string, b long"``) or a :class:`StructType`.
-    :raises ValueError: a row has more or fewer values than the schema has columns.
+    :raises ValueError: a row has more or fewer values than the schema has columns, or
+        ``schema`` is not a list of columns.
     :raises pyspark.errors.PySparkException: a value does not cast to its column's type.
     """
     from pyspark.sql import functions as F
     from pyspark.sql.types import StructType
 
     struct = schema if isinstance(schema, StructType) else StructType.fromDDL(schema)
+    if not isinstance(struct, StructType):  # a DDL string of one type, not of columns
+        raise ValueError(f"{schema!r} is not a list of columns")
     literals = [_literal(row, struct) for row in rows]
     if not literals:
         return (

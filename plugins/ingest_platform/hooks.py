@@ -215,7 +215,7 @@ class PlatformJobHook(BaseHook):
         hook = self.spark_submit_hook()
         command = hook._build_spark_submit_command(self.application)
         environment = {**os.environ, **(hook._env or {})}
-        self.log.info("spark-submit (in place of the launcher): %s", hook._mask_cmd(command))
+        # The provider has logged the masked command ("Spark-Submit cmd: ...").
         sys.stdout.flush()
         sys.stderr.flush()
         os.execvpe(command[0], command, environment)

@@ -484,11 +484,19 @@ class AirflowSettings(BaseModel):
         relative paths are below ``INGEST_HOME``.
     :param postgres_start_timeout_s: how long ``up`` waits for the cluster to accept
         connections (initdb on first start included).
+    :param triggerer: start Airflow's triggerer beside the scheduler, DAG processor and API
+        server. Off by default: no platform task defers (``tests/unit/dags``
+        ``test_no_task_defers`` keeps it so), and an idle triggerer with its runner and log
+        server holds about 470 MB on a machine the demo must fit in 4 GB
+        (bench/results/REFERENCE.md). Turn it on (``INGEST_AIRFLOW__TRIGGERER=true``) before
+        adding a deferrable operator or an asset watcher: without one, a deferred task
+        waits in ``deferred`` until it times out.
     """
 
     database: Literal["postgres", "sqlite"] = "postgres"
     postgres_dir: Path = Path("postgres")
     postgres_start_timeout_s: float = Field(60.0, gt=0)
+    triggerer: bool = False
 
     @property
     def postgres_path(self) -> Path:

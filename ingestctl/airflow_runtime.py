@@ -367,7 +367,7 @@ class Standalone:
 
     def down(self, timeout_s: float = 60) -> bool:
         """Stop the standalone this platform started and every process it spawned
-        (scheduler, API server, DAG processor, triggerer, task runners): SIGTERM, then
+        (scheduler, API server, DAG processor, triggerer if on, task runners): SIGTERM, then
         SIGKILL for what outlives ``timeout_s``.
 
         :returns: whether one was running.
@@ -400,16 +400,26 @@ HEALTH_COMPONENTS: dict[str, str] = {
 }
 
 
-def describe_health(health: Mapping[str, Any] | None, now: datetime) -> tuple[bool, list[str]]:
+def describe_health(
+    health: Mapping[str, Any] | None, now: datetime, not_started: Mapping[str, str] | None = None
+) -> tuple[bool, list[str]]:
     """Lines for people from Airflow's health report (:meth:`Standalone.health`), and
     whether the metadata database and the scheduler are healthy. A scheduler is healthy
     when its latest heartbeat is recent (Airflow's ``[scheduler]
     scheduler_health_check_threshold``, 30 s): a dead scheduler shows as unhealthy with the
-    age of its last heartbeat, while the API keeps answering."""
+    age of its last heartbeat, while the API keeps answering.
+
+    :param not_started: components the platform leaves out, with why
+        (:func:`ingestctl.airflow_standalone.skipped_components`): shown as not started
+        rather than as a missing heartbeat.
+    """
     if health is None:
         return False, ["airflow api: not answering"]
     lines = [f"metadatabase: {(health.get('metadatabase') or {}).get('status', 'unknown')}"]
     for name, key in HEALTH_COMPONENTS.items():
+        if name in (not_started or {}):
+            lines.append(f"{name}: not started ({(not_started or {})[name]})")
+            continue
         part = health.get(name) or {}
         beat = part.get(key)
         if beat:

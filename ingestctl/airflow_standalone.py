@@ -8,6 +8,9 @@ pause starts again at 5 s once a component ran for 10 minutes), until the standa
 is stopped. Started by :class:`ingestctl.airflow_runtime.Standalone` as
 ``python -m ingestctl.airflow_standalone``; SIGTERM stops every component (SIGTERM to each,
 as Airflow's standalone does on Ctrl-C) and then the standalone.
+
+The triggerer starts only with settings ``airflow.triggerer`` on (off by default: no platform
+task defers, and it holds about 470 MB; :class:`ingest_core.settings.AirflowSettings`).
 """
 
 from __future__ import annotations
@@ -17,7 +20,7 @@ import subprocess
 import sys
 import threading
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from types import FrameType
 from typing import Any
 
@@ -128,6 +131,50 @@ class RestartingSubCommand(threading.Thread):
             self.process.terminate()
 
 
+class SkippedComponent(threading.Thread):
+    """A component the platform does not start: says so once in the standalone's log.
+    Same interface as Airflow's ``SubCommand``.
+
+    :param reason: why, for the log line ``<name>: not started (<reason>)``.
+    """
+
+    def __init__(self, parent: Any, name: str, reason: str) -> None:
+        super().__init__(daemon=True)
+        self.parent = parent
+        self.name = name
+        self.reason = reason
+
+    def run(self) -> None:
+        line = f"{self.name}: not started ({self.reason})"
+        self.parent.output_queue.append(("standalone", line.encode()))
+
+    def stop(self) -> None:
+        """Nothing runs: nothing to stop."""
+
+
+def component_factory(skip: Mapping[str, str]) -> Callable[..., threading.Thread]:
+    """What Airflow's ``StandaloneCommand.run`` calls as ``SubCommand(parent, name=...,
+    command=..., env=...)`` for each component: a :class:`RestartingSubCommand`, or a
+    :class:`SkippedComponent` for a name in ``skip`` (component name -> reason)."""
+
+    def component(parent: Any, name: str, command: list[str], env: dict[str, str]) -> Any:
+        if name in skip:
+            return SkippedComponent(parent, name, skip[name])
+        return RestartingSubCommand(parent, name, command, env)
+
+    return component
+
+
+def skipped_components() -> dict[str, str]:
+    """Components this platform's settings leave out (name -> reason): the triggerer unless
+    ``airflow.triggerer`` is on."""
+    from ingest_core.settings import get_settings
+
+    if get_settings().airflow.triggerer:
+        return {}
+    return {"triggerer": "settings airflow.triggerer is off: no platform task defers"}
+
+
 def _terminate(signum: int, frame: FrameType | None) -> None:
     # Airflow's standalone shuts its components down on KeyboardInterrupt.
     raise KeyboardInterrupt
@@ -138,10 +185,19 @@ def main() -> None:
     from airflow.configuration import write_default_airflow_configuration_if_needed
 
     write_default_airflow_configuration_if_needed()  # as the `airflow` command does first
+    skip = skipped_components()
     # StandaloneCommand.run builds its components from this module-level name.
-    standalone_command.SubCommand = RestartingSubCommand  # type: ignore[misc,assignment]
+    standalone_command.SubCommand = component_factory(skip)  # type: ignore[misc,assignment]
+
+    class Standalone(standalone_command.StandaloneCommand):
+        def job_running(self, job_runner_class: Any) -> bool:
+            # "Ready" (the banner) waits for each started component's heartbeat only.
+            if job_runner_class.job_type.removesuffix("Job").lower() in skip:
+                return True
+            return bool(super().job_running(job_runner_class))
+
     signal.signal(signal.SIGTERM, _terminate)
-    standalone_command.StandaloneCommand().run()
+    Standalone().run()
     sys.exit(0)
 
 

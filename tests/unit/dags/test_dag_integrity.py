@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from datetime import timedelta
 from pathlib import Path
 
 import pytest
@@ -63,3 +64,45 @@ def test_parsing_the_dag_files_loads_no_pyspark() -> None:
     assert errors == "[]"
     assert int(count) == len(list(DAGS.glob("*.py")))
     assert pyspark_modules == "[]"
+
+
+def _may_defer(task: object) -> str | None:
+    """Why ``task`` could defer to a triggerer, or None: a ``deferrable`` flag, a start from
+    a trigger, or ``defer(`` / ``TaskDeferred`` in the source of a class of its own or a
+    provider's (Airflow's base classes define ``defer`` and are left out)."""
+    import inspect
+
+    if getattr(task, "deferrable", False):
+        return "deferrable=True"
+    if getattr(task, "start_from_trigger", False):
+        return "start_from_trigger=True"
+    for cls in type(task).__mro__:
+        if cls.__module__.startswith(("airflow.sdk.", "airflow.models.", "builtins", "abc")):
+            continue
+        source = inspect.getsource(cls)
+        if ".defer(" in source or "TaskDeferred" in source:
+            return f"{cls.__module__}.{cls.__qualname__} calls defer"
+    return None
+
+
+def test_no_task_defers(dagbag) -> None:
+    """The embedded Airflow starts no triggerer (settings ``airflow.triggerer``, off by
+    default: ~470 MB of the demo's memory): a deferred task would wait forever. A DAG that
+    adds one must turn the triggerer on, and this test off."""
+    deferring = {
+        f"{dag_id}.{task.task_id}": why
+        for dag_id, dag in dagbag.dags.items()
+        for task in dag.tasks
+        if (why := _may_defer(task))
+    }
+    assert deferring == {}
+    assert sum(len(dag.tasks) for dag in dagbag.dags.values()) > 10
+
+
+def test_the_deferral_check_bites() -> None:
+    from airflow.providers.standard.sensors.date_time import DateTimeSensorAsync
+    from airflow.providers.standard.sensors.time_delta import TimeDeltaSensor
+
+    async_sensor = DateTimeSensorAsync(task_id="a", target_time="2026-01-01T00:00:00+00:00")
+    assert _may_defer(async_sensor) is not None
+    assert _may_defer(TimeDeltaSensor(task_id="b", delta=timedelta(1), deferrable=True))

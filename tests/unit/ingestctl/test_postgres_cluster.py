@@ -25,7 +25,12 @@ from ingestctl.airflow_runtime import (
     describe_health,
     metadata_database,
 )
-from ingestctl.airflow_standalone import RestartingSubCommand
+from ingestctl.airflow_standalone import (
+    RestartingSubCommand,
+    SkippedComponent,
+    component_factory,
+    skipped_components,
+)
 from ingestctl.postgres_cluster import (
     EmbeddedPostgres,
     PostgresError,
@@ -228,6 +233,15 @@ def test_a_live_scheduler_is_reported_with_its_heartbeat() -> None:
     assert lines[2] == "triggerer: unknown, no heartbeat yet"
 
 
+def test_a_triggerer_left_out_is_reported_as_not_started() -> None:
+    ok, lines = describe_health(
+        _health("healthy", NOW - timedelta(seconds=4)), NOW, {"triggerer": "settings say so"}
+    )
+    assert ok
+    assert lines[2] == "triggerer: not started (settings say so)"
+    assert lines[3].startswith("dag_processor: healthy, latest heartbeat")
+
+
 def test_a_dead_scheduler_is_unhealthy_with_the_age_of_its_last_heartbeat() -> None:
     ok, lines = describe_health(_health("unhealthy", NOW - timedelta(minutes=5)), NOW)
     assert not ok
@@ -318,3 +332,32 @@ def test_the_scheduler_starts_once_the_api_server_answers() -> None:
     assert not component.is_alive()
     # Only the scheduler waits, and only for the API server's own address.
     assert RestartingSubCommand(parent, "dag-processor", [], env={}).wait_for is None
+
+
+def test_the_triggerer_is_left_out_unless_settings_turn_it_on(
+    ingest_home: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """No platform task defers (tests/unit/dags), so the idle triggerer's ~470 MB stays out
+    of the demo; ``INGEST_AIRFLOW__TRIGGERER=true`` brings it back."""
+    assert list(skipped_components()) == ["triggerer"]
+    parent = _Parent()
+    make = component_factory(skipped_components())
+    triggerer = make(parent, name="triggerer", command=["triggerer"], env={})
+    scheduler = make(parent, name="scheduler", command=["scheduler"], env={})
+    assert isinstance(triggerer, SkippedComponent)
+    assert isinstance(scheduler, RestartingSubCommand)
+    triggerer.start()
+    triggerer.join(timeout=10)
+    triggerer.stop()
+    assert list(parent.output_queue) == [
+        (
+            "standalone",
+            b"triggerer: not started (settings airflow.triggerer is off: no platform task defers)",
+        )
+    ]
+
+    monkeypatch.setenv("INGEST_AIRFLOW__TRIGGERER", "true")
+    get_settings.cache_clear()
+    assert skipped_components() == {}
+    again = component_factory(skipped_components())(_Parent(), "triggerer", ["triggerer"], {})
+    assert isinstance(again, RestartingSubCommand)

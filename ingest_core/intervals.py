@@ -70,10 +70,11 @@ def parse_interval(text: str, *, positive: bool = False) -> timedelta:
 
 
 def spark_interval(text: str, *, positive: bool = False) -> str:
-    """The interval in Spark's form: ``"10s"`` -> ``"10 seconds"``.
+    """The interval in Spark's form: ``"10s"`` -> ``"10 seconds"``, ``"1m"`` -> ``"1 minute"``
+    (Spark's interval parser takes a unit with or without the plural ``s``).
 
     :raises IntervalError: see :func:`parse_interval`.
     """
     parse_interval(text, positive=positive)
     number, unit = _split(text)
-    return f"{number} {unit}"
+    return f"{number} {unit.removesuffix('s') if number == 1 else unit}"

@@ -336,8 +336,9 @@ class Standalone:
         """
         private_airflow_home()
         if self.pid() is None:
-            ensure_metadata_database()
             env = {**os.environ, **airflow_environment(self.port, log_ports=self.log_ports)}
+            self._refuse_taken_ports(env)
+            ensure_metadata_database()
             with self.log_file.open("ab") as log:
                 process = subprocess.Popen(
                     # Airflow's standalone, restarting a component that died.
@@ -364,6 +365,34 @@ class Standalone:
                 f"{timeout_s:.0f} s; {self.log_file}:\n{self._tail()}"
             ) from None
         ensure_pools()  # before a DAG is unpaused: tasks need their pools
+
+    def _refuse_taken_ports(self, env: Mapping[str, str]) -> None:
+        """Refuse to start beside whatever already listens on the API server's or the
+        worker log server's port (another Airflow on this machine, usually): the component
+        would fail to bind and, for the API port, the other Airflow's health would be taken
+        for this one's.
+
+        :raises AirflowError: naming each port in use and the setting that moves it.
+        """
+        from ingest_core.waiting import accepts_connections
+
+        ports = {
+            self.port: "the API server and UI (make demo AIRFLOW_PORT=..., or --port)",
+            int(env["AIRFLOW__LOGGING__WORKER_LOG_SERVER_PORT"]): (
+                "the worker log server (AIRFLOW__LOGGING__WORKER_LOG_SERVER_PORT)"
+            ),
+        }
+        taken = [
+            f"port {port}, {what}"
+            for port, what in ports.items()
+            if accepts_connections("127.0.0.1", port)
+        ]
+        if taken:
+            raise AirflowError(
+                "cannot start airflow standalone: something already listens on 127.0.0.1 at "
+                + "; ".join(taken)
+                + ". Another Airflow on this machine? Stop it or choose free ports."
+            )
 
     def down(self, timeout_s: float = 60) -> bool:
         """Stop the standalone this platform started and every process it spawned

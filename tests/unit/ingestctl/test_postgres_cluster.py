@@ -20,6 +20,8 @@ from typer.testing import CliRunner
 
 from ingest_core.settings import PlatformSettings, get_settings
 from ingestctl.airflow_runtime import (
+    AirflowError,
+    Standalone,
     airflow_environment,
     default_parallelism,
     describe_health,
@@ -361,3 +363,24 @@ def test_the_triggerer_is_left_out_unless_settings_turn_it_on(
     assert skipped_components() == {}
     again = component_factory(skipped_components())(_Parent(), "triggerer", ["triggerer"], {})
     assert isinstance(again, RestartingSubCommand)
+
+
+def test_a_standalone_is_refused_beside_whatever_holds_its_ports(
+    ingest_home: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A second demo on one machine: its log server failed to bind with only an Errno 98 in
+    standalone.log, and on a taken API port the other Airflow's health passed for its own."""
+    monkeypatch.setenv("INGEST_AIRFLOW__DATABASE", "sqlite")
+    get_settings.cache_clear()
+    with (
+        socket.create_server(("127.0.0.1", 0)) as api,
+        socket.create_server(("127.0.0.1", 0)) as logs,
+    ):
+        api_port, log_port = api.getsockname()[1], logs.getsockname()[1]
+        standalone = Standalone(port=api_port, log_ports=(log_port, log_port + 1))
+        with pytest.raises(AirflowError) as refused:
+            standalone.up(timeout_s=5)
+    message = str(refused.value)
+    assert f"port {api_port}, the API server and UI" in message
+    assert f"port {log_port}, the worker log server" in message
+    assert not standalone.pid_file.exists()  # nothing started

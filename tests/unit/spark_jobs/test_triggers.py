@@ -17,6 +17,8 @@ pytestmark = pytest.mark.unit
         ("processing-time=10 seconds", TriggerSpec("processing-time", "10 seconds")),
         ("Processing-Time=500ms", TriggerSpec("processing-time", "500 milliseconds")),
         ("real-time=5 min", TriggerSpec("real-time", "5 minutes")),
+        ("real-time=1m", TriggerSpec("real-time", "1 minute")),
+        ("processing-time=1s", TriggerSpec("processing-time", "1 second")),
     ],
 )
 def test_valid_triggers_parse(text: str, expected: TriggerSpec) -> None:

@@ -13,7 +13,7 @@ import sys
 import time
 from collections.abc import Mapping
 from pathlib import Path
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 from ingest_core.settings import (
     INCLUDE_DIR,
@@ -193,6 +193,46 @@ def submitted_master() -> str | None:
     return SparkConf().get("spark.master", None)
 
 
+class _NumpyOnlyIfImported:
+    """One of pyspark's py4j input converters for NumPy values (``NumpyScalarConverter``,
+    ``NumpyArrayConverter`` in ``pyspark/sql/types.py``), asked only once NumPy is imported.
+
+    pyspark's own ``can_convert`` imports ``pyspark.testing.utils`` to learn whether NumPy is
+    installed, and that module imports pandas and pyarrow to check their versions: py4j asks
+    the array converter about every non-primitive argument, so the session's first JVM call
+    loaded them (~90 MB in every driver, for the driver's lifetime). An object is a NumPy
+    value only if NumPy is imported, so asking ``sys.modules`` first decides the same.
+    """
+
+    def __init__(self, converter: Any, numpy_type: str) -> None:
+        self.converter = converter
+        self.numpy_type = numpy_type  # "generic" (a scalar) or "ndarray"
+
+    def can_convert(self, obj: Any) -> bool:
+        numpy = sys.modules.get("numpy")
+        if numpy is None:
+            return False
+        if self.numpy_type == "ndarray":
+            return isinstance(obj, numpy.ndarray) and obj.ndim == 1
+        return isinstance(obj, numpy.generic)
+
+    def convert(self, obj: Any, gateway_client: Any) -> Any:
+        return self.converter.convert(obj, gateway_client)
+
+
+def numpy_converters_only_if_imported() -> None:
+    """Wrap pyspark's NumPy input converters in py4j's list (``py4j.protocol.INPUT_CONVERTER``)
+    in :class:`_NumpyOnlyIfImported`, once per process; the others are left as they are."""
+    import py4j.protocol
+    import pyspark.sql.types as types  # registers pyspark's converters
+
+    kinds = {types.NumpyScalarConverter: "generic", types.NumpyArrayConverter: "ndarray"}
+    converters = py4j.protocol.INPUT_CONVERTER
+    for index, converter in enumerate(converters):
+        if type(converter) in kinds:
+            converters[index] = _NumpyOnlyIfImported(converter, kinds[type(converter)])
+
+
 def build_spark_session(
     app_name: str,
     *,
@@ -220,6 +260,7 @@ def build_spark_session(
     """
     from pyspark.sql import SparkSession
 
+    numpy_converters_only_if_imported()
     # Spark hands timestamps to Python as naive local times: make "local" UTC, the session
     # time zone, so that driver-side datetimes and Spark agree.
     os.environ["TZ"] = "UTC"

@@ -166,3 +166,56 @@ def test_the_profile_chooses_every_drivers_gc(monkeypatch: pytest.MonkeyPatch) -
     finally:
         monkeypatch.delenv("INGEST_SPARK__DRIVER_JAVA_OPTIONS")
         get_settings.cache_clear()
+
+
+def test_a_driver_loads_neither_pandas_nor_pyarrow_until_it_uses_numpy() -> None:
+    """pyspark's NumPy converters imported ``pyspark.testing.utils`` (and with it pandas and
+    pyarrow, ~90 MB) on the session's first JVM call; every driver held them for its life.
+    A child interpreter builds the platform's session and runs a query with a list argument;
+    once it imports NumPy, NumPy scalars and arrays still reach the JVM."""
+    import subprocess
+    import sys
+
+    code = """
+import sys
+from pyspark.sql import functions as F
+from spark_jobs.session import build_spark_session
+
+spark = build_spark_session("numpy_converters", extra_conf={"spark.master": "local[1]"})
+print(spark.range(10).where(F.col("id").isin([1, 2, 3])).count())
+print(sorted(m for m in ("pandas", "pyarrow", "numpy", "pyspark.testing") if m in sys.modules))
+import numpy as np
+print(spark.range(10).where(F.col("id") == np.int64(4)).count())
+print(spark.range(10).where(F.array_contains(F.lit(np.array([1, 2, 7])), F.col("id"))).count())
+"""
+    done = subprocess.run(
+        [sys.executable, "-c", code], capture_output=True, text=True, timeout=300, check=False
+    )
+    assert done.returncode == 0, done.stderr[-3000:]
+    assert done.stdout.split("\n")[:4] == ["3", "[]", "1", "3"]
+
+
+def test_the_numpy_converters_decide_as_pysparks_once_numpy_is_imported(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    import sys
+
+    import numpy as np
+    import py4j.protocol
+    from pyspark.sql.types import NumpyArrayConverter, NumpyScalarConverter
+
+    from spark_jobs.session import _NumpyOnlyIfImported, numpy_converters_only_if_imported
+
+    numpy_converters_only_if_imported()
+    numpy_converters_only_if_imported()  # once per process: no wrapper around a wrapper
+    wrapped = [c for c in py4j.protocol.INPUT_CONVERTER if isinstance(c, _NumpyOnlyIfImported)]
+    assert sorted(type(c.converter).__name__ for c in wrapped) == [
+        "NumpyArrayConverter",
+        "NumpyScalarConverter",
+    ]
+    samples = [np.int64(3), np.float32(1.5), np.array([1, 2]), np.zeros((2, 2)), [1], 3, "a"]
+    for ours in wrapped:
+        theirs = NumpyArrayConverter() if ours.numpy_type == "ndarray" else NumpyScalarConverter()
+        assert [ours.can_convert(x) for x in samples] == [theirs.can_convert(x) for x in samples]
+    monkeypatch.delitem(sys.modules, "numpy")
+    assert not any(ours.can_convert(x) for ours in wrapped for x in [[1], 3, "a"])

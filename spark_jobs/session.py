@@ -7,10 +7,13 @@ Maven coordinates resolved at session start, no Ivy).
 
 from __future__ import annotations
 
+import importlib
+import importlib.util
 import os
 import shlex
 import sys
 import time
+import types
 from collections.abc import Mapping
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -193,44 +196,38 @@ def submitted_master() -> str | None:
     return SparkConf().get("spark.master", None)
 
 
-class _NumpyOnlyIfImported:
-    """One of pyspark's py4j input converters for NumPy values (``NumpyScalarConverter``,
-    ``NumpyArrayConverter`` in ``pyspark/sql/types.py``), asked only once NumPy is imported.
+#: The module pyspark asks whether NumPy is installed (``have_numpy``).
+PYSPARK_TESTING_UTILS = "pyspark.testing.utils"
 
-    pyspark's own ``can_convert`` imports ``pyspark.testing.utils`` to learn whether NumPy is
-    installed, and that module imports pandas and pyarrow to check their versions: py4j asks
-    the array converter about every non-primitive argument, so the session's first JVM call
-    loaded them (~90 MB in every driver, for the driver's lifetime). An object is a NumPy
-    value only if NumPy is imported, so asking ``sys.modules`` first decides the same.
+
+class _TestingUtilsUntilNeeded(types.ModuleType):
+    """Stands in for ``pyspark.testing.utils`` in ``sys.modules`` until something asks it for
+    more than ``have_numpy``; then the real module is imported and answers.
+
+    pyspark 4.2 imports that module to learn whether NumPy is installed, in ``F.lit``
+    (``pyspark/sql/functions/builtin.py``) and in its NumPy converters for py4j
+    (``pyspark/sql/types.py``), and the module imports pandas and pyarrow to check their
+    versions: every driver loaded them (~90 MB) on its first ``lit`` or JVM call and held them
+    for its life. ``have_numpy`` is the same ``importlib.util.find_spec("numpy") is not
+    None`` the real module computes; every other name (``have_pandas``,
+    ``assertDataFrameEqual``, ...) comes from the real module.
     """
 
-    def __init__(self, converter: Any, numpy_type: str) -> None:
-        self.converter = converter
-        self.numpy_type = numpy_type  # "generic" (a scalar) or "ndarray"
-
-    def can_convert(self, obj: Any) -> bool:
-        numpy = sys.modules.get("numpy")
-        if numpy is None:
-            return False
-        if self.numpy_type == "ndarray":
-            return isinstance(obj, numpy.ndarray) and obj.ndim == 1
-        return isinstance(obj, numpy.generic)
-
-    def convert(self, obj: Any, gateway_client: Any) -> Any:
-        return self.converter.convert(obj, gateway_client)
+    def __getattr__(self, name: str) -> Any:
+        if name == "have_numpy":
+            return importlib.util.find_spec("numpy") is not None
+        if name.startswith("__"):
+            raise AttributeError(name)
+        if sys.modules.get(PYSPARK_TESTING_UTILS) is self:
+            del sys.modules[PYSPARK_TESTING_UTILS]
+        return getattr(importlib.import_module(PYSPARK_TESTING_UTILS), name)
 
 
-def numpy_converters_only_if_imported() -> None:
-    """Wrap pyspark's NumPy input converters in py4j's list (``py4j.protocol.INPUT_CONVERTER``)
-    in :class:`_NumpyOnlyIfImported`, once per process; the others are left as they are."""
-    import py4j.protocol
-    import pyspark.sql.types as types  # registers pyspark's converters
-
-    kinds = {types.NumpyScalarConverter: "generic", types.NumpyArrayConverter: "ndarray"}
-    converters = py4j.protocol.INPUT_CONVERTER
-    for index, converter in enumerate(converters):
-        if type(converter) in kinds:
-            converters[index] = _NumpyOnlyIfImported(converter, kinds[type(converter)])
+def defer_pyspark_testing_utils() -> None:
+    """Put :class:`_TestingUtilsUntilNeeded` in ``sys.modules`` unless the real
+    ``pyspark.testing.utils`` is already imported (then nothing is saved, nothing changes)."""
+    if PYSPARK_TESTING_UTILS not in sys.modules:
+        sys.modules[PYSPARK_TESTING_UTILS] = _TestingUtilsUntilNeeded(PYSPARK_TESTING_UTILS)
 
 
 def build_spark_session(
@@ -260,7 +257,7 @@ def build_spark_session(
     """
     from pyspark.sql import SparkSession
 
-    numpy_converters_only_if_imported()
+    defer_pyspark_testing_utils()
     # Spark hands timestamps to Python as naive local times: make "local" UTC, the session
     # time zone, so that driver-side datetimes and Spark agree.
     os.environ["TZ"] = "UTC"

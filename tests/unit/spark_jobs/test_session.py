@@ -168,11 +168,11 @@ def test_the_profile_chooses_every_drivers_gc(monkeypatch: pytest.MonkeyPatch) -
         get_settings.cache_clear()
 
 
-def test_a_driver_loads_neither_pandas_nor_pyarrow_until_it_uses_numpy() -> None:
-    """pyspark's NumPy converters imported ``pyspark.testing.utils`` (and with it pandas and
-    pyarrow, ~90 MB) on the session's first JVM call; every driver held them for its life.
-    A child interpreter builds the platform's session and runs a query with a list argument;
-    once it imports NumPy, NumPy scalars and arrays still reach the JVM."""
+def test_a_driver_loads_neither_pandas_nor_pyarrow_until_it_uses_them() -> None:
+    """pyspark imported ``pyspark.testing.utils`` (and with it pandas and pyarrow, ~90 MB) on
+    a driver's first ``F.lit`` or JVM call, only to learn whether NumPy is installed. A child
+    interpreter builds the platform's session and runs queries with a literal and a list;
+    NumPy values still reach the JVM, and pyspark's testing helpers still import."""
     import subprocess
     import sys
 
@@ -181,41 +181,42 @@ import sys
 from pyspark.sql import functions as F
 from spark_jobs.session import build_spark_session
 
-spark = build_spark_session("numpy_converters", extra_conf={"spark.master": "local[1]"})
-print(spark.range(10).where(F.col("id").isin([1, 2, 3])).count())
-print(sorted(m for m in ("pandas", "pyarrow", "numpy", "pyspark.testing") if m in sys.modules))
+spark = build_spark_session("lazy_testing_utils", extra_conf={"spark.master": "local[1]"})
+print(spark.range(10).where(F.col("id").isin([1, 2, 3]) | (F.col("id") == F.lit(7))).count())
+print(sorted(m for m in ("pandas", "pyarrow") if m in sys.modules))
 import numpy as np
-print(spark.range(10).where(F.col("id") == np.int64(4)).count())
+print(spark.range(10).where(F.col("id") == F.lit(np.int64(4))).count())
 print(spark.range(10).where(F.array_contains(F.lit(np.array([1, 2, 7])), F.col("id"))).count())
+from pyspark.testing import assertDataFrameEqual
+from pyspark.testing.utils import have_pandas
+assertDataFrameEqual(spark.range(2), spark.range(2))
+print(have_pandas, "pandas" in sys.modules)
 """
     done = subprocess.run(
         [sys.executable, "-c", code], capture_output=True, text=True, timeout=300, check=False
     )
     assert done.returncode == 0, done.stderr[-3000:]
-    assert done.stdout.split("\n")[:4] == ["3", "[]", "1", "3"]
+    assert done.stdout.split("\n")[:5] == ["4", "[]", "1", "3", "True True"]
 
 
-def test_the_numpy_converters_decide_as_pysparks_once_numpy_is_imported(
-    monkeypatch: pytest.MonkeyPatch,
-) -> None:
+def test_the_stand_in_answers_have_numpy_as_pyspark_does(monkeypatch: pytest.MonkeyPatch) -> None:
+    import importlib.util
     import sys
 
-    import numpy as np
-    import py4j.protocol
-    from pyspark.sql.types import NumpyArrayConverter, NumpyScalarConverter
+    from spark_jobs.session import PYSPARK_TESTING_UTILS, defer_pyspark_testing_utils
 
-    from spark_jobs.session import _NumpyOnlyIfImported, numpy_converters_only_if_imported
-
-    numpy_converters_only_if_imported()
-    numpy_converters_only_if_imported()  # once per process: no wrapper around a wrapper
-    wrapped = [c for c in py4j.protocol.INPUT_CONVERTER if isinstance(c, _NumpyOnlyIfImported)]
-    assert sorted(type(c.converter).__name__ for c in wrapped) == [
-        "NumpyArrayConverter",
-        "NumpyScalarConverter",
-    ]
-    samples = [np.int64(3), np.float32(1.5), np.array([1, 2]), np.zeros((2, 2)), [1], 3, "a"]
-    for ours in wrapped:
-        theirs = NumpyArrayConverter() if ours.numpy_type == "ndarray" else NumpyScalarConverter()
-        assert [ours.can_convert(x) for x in samples] == [theirs.can_convert(x) for x in samples]
-    monkeypatch.delitem(sys.modules, "numpy")
-    assert not any(ours.can_convert(x) for ours in wrapped for x in [[1], 3, "a"])
+    monkeypatch.delitem(sys.modules, PYSPARK_TESTING_UTILS, raising=False)
+    defer_pyspark_testing_utils()
+    stand_in = sys.modules[PYSPARK_TESTING_UTILS]
+    assert stand_in.have_numpy is (importlib.util.find_spec("numpy") is not None)
+    assert sys.modules[PYSPARK_TESTING_UTILS] is stand_in  # have_numpy loads nothing
+    with monkeypatch.context() as patched:
+        patched.setattr(importlib.util, "find_spec", lambda name: None)
+        assert stand_in.have_numpy is False
+    # Any other name comes from the real module, which then takes the stand-in's place.
+    helper = stand_in.assertDataFrameEqual
+    loaded = sys.modules[PYSPARK_TESTING_UTILS]
+    assert loaded is not stand_in
+    assert loaded.assertDataFrameEqual is helper
+    defer_pyspark_testing_utils()  # the real one is imported: left as it is
+    assert sys.modules[PYSPARK_TESTING_UTILS] is loaded

@@ -7,7 +7,10 @@ Here each component's thread starts it again after a pause (5 s, doubling up to 
 pause starts again at 5 s once a component ran for 10 minutes), until the standalone itself
 is stopped. Started by :class:`ingestctl.airflow_runtime.Standalone` as
 ``python -m ingestctl.airflow_standalone``; SIGTERM stops every component (SIGTERM to each,
-as Airflow's standalone does on Ctrl-C) and then the standalone.
+as Airflow's standalone does on Ctrl-C) and then the standalone. Airflow's own set-up
+(``StandaloneCommand``'s configuration, forced settings, admin password and database) runs
+first in a child process that exits (:func:`prepare`): the process that stays imports nothing
+of Airflow (15 MB resident instead of ~180 MB).
 
 The triggerer starts only with settings ``airflow.triggerer`` on (off by default: no platform
 task defers, and it holds about 470 MB; :class:`ingest_core.settings.AirflowSettings`).
@@ -15,11 +18,14 @@ task defers, and it holds about 470 MB; :class:`ingest_core.settings.AirflowSett
 
 from __future__ import annotations
 
+import json
+import os
 import signal
 import subprocess
 import sys
 import threading
 import time
+from collections import deque
 from collections.abc import Callable, Mapping
 from types import FrameType
 from typing import Any
@@ -55,8 +61,8 @@ class RestartingSubCommand(threading.Thread):
     :param parent: the standalone (its ``output_queue`` gets ``(name, line)`` pairs).
     :param launcher: builds the process's argument list from ``command`` (tests replace it).
     :param wait_for: ``(host, port)`` to accept a TCP connection before the first start (at
-        most :data:`API_WAIT_S`); default: the API server's address for the scheduler, none
-        for the other components.
+        most :data:`API_WAIT_S`): the API server's address for the scheduler
+        (:func:`component_factory`), none for the other components.
     """
 
     def __init__(
@@ -76,7 +82,7 @@ class RestartingSubCommand(threading.Thread):
         self.env = env
         self.launcher = launcher or (lambda command: ["airflow", *command])
         self.backoff_s = backoff_s
-        self.wait_for = wait_for or (api_address() if name == "scheduler" else None)
+        self.wait_for = wait_for
         self.process: subprocess.Popen[bytes] | None = None
         self.restarts = 0
         self._stopping = threading.Event()
@@ -152,15 +158,20 @@ class SkippedComponent(threading.Thread):
         """Nothing runs: nothing to stop."""
 
 
-def component_factory(skip: Mapping[str, str]) -> Callable[..., threading.Thread]:
-    """What Airflow's ``StandaloneCommand.run`` calls as ``SubCommand(parent, name=...,
-    command=..., env=...)`` for each component: a :class:`RestartingSubCommand`, or a
-    :class:`SkippedComponent` for a name in ``skip`` (component name -> reason)."""
+def component_factory(
+    skip: Mapping[str, str], api: tuple[str, int] | None = None
+) -> Callable[..., RestartingSubCommand | SkippedComponent]:
+    """Builds each component as ``make(parent, name, command, env)``: a
+    :class:`RestartingSubCommand` (the scheduler waiting for ``api``, the API server's
+    address), or a :class:`SkippedComponent` for a name in ``skip`` (name -> reason)."""
 
-    def component(parent: Any, name: str, command: list[str], env: dict[str, str]) -> Any:
+    def component(
+        parent: Any, name: str, command: list[str], env: dict[str, str]
+    ) -> RestartingSubCommand | SkippedComponent:
         if name in skip:
             return SkippedComponent(parent, name, skip[name])
-        return RestartingSubCommand(parent, name, command, env)
+        wait_for = api if name == "scheduler" else None
+        return RestartingSubCommand(parent, name, command, env, wait_for=wait_for)
 
     return component
 
@@ -175,29 +186,102 @@ def skipped_components() -> dict[str, str]:
     return {"triggerer": "settings airflow.triggerer is off: no platform task defers"}
 
 
-def _terminate(signum: int, frame: FrameType | None) -> None:
-    # Airflow's standalone shuts its components down on KeyboardInterrupt.
-    raise KeyboardInterrupt
+#: Airflow's standalone's components, in its order.
+COMPONENTS = ("scheduler", "dag-processor", "api-server", "triggerer")
+#: Starts the line on which :func:`prepare` hands its results to :func:`main`.
+PREPARED = "ingestctl-standalone-prepared: "
 
 
-def main() -> None:
-    from airflow.cli.commands import standalone_command
+def prepare() -> None:
+    """Airflow's own standalone set-up, run by :func:`main` in a child process that exits
+    after it, so that Airflow's imports (~160 MB) stay out of the long-lived standalone:
+    Airflow's configuration file, the settings standalone forces
+    (``StandaloneCommand.calculate_env``: LocalExecutor, SimpleAuthManager), the admin's
+    generated password, the metadata database (``initialize_database``). Prints Airflow's
+    lines, then one :data:`PREPARED` line of JSON: ``env`` (what changed), ``skip``
+    (:func:`skipped_components`) and ``api`` (:func:`api_address`)."""
+    from airflow.cli.commands.standalone_command import StandaloneCommand
     from airflow.configuration import write_default_airflow_configuration_if_needed
 
     write_default_airflow_configuration_if_needed()  # as the `airflow` command does first
-    skip = skipped_components()
-    # StandaloneCommand.run builds its components from this module-level name.
-    standalone_command.SubCommand = component_factory(skip)  # type: ignore[misc,assignment]
+    command = StandaloneCommand()
+    env = command.calculate_env()
+    command.find_user_info()
+    command.initialize_database()
+    changed = {key: value for key, value in env.items() if os.environ.get(key) != value}
+    result = {"env": changed, "skip": skipped_components(), "api": list(api_address())}
+    print(PREPARED + json.dumps(result), flush=True)
 
-    class Standalone(standalone_command.StandaloneCommand):
-        def job_running(self, job_runner_class: Any) -> bool:
-            # "Ready" (the banner) waits for each started component's heartbeat only.
-            if job_runner_class.job_type.removesuffix("Job").lower() in skip:
-                return True
-            return bool(super().job_running(job_runner_class))
 
+class ComponentSupervisor:
+    """The long-lived standalone: starts :data:`COMPONENTS` (each restarted when it exits),
+    prints their output as Airflow's standalone does (``<name> | <line>``) until SIGTERM or
+    Ctrl-C, then stops them. Imports nothing of Airflow.
+
+    :param prepared: :func:`prepare`'s result.
+    """
+
+    def __init__(self, prepared: Mapping[str, Any]) -> None:
+        self.prepared = prepared
+        self.output_queue: deque[tuple[str, bytes]] = deque()
+
+    def _drain(self) -> None:
+        while self.output_queue:
+            name, line = self.output_queue.popleft()
+            print(f"{name:10} | {line.decode(errors='replace').rstrip()}", flush=True)
+
+    def run(self) -> None:
+        env = {**os.environ, **self.prepared["env"]}
+        make = component_factory(self.prepared["skip"], api=tuple(self.prepared["api"]))
+        components = [make(self, name, [name], env) for name in COMPONENTS]
+        for component in components:
+            component.start()
+        try:
+            while True:
+                self._drain()
+                time.sleep(0.1)
+        except KeyboardInterrupt:
+            pass
+        self.output_queue.append(("standalone", b"Shutting down components"))
+        for component in components:
+            component.stop()
+        for component in components:
+            component.join()
+        self.output_queue.append(("standalone", b"Complete"))
+        self._drain()
+
+
+def _terminate(signum: int, frame: FrameType | None) -> None:
+    # Components are shut down on KeyboardInterrupt, as in Airflow's standalone.
+    raise KeyboardInterrupt
+
+
+def main(argv: list[str] | None = None) -> None:
+    """``python -m ingestctl.airflow_standalone``: :func:`prepare` in a child, then
+    :class:`ComponentSupervisor`. Exits with the child's status if the set-up failed."""
+    args = sys.argv[1:] if argv is None else argv
+    if args == ["prepare"]:
+        prepare()
+        return
     signal.signal(signal.SIGTERM, _terminate)
-    Standalone().run()
+    child = subprocess.Popen(
+        [sys.executable, "-m", "ingestctl.airflow_standalone", "prepare"],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
+        text=True,
+    )
+    assert child.stdout is not None
+    prepared = None
+    for line in child.stdout:
+        if line.startswith(PREPARED):
+            prepared = json.loads(line.removeprefix(PREPARED))
+        else:
+            print(line.rstrip(), flush=True)  # Airflow's own "standalone | ..." lines
+    code = child.wait()
+    if code != 0 or prepared is None:
+        print(f"{'standalone':10} | set-up failed (exit code {code})", flush=True)
+        sys.exit(code or 1)
+    ComponentSupervisor(prepared).run()
     sys.exit(0)
 
 

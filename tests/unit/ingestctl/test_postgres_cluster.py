@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import socket
 import stat
+import subprocess
 import sys
 import threading
 import time
@@ -333,7 +334,24 @@ def test_the_scheduler_starts_once_the_api_server_answers() -> None:
         component.join(timeout=10)
     assert not component.is_alive()
     # Only the scheduler waits, and only for the API server's own address.
-    assert RestartingSubCommand(parent, "dag-processor", [], env={}).wait_for is None
+    make = component_factory({}, api=("127.0.0.1", 8081))
+    assert make(parent, "scheduler", ["scheduler"], {}).wait_for == ("127.0.0.1", 8081)
+    assert make(parent, "dag-processor", ["dag-processor"], {}).wait_for is None
+
+
+def test_the_standalone_that_stays_imports_nothing_of_airflow() -> None:
+    """Airflow's set-up runs in a child that exits (``prepare``); the long-lived process
+    held ~180 MB of Airflow's imports only to restart components and forward their output."""
+    code = (
+        "import sys\n"
+        "import ingestctl.airflow_standalone as s\n"
+        "s.component_factory({'triggerer': 'off'}, api=('127.0.0.1', 1))\n"
+        "print(sorted({m.split('.')[0] for m in sys.modules} & {'airflow', 'pydantic'}))\n"
+    )
+    done = subprocess.run(
+        [sys.executable, "-c", code], capture_output=True, text=True, timeout=60, check=True
+    )
+    assert done.stdout.strip() == "[]"
 
 
 def test_the_triggerer_is_left_out_unless_settings_turn_it_on(

@@ -191,6 +191,7 @@ def submitted_master() -> str | None:
         return None
     from pyspark import SparkConf, SparkContext
 
+    defer_pyspark_testing_utils()  # this may be the driver's first JVM call
     # A SparkConf made before the gateway is up has no JVM behind it and reads nothing.
     SparkContext._ensure_initialized()
     return SparkConf().get("spark.master", None)

@@ -210,13 +210,14 @@ class _TestingUtilsUntilNeeded(types.ModuleType):
     (``pyspark/sql/types.py``), and the module imports pandas and pyarrow to check their
     versions: every driver loaded them (~90 MB) on its first ``lit`` or JVM call and held them
     for its life. ``have_numpy`` is the same ``importlib.util.find_spec("numpy") is not
-    None`` the real module computes; every other name (``have_pandas``,
+    None`` the real module computes once; every other name (``have_pandas``,
     ``assertDataFrameEqual``, ...) comes from the real module.
     """
 
     def __getattr__(self, name: str) -> Any:
-        if name == "have_numpy":
-            return importlib.util.find_spec("numpy") is not None
+        if name == "have_numpy":  # once: F.lit asks it for every literal
+            self.have_numpy = importlib.util.find_spec("numpy") is not None
+            return self.have_numpy
         if name.startswith("__"):
             raise AttributeError(name)
         if sys.modules.get(PYSPARK_TESTING_UTILS) is self:

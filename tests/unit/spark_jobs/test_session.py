@@ -210,9 +210,13 @@ def test_the_stand_in_answers_have_numpy_as_pyspark_does(monkeypatch: pytest.Mon
     stand_in = sys.modules[PYSPARK_TESTING_UTILS]
     assert stand_in.have_numpy is (importlib.util.find_spec("numpy") is not None)
     assert sys.modules[PYSPARK_TESTING_UTILS] is stand_in  # have_numpy loads nothing
-    with monkeypatch.context() as patched:
+    with monkeypatch.context() as patched:  # computed once, as the real module does
         patched.setattr(importlib.util, "find_spec", lambda name: None)
-        assert stand_in.have_numpy is False
+        assert stand_in.have_numpy is True
+        monkeypatch.delitem(sys.modules, PYSPARK_TESTING_UTILS)
+        defer_pyspark_testing_utils()
+        assert sys.modules[PYSPARK_TESTING_UTILS].have_numpy is False
+    monkeypatch.setitem(sys.modules, PYSPARK_TESTING_UTILS, stand_in)
     # Any other name comes from the real module, which then takes the stand-in's place.
     helper = stand_in.assertDataFrameEqual
     loaded = sys.modules[PYSPARK_TESTING_UTILS]

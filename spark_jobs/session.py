@@ -8,6 +8,7 @@ Maven coordinates resolved at session start, no Ivy).
 from __future__ import annotations
 
 import importlib
+import importlib.machinery
 import importlib.util
 import os
 import shlex
@@ -211,25 +212,58 @@ class _TestingUtilsUntilNeeded(types.ModuleType):
     versions: every driver loaded them (~90 MB) on its first ``lit`` or JVM call and held them
     for its life. ``have_numpy`` is the same ``importlib.util.find_spec("numpy") is not
     None`` the real module computes once; every other name (``have_pandas``,
-    ``assertDataFrameEqual``, ...) comes from the real module.
+    ``assertDataFrameEqual``, ``__all__``, ...) comes from the real module.
+
+    The stand-in carries the real module's spec (``importlib.util.find_spec`` and
+    ``importlib.reload`` work on it). Its parent package is not imported (``pyspark.testing``
+    imports the real module): :func:`defer_pyspark_testing_utils` lets ``pyspark`` import it
+    when first asked for ``pyspark.testing``, so that ``import pyspark.testing.utils`` followed
+    by ``pyspark.testing.utils.<name>`` works as without the stand-in.
     """
 
     def __getattr__(self, name: str) -> Any:
         if name == "have_numpy":  # once: F.lit asks it for every literal
             self.have_numpy = importlib.util.find_spec("numpy") is not None
             return self.have_numpy
-        if name.startswith("__"):
+        if name.startswith("__") and name != "__all__":
             raise AttributeError(name)
-        if sys.modules.get(PYSPARK_TESTING_UTILS) is self:
-            del sys.modules[PYSPARK_TESTING_UTILS]
-        return getattr(importlib.import_module(PYSPARK_TESTING_UTILS), name)
+        return getattr(_real_testing_utils(self), name)
+
+
+def _real_testing_utils(stand_in: types.ModuleType) -> types.ModuleType:
+    """The real ``pyspark.testing.utils``, imported in the stand-in's place."""
+    if sys.modules.get(PYSPARK_TESTING_UTILS) is stand_in:
+        del sys.modules[PYSPARK_TESTING_UTILS]
+    return importlib.import_module(PYSPARK_TESTING_UTILS)
+
+
+def _import_pyspark_testing_when_asked(name: str) -> types.ModuleType:
+    """``pyspark``'s module ``__getattr__`` (PEP 562) while the stand-in is in place:
+    ``pyspark.testing`` is imported on first use, as ``import pyspark.testing.utils`` would
+    have done."""
+    if name == "testing":
+        return importlib.import_module("pyspark.testing")
+    raise AttributeError(f"module 'pyspark' has no attribute {name!r}")
 
 
 def defer_pyspark_testing_utils() -> None:
     """Put :class:`_TestingUtilsUntilNeeded` in ``sys.modules`` unless the real
     ``pyspark.testing.utils`` is already imported (then nothing is saved, nothing changes)."""
-    if PYSPARK_TESTING_UTILS not in sys.modules:
-        sys.modules[PYSPARK_TESTING_UTILS] = _TestingUtilsUntilNeeded(PYSPARK_TESTING_UTILS)
+    if PYSPARK_TESTING_UTILS in sys.modules:
+        return
+    import pyspark
+
+    stand_in = _TestingUtilsUntilNeeded(PYSPARK_TESTING_UTILS)
+    folder = Path(pyspark.__file__).parent / "testing"
+    spec = importlib.machinery.PathFinder.find_spec(PYSPARK_TESTING_UTILS, [str(folder)])
+    if spec is not None:  # the real module's: where it is, how it loads
+        stand_in.__spec__ = spec
+        stand_in.__loader__ = spec.loader
+        stand_in.__file__ = spec.origin
+        stand_in.__package__ = spec.parent
+    if "pyspark.testing" not in sys.modules and not hasattr(pyspark, "__getattr__"):
+        pyspark.__getattr__ = _import_pyspark_testing_when_asked  # type: ignore[attr-defined]
+    sys.modules[PYSPARK_TESTING_UTILS] = stand_in
 
 
 def build_spark_session(

@@ -224,3 +224,35 @@ def test_the_stand_in_answers_have_numpy_as_pyspark_does(monkeypatch: pytest.Mon
     assert loaded.assertDataFrameEqual is helper
     defer_pyspark_testing_utils()  # the real one is imported: left as it is
     assert sys.modules[PYSPARK_TESTING_UTILS] is loaded
+
+
+@pytest.mark.parametrize(
+    "code",
+    [
+        # The plain form reaches the module through its parent package.
+        "import pyspark.testing.utils\nassert pyspark.testing.utils.assertDataFrameEqual",
+        "import pyspark.testing.utils as u\nassert u.have_numpy and u.assertSchemaEqual",
+        "from pyspark.testing.utils import *\nassert assertDataFrameEqual",
+        "from pyspark.testing import assertDataFrameEqual\nassert assertDataFrameEqual",
+        # The real spec, found without loading anything.
+        "import importlib.util\n"
+        "assert importlib.util.find_spec('pyspark.testing.utils').origin.endswith('utils.py')\n"
+        "assert 'pandas' not in sys.modules",
+        "import importlib, pyspark.testing.utils as u\n"
+        "assert importlib.reload(sys.modules['pyspark.testing.utils']).have_pandas",
+    ],
+)
+def test_every_way_of_importing_testing_utils_works_with_the_stand_in(code: str) -> None:
+    import subprocess
+    import sys
+
+    prologue = "import sys\nfrom spark_jobs.session import defer_pyspark_testing_utils\n"
+    prologue += "defer_pyspark_testing_utils()\n"
+    done = subprocess.run(
+        [sys.executable, "-c", prologue + code],
+        capture_output=True,
+        text=True,
+        timeout=120,
+        check=False,
+    )
+    assert done.returncode == 0, done.stderr[-3000:]

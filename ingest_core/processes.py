@@ -8,6 +8,10 @@ signals processes.
   grace period.
 * :func:`stop_process_group`: the same for a ``subprocess.Popen`` started with
   ``start_new_session=True``.
+* :func:`group_members`, :func:`session_members`: the processes of a process group or
+  session, including those whose parent died (orphans keep both ids).
+* :func:`stop_processes`, :func:`stop_tree`: SIGTERM a set of processes (or a process and its
+  descendants), SIGKILL what outlives the grace period.
 """
 
 from __future__ import annotations
@@ -111,6 +115,42 @@ def stop_process_group(process: subprocess.Popen[bytes], grace_s: float = 20) ->
         process.wait(timeout=10)
 
 
+def _members(id_of: Callable[[int], int], wanted: int) -> list[psutil.Process]:
+    found = []
+    for process in psutil.process_iter():
+        with contextlib.suppress(ProcessLookupError, PermissionError, psutil.Error):
+            if id_of(process.pid) == wanted:
+                found.append(process)
+    return found
+
+
+def group_members(process_group: int) -> list[psutil.Process]:
+    """The processes whose process group is ``process_group`` (``os.getpgid``), whatever
+    their parent: children a group's leader left behind when it died keep its group."""
+    return _members(os.getpgid, process_group)
+
+
+def session_members(session: int) -> list[psutil.Process]:
+    """The processes of the session ``session`` (``os.getsid``; a process started with
+    ``start_new_session=True`` leads the session numbered by its pid), whatever their parent:
+    a session outlives its leader while any member lives, and Linux does not give its number
+    to a new process until none does."""
+    return _members(os.getsid, session)
+
+
+def stop_processes(processes: list[psutil.Process], grace_s: float = 60) -> None:
+    """SIGTERM every process of ``processes``; SIGKILL what outlives ``grace_s`` seconds, then
+    wait up to 10 s for it. Processes already gone are not an error."""
+    for process in processes:
+        with contextlib.suppress(psutil.NoSuchProcess):
+            process.terminate()
+    _, alive = psutil.wait_procs(processes, timeout=grace_s)
+    for process in alive:
+        with contextlib.suppress(psutil.NoSuchProcess):
+            process.kill()
+    psutil.wait_procs(alive, timeout=10)
+
+
 def stop_tree(pid: int, grace_s: float = 60) -> None:
     """SIGTERM ``pid`` and all its descendants (whatever their process group); SIGKILL what
     outlives ``grace_s`` seconds, then wait up to 10 s for it. Processes already gone are
@@ -120,11 +160,4 @@ def stop_tree(pid: int, grace_s: float = 60) -> None:
         processes = [root, *root.children(recursive=True)]
     except psutil.NoSuchProcess:
         return
-    for process in processes:
-        with contextlib.suppress(psutil.NoSuchProcess):
-            process.terminate()
-    _, alive = psutil.wait_procs(processes, timeout=grace_s)
-    for process in alive:
-        with contextlib.suppress(psutil.NoSuchProcess):
-            process.kill()
-    psutil.wait_procs(alive, timeout=10)
+    stop_processes(processes, grace_s)

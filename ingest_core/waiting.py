@@ -61,3 +61,27 @@ def accepts_connections(host: str, port: int, timeout_s: float = 1.0) -> bool:
             return True
     except OSError:
         return False
+
+
+def port_is_taken(port: int) -> bool:
+    """Whether a TCP ``port`` of this machine is already bound by a listener on any local
+    address (loopback, every IPv4 interface as ``0.0.0.0``, or IPv6 ``::``): binding it on
+    every interface fails then. A port held only by connections in TIME_WAIT counts as free
+    (``SO_REUSEADDR``, as servers such as uvicorn and gunicorn set it)."""
+    families = [(socket.AF_INET, "0.0.0.0")]
+    if socket.has_ipv6:
+        families.append((socket.AF_INET6, "::"))
+    for family, host in families:
+        try:
+            probe = socket.socket(family, socket.SOCK_STREAM)
+        except OSError:
+            continue  # no such address family on this machine
+        with probe:
+            probe.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+            if family == socket.AF_INET6:
+                probe.setsockopt(socket.IPPROTO_IPV6, socket.IPV6_V6ONLY, 1)
+            try:
+                probe.bind((host, port))
+            except OSError:
+                return True
+    return False

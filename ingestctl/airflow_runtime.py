@@ -21,6 +21,7 @@ configures a transport itself, e.g. ``OPENLINEAGE_URL`` of a Marquez server (doc
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import subprocess
@@ -31,9 +32,12 @@ from datetime import datetime
 from pathlib import Path
 from typing import Any, Literal, TypeVar
 
-from ingest_core.processes import command_line, stop_tree
+import psutil
+
+from ingest_core.processes import command_line, is_alive, session_members, stop_processes
 from ingest_core.settings import PROJECT_ROOT, get_settings, ingest_home
-from ingest_core.waiting import wait_until
+from ingest_core.waiting import port_is_taken, wait_until
+from ingestctl.airflow_standalone import SKIPPED_FILE
 
 T = TypeVar("T")
 
@@ -296,15 +300,51 @@ class Standalone:
     def password_file(self) -> Path:
         return airflow_home() / PASSWORD_FILE
 
-    def pid(self) -> int | None:
-        """Pid of the running standalone this platform started, or None."""
+    @property
+    def skipped_file(self) -> Path:
+        """Written by the running standalone: the components it left out (JSON object)."""
+        return airflow_home() / SKIPPED_FILE
+
+    def _recorded_pid(self) -> int | None:
         try:
-            pid = int(self.pid_file.read_text().strip())
+            return int(self.pid_file.read_text().strip())
         except (OSError, ValueError):
             return None
-        cmdline = command_line(pid)
-        # Right after the fork the command line can still read empty: count it as ours.
-        return pid if cmdline is not None and ("standalone" in cmdline or not cmdline) else None
+
+    def pid(self) -> int | None:
+        """Pid of the running standalone this platform started, or None (a zombie, dead but
+        not reaped, is not running)."""
+        pid = self._recorded_pid()
+        if pid is None or not is_alive(pid):
+            return None
+        return pid if "standalone" in (command_line(pid) or "") else None
+
+    def processes(self) -> list[psutil.Process]:
+        """Every process of the standalone's session: the standalone, the components it
+        started and theirs, also when the standalone died and left them (it leads its own
+        session, ``start_new_session=True``; always-on Spark jobs lead their own and are not
+        here). Empty when the recorded pid now belongs to another program."""
+        pid = self._recorded_pid()
+        if pid is None:
+            return []
+        if is_alive(pid) and self.pid() is None:
+            return []  # the pid was given to another process: its session is not ours
+        found = {process.pid: process for process in session_members(pid)}
+        with contextlib.suppress(psutil.NoSuchProcess):  # and descendants in other sessions
+            if self.pid() is not None:
+                for process in psutil.Process(pid).children(recursive=True):
+                    found.setdefault(process.pid, process)
+        return list(found.values())
+
+    def skipped_components(self) -> dict[str, str]:
+        """Components the running standalone left out, with why (name -> reason), as it
+        recorded them when it started; empty when none runs."""
+        if self.pid() is None:
+            return {}
+        try:
+            return dict(json.loads(self.skipped_file.read_text()))
+        except (OSError, ValueError):
+            return {}
 
     def healthy(self) -> bool:
         """Whether the API server answers its health endpoint."""
@@ -335,10 +375,13 @@ class Standalone:
             has the log's tail.
         """
         private_airflow_home()
+        process: subprocess.Popen[bytes] | None = None
         if self.pid() is None:
+            self._stop_leftovers()
             env = {**os.environ, **airflow_environment(self.port, log_ports=self.log_ports)}
             self._refuse_taken_ports(env)
             ensure_metadata_database()
+            self.skipped_file.unlink(missing_ok=True)
             with self.log_file.open("ab") as log:
                 process = subprocess.Popen(
                     # Airflow's standalone, restarting a component that died.
@@ -353,8 +396,12 @@ class Standalone:
             self.pid_file.write_text(f"{process.pid}\n")
 
         def answering() -> bool:
-            if self.pid() is None:
-                raise AirflowError(f"airflow standalone exited; {self.log_file}:\n{self._tail()}")
+            code = process.poll() if process is not None else None
+            if code is not None or self.pid() is None:
+                raise AirflowError(
+                    f"airflow standalone exited (exit code {code}); "
+                    f"{self.log_file}:\n{self._tail()}"
+                )
             return self.healthy() and self.password_file.exists()
 
         try:
@@ -366,47 +413,63 @@ class Standalone:
             ) from None
         ensure_pools()  # before a DAG is unpaused: tasks need their pools
 
+    def _stop_leftovers(self) -> None:
+        """Stop what a standalone that died (SIGKILL, out of memory) left running: its
+        components hold the ports and the database a new one needs."""
+        left = self.processes()
+        if not left:
+            return
+        with self.log_file.open("a") as log:
+            log.write(
+                f"{'standalone':10} | stopping {len(left)} process(es) left by a standalone "
+                f"that died (pid {self._recorded_pid()})\n"
+            )
+        stop_processes(left, 30)
+
     def _refuse_taken_ports(self, env: Mapping[str, str]) -> None:
-        """Refuse to start beside whatever already listens on the API server's or the
-        worker log server's port (another Airflow on this machine, usually): the component
+        """Refuse to start beside whatever already listens on the API server's port or a log
+        server's (the worker's; the triggerer's when settings ``airflow.triggerer`` is on),
+        on any local address (another Airflow on this machine, usually): the component
         would fail to bind and, for the API port, the other Airflow's health would be taken
         for this one's.
 
-        :raises AirflowError: naming each port in use and the setting that moves it.
+        :raises AirflowError: naming each port in use and the setting that moves it, or a
+            log-server port setting that is not a port number.
         """
-        from ingest_core.waiting import accepts_connections
-
-        ports = {
-            self.port: "the API server and UI (make demo AIRFLOW_PORT=..., or --port)",
-            int(env["AIRFLOW__LOGGING__WORKER_LOG_SERVER_PORT"]): (
-                "the worker log server (AIRFLOW__LOGGING__WORKER_LOG_SERVER_PORT)"
-            ),
-        }
-        taken = [
-            f"port {port}, {what}"
-            for port, what in ports.items()
-            if accepts_connections("127.0.0.1", port)
-        ]
+        ports = {self.port: "the API server and UI (make demo AIRFLOW_PORT=..., or --port)"}
+        servers = {"WORKER": "the worker log server"}
+        if get_settings().airflow.triggerer:
+            servers["TRIGGER"] = "the triggerer log server"
+        for server, what in servers.items():
+            key = f"AIRFLOW__LOGGING__{server}_LOG_SERVER_PORT"
+            try:
+                port = int(env[key])
+                if not 0 < port < 65536:
+                    raise ValueError(port)
+            except ValueError:
+                raise AirflowError(f"{key}={env[key]!r} is not a port number (1-65535)") from None
+            ports[port] = f"{what} ({key})"
+        taken = [f"port {port}, {what}" for port, what in ports.items() if port_is_taken(port)]
         if taken:
             raise AirflowError(
-                "cannot start airflow standalone: something already listens on 127.0.0.1 at "
+                "cannot start airflow standalone: something already listens at "
                 + "; ".join(taken)
                 + ". Another Airflow on this machine? Stop it or choose free ports."
             )
 
     def down(self, timeout_s: float = 60) -> bool:
-        """Stop the standalone this platform started and every process it spawned
-        (scheduler, API server, DAG processor, triggerer if on, task runners): SIGTERM, then
-        SIGKILL for what outlives ``timeout_s``.
+        """Stop the standalone this platform started and every process of its session
+        (scheduler, API server, DAG processor, triggerer if on, task runners), also those a
+        standalone that died left running: SIGTERM, then SIGKILL for what outlives
+        ``timeout_s``.
 
-        :returns: whether one was running.
+        :returns: whether anything of it was running.
         """
-        pid = self.pid()
-        if pid is None:
-            return False
-        stop_tree(pid, timeout_s)
+        left = self.processes()
+        stop_processes(left, timeout_s)
         self.pid_file.unlink(missing_ok=True)
-        return True
+        self.skipped_file.unlink(missing_ok=True)
+        return bool(left)
 
     def _tail(self, lines: int = 30) -> str:
         try:

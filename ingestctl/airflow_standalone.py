@@ -27,9 +27,11 @@ import threading
 import time
 from collections import deque
 from collections.abc import Callable, Mapping
+from pathlib import Path
 from types import FrameType
-from typing import Any
+from typing import IO, Any
 
+from ingest_core.processes import group_members, stop_processes
 from ingest_core.waiting import accepts_connections, wait_until
 
 #: Pause before the first restart of a component, doubled for every further one.
@@ -43,6 +45,8 @@ STABLE_AFTER_S = 600.0
 #: scheduler ran at once (one left from an interrupted run) while the API server was still
 #: starting got "Connection refused", was killed and failed its run.
 API_WAIT_S = 120.0
+#: What a component left behind when it exited gets this long after SIGTERM before SIGKILL.
+LEFTOVER_GRACE_S = 10.0
 
 
 def api_address() -> tuple[str, int]:
@@ -86,6 +90,7 @@ class RestartingSubCommand(threading.Thread):
         self.process: subprocess.Popen[bytes] | None = None
         self.restarts = 0
         self._stopping = threading.Event()
+        self._lock = threading.Lock()
 
     def _say(self, text: str) -> None:
         self.parent.output_queue.append(("standalone", text.encode()))
@@ -103,21 +108,49 @@ class RestartingSubCommand(threading.Thread):
         except TimeoutError as error:
             self._say(f"{self.name}: {error}; starting it anyway")
 
-    def run(self) -> None:
-        pause = self.backoff_s
-        self._await_address()
-        while not self._stopping.is_set():
-            started = time.monotonic()
+    def _start(self) -> subprocess.Popen[bytes] | None:
+        # Under the lock: stop() either sees this process or prevents it.
+        with self._lock:
+            if self._stopping.is_set():
+                return None
             self.process = subprocess.Popen(
                 self.launcher(self.command),
                 stdout=subprocess.PIPE,
                 stderr=subprocess.STDOUT,
                 env=self.env,
+                # Its own process group: what it leaves behind when it dies can be found.
+                process_group=0,
             )
-            assert self.process.stdout is not None
-            for line in self.process.stdout:
-                self.parent.output_queue.append((self.name, line))
-            code = self.process.wait()
+            return self.process
+
+    def _forward(self, stdout: IO[bytes]) -> None:
+        for line in stdout:
+            self.parent.output_queue.append((self.name, line))
+
+    def _clear_group(self, process: subprocess.Popen[bytes]) -> None:
+        """Stop what the component left in its process group (a scheduler killed with
+        SIGKILL leaves its log server and executor workers: they hold its log port and its
+        output pipe)."""
+        left = group_members(process.pid)
+        if left:
+            self._say(f"{self.name}: stopping {len(left)} process(es) it left behind")
+            stop_processes(left, LEFTOVER_GRACE_S)
+
+    def run(self) -> None:
+        pause = self.backoff_s
+        self._await_address()
+        while True:
+            started = time.monotonic()
+            process = self._start()
+            if process is None:
+                return
+            assert process.stdout is not None
+            reader = threading.Thread(target=self._forward, args=(process.stdout,), daemon=True)
+            reader.start()
+            # The process's end, not its output's: orphans may hold the pipe open.
+            code = process.wait()
+            self._clear_group(process)
+            reader.join(timeout=5)
             if self._stopping.is_set():
                 return
             if time.monotonic() - started >= STABLE_AFTER_S:
@@ -131,10 +164,13 @@ class RestartingSubCommand(threading.Thread):
             pause = min(pause * 2, RESTART_BACKOFF_MAX_S)
 
     def stop(self) -> None:
-        """Stop restarting and terminate the running process."""
-        self._stopping.set()
-        if self.process is not None and self.process.poll() is None:
-            self.process.terminate()
+        """Stop restarting and terminate the running process (SIGTERM; :meth:`run` then
+        stops what it left in its process group)."""
+        with self._lock:
+            self._stopping.set()
+            process = self.process
+        if process is not None and process.poll() is None:
+            process.terminate()
 
 
 class SkippedComponent(threading.Thread):
@@ -188,6 +224,10 @@ def skipped_components() -> dict[str, str]:
 
 #: Airflow's standalone's components, in its order.
 COMPONENTS = ("scheduler", "dag-processor", "api-server", "triggerer")
+#: Where the standalone records the components it left out (JSON object, name -> reason) in
+#: ``AIRFLOW_HOME``, for ``ingestctl status`` (:meth:`ingestctl.airflow_runtime.Standalone.
+#: skipped_components`): the running Airflow's, whatever the caller's settings say.
+SKIPPED_FILE = "standalone.skipped.json"
 #: Starts the line on which :func:`prepare` hands its results to :func:`main`.
 PREPARED = "ingestctl-standalone-prepared: "
 
@@ -232,6 +272,8 @@ class ComponentSupervisor:
 
     def run(self) -> None:
         env = {**os.environ, **self.prepared["env"]}
+        if env.get("AIRFLOW_HOME"):
+            Path(env["AIRFLOW_HOME"], SKIPPED_FILE).write_text(json.dumps(self.prepared["skip"]))
         make = component_factory(self.prepared["skip"], api=tuple(self.prepared["api"]))
         components = [make(self, name, [name], env) for name in COMPONENTS]
         for component in components:

@@ -282,7 +282,6 @@ def status(
     (from Airflow's /api/v2/monitor/health). Exit status 3 when Airflow is down or its
     scheduler or database is unhealthy."""
     from ingestctl.airflow_runtime import Standalone, describe_health, metadata_database
-    from ingestctl.airflow_standalone import skipped_components
     from ingestctl.kafka_broker import KafkaBroker
 
     database = metadata_database()
@@ -294,7 +293,9 @@ def status(
     standalone = Standalone(port)
     pid = standalone.pid()
     typer.echo(f"airflow: running (pid {pid}; {standalone.url})" if pid else "airflow: not running")
-    healthy, lines = describe_health(standalone.health(), datetime.now(UTC), skipped_components())
+    # What the running standalone left out, not what this shell's settings would.
+    skipped = standalone.skipped_components()
+    healthy, lines = describe_health(standalone.health(), datetime.now(UTC), skipped)
     for line in lines:
         typer.echo(f"  {line}")
     if not (pid and healthy):

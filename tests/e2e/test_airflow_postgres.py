@@ -1,8 +1,9 @@
 """Airflow on PostgreSQL, the embedded default: the platform's own standalone (scheduler with
 LocalExecutor, DAG processor, API server; no triggerer by default) on the embedded cluster
 (:mod:`ingestctl.postgres_cluster`, started on demand), running a DAG; the run's success is
-read back from PostgreSQL itself. Then the scheduler is killed: the launcher starts it again
-and its heartbeat, as ``ingestctl status`` reports it, is fresh again."""
+read back from PostgreSQL itself. Then the scheduler is killed: the launcher stops what it left
+and starts it again, and its heartbeat, as ``ingestctl status`` reports it, is fresh again.
+Last, the standalone itself is killed: ``down`` stops the components it left."""
 
 from __future__ import annotations
 
@@ -76,6 +77,7 @@ def test_dag_runs_on_the_embedded_postgres_and_a_dead_scheduler_comes_back(
     assert not embedded.status().running  # Standalone.up starts it
     api_port, worker_log_port, trigger_log_port = free_ports(3)
     standalone = Standalone(port=api_port, log_ports=(worker_log_port, trigger_log_port))
+    components: list[psutil.Process] = []
     try:
         standalone.up(timeout_s=300)
         assert embedded.status().running
@@ -97,14 +99,13 @@ def test_dag_runs_on_the_embedded_postgres_and_a_dead_scheduler_comes_back(
         state = client.wait_for_run(DAG_ID, run_id, timeout_s=600)
         assert state == "success", standalone._tail(60)
 
-        # A scheduler that dies (here: SIGKILL, with its executor's workers) is restarted.
+        # A scheduler that dies (here: SIGKILL to it alone) is restarted, and what it left
+        # (its log server on the worker log port, its executor's workers) is stopped first.
         killed = _scheduler(standalone)
         assert killed is not None
-        family = [killed, *killed.children(recursive=True)]
-        for process in family:
-            with contextlib.suppress(psutil.Error):
-                process.kill()
-        psutil.wait_procs(family, timeout=30)
+        left = killed.children(recursive=True)
+        assert left, "the scheduler has its log server and executor workers"
+        killed.kill()
         died_at = datetime.now(UTC)
         deadline = time.monotonic() + 240
         healthy, lines = False, []
@@ -120,13 +121,25 @@ def test_dag_runs_on_the_embedded_postgres_and_a_dead_scheduler_comes_back(
         else:
             raise AssertionError(f"scheduler not back: {lines}\n{standalone._tail(40)}")
         assert "scheduler exited with code" in standalone.log_file.read_text(errors="replace")
+        assert not [p for p in left if p.is_running() and p.status() != psutil.STATUS_ZOMBIE]
         status = CliRunner().invoke(app, ["status", "--port", str(api_port)])
         assert status.exit_code == 0, status.output
         assert "scheduler: healthy, latest heartbeat" in status.output
         assert "triggerer: not started" in status.output
         assert "postgres: running on socket" in status.output
+
+        # SIGKILL to the standalone itself leaves its components running: down() finds them
+        # in its session and stops them.
+        components = psutil.Process(standalone.pid()).children(recursive=True)
+        psutil.Process(standalone.pid()).kill()
+        wait_until(lambda: standalone.pid() is None, 30, 0.5, what="the standalone to die")
+        assert [p for p in components if p.is_running()], "its components outlive it"
+        assert standalone.processes()
     finally:
-        standalone.down()
+        stopped = standalone.down()
+    assert stopped
+    assert standalone.processes() == []
+    assert not [p for p in components if p.is_running() and p.status() != psutil.STATUS_ZOMBIE]
 
     with embedded.connect() as conn, conn.cursor() as cursor:
         cursor.execute(

@@ -10,7 +10,16 @@ import time
 import psutil
 import pytest
 
-from ingest_core.processes import command_line, is_alive, stop_group, stop_process, stop_tree
+from ingest_core.processes import (
+    command_line,
+    group_members,
+    is_alive,
+    session_members,
+    stop_group,
+    stop_process,
+    stop_processes,
+    stop_tree,
+)
 from ingest_core.waiting import wait_until
 
 pytestmark = pytest.mark.unit
@@ -89,3 +98,19 @@ def test_stop_group_signals_the_whole_group_and_kills_a_stubborn_leader() -> Non
     # SIGTERM reached the children through the group
     _, alive_children = psutil.wait_procs(children, timeout=5)
     assert not alive_children
+
+
+def test_orphans_stay_members_of_their_group_and_session_and_are_stopped() -> None:
+    # The leader's children outlive it (SIGKILL): reparented, they keep group and session.
+    process = _spawn(STUBBORN_TREE, new_session=True)
+    children = psutil.Process(process.pid).children()
+    assert len(children) == 2
+    process.kill()
+    process.wait()
+    orphans = {child.pid for child in children}
+    assert {p.pid for p in group_members(process.pid)} == orphans
+    assert {p.pid for p in session_members(process.pid)} == orphans
+    assert psutil.Process(os.getpid()) not in session_members(process.pid)
+    stop_processes(session_members(process.pid), grace_s=5)
+    assert not any(is_alive(pid) for pid in orphans)
+    assert session_members(process.pid) == []

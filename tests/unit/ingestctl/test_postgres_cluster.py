@@ -15,11 +15,14 @@ from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from urllib.parse import parse_qs, urlsplit
 
+import psutil
 import pytest
 from pydantic import ValidationError
 from typer.testing import CliRunner
 
+from ingest_core.processes import is_alive
 from ingest_core.settings import PlatformSettings, get_settings
+from ingest_core.waiting import wait_until
 from ingestctl.airflow_runtime import (
     AirflowError,
     Standalone,
@@ -40,6 +43,7 @@ from ingestctl.postgres_cluster import (
     ensure_password_file,
     socket_url,
 )
+from tests.conftest import free_ports
 
 pytestmark = pytest.mark.unit
 
@@ -282,6 +286,58 @@ def test_a_component_that_exits_is_started_again_until_stopped() -> None:
     assert ("standalone", "dag-processor exited with code 0; restarting it in 0 s") in lines
 
 
+def test_a_component_is_restarted_even_when_what_it_left_behind_holds_its_output() -> None:
+    """A scheduler killed with SIGKILL leaves its log server and executor workers, which hold
+    its output pipe and log port: it was never restarted (the loop waited for the end of its
+    output) and its log port stayed taken. Here the component leaves a sleeper behind."""
+    parent = _Parent()
+    leave_a_child = (
+        "import subprocess, sys\n"
+        "child = subprocess.Popen([sys.executable, '-c', 'import time; time.sleep(300)'])\n"
+        "print('child', child.pid, flush=True)\n"
+    )
+    component = RestartingSubCommand(
+        parent,
+        "scheduler",
+        [leave_a_child],
+        env={},
+        launcher=lambda command: [sys.executable, "-c", *command],
+        backoff_s=0.05,
+    )
+    component.start()
+    try:
+        wait_until(lambda: component.restarts >= 2, 30, 0.05, what="two restarts")
+    finally:
+        component.stop()
+        component.join(timeout=30)
+    assert not component.is_alive()
+    lines = [line.decode().split() for name, line in parent.output_queue if name == "scheduler"]
+    children = [int(words[1]) for words in lines if words[:1] == ["child"]]
+    assert len(children) >= 2, parent.output_queue
+    assert not any(is_alive(pid) for pid in children)  # none left behind
+    said = [line.decode() for name, line in parent.output_queue if name == "standalone"]
+    assert "scheduler: stopping 1 process(es) it left behind" in said
+
+
+def test_a_stop_while_a_component_restarts_leaves_nothing_running() -> None:
+    for _ in range(20):  # stop() at any moment of the restart loop
+        parent = _Parent()
+        component = RestartingSubCommand(
+            parent,
+            "dag-processor",
+            ["import time; time.sleep(0.01)"],
+            env={},
+            launcher=lambda command: [sys.executable, "-c", *command],
+            backoff_s=0.001,
+        )
+        component.start()
+        time.sleep(0.05)
+        component.stop()
+        component.join(timeout=30)
+        assert not component.is_alive()
+        assert component.process is None or component.process.poll() is not None
+
+
 def test_stopping_during_the_pause_restarts_nothing() -> None:
     parent = _Parent()
     component = RestartingSubCommand(
@@ -402,3 +458,113 @@ def test_a_standalone_is_refused_beside_whatever_holds_its_ports(
     assert f"port {api_port}, the API server and UI" in message
     assert f"port {log_port}, the worker log server" in message
     assert not standalone.pid_file.exists()  # nothing started
+
+
+@pytest.mark.parametrize("bound_on", ["0.0.0.0", "::"])
+def test_a_log_port_held_on_every_interface_is_refused_too(
+    monkeypatch: pytest.MonkeyPatch, bound_on: str
+) -> None:
+    """Airflow's log servers listen on every interface, where a connection to 127.0.0.1 is
+    not always answered (an IPv6-only listener): the port is probed by binding it."""
+    _use(monkeypatch, "INGEST_AIRFLOW__DATABASE", "sqlite")
+    family = socket.AF_INET6 if ":" in bound_on else socket.AF_INET
+    if family == socket.AF_INET6 and not socket.has_ipv6:
+        pytest.skip("no IPv6 on this machine")
+    with socket.socket(family) as held:
+        if family == socket.AF_INET6:
+            held.setsockopt(socket.IPPROTO_IPV6, socket.IPV6_V6ONLY, 1)
+        held.bind((bound_on, 0))
+        held.listen()
+        port = held.getsockname()[1]
+        api_port, trigger_port = free_ports(2)
+        standalone = Standalone(port=api_port, log_ports=(port, trigger_port))
+        with pytest.raises(AirflowError, match=f"port {port}, the worker log server"):
+            standalone.up(timeout_s=5)
+        # The triggerer's port matters only when the triggerer runs.
+        _use(monkeypatch, "INGEST_AIRFLOW__TRIGGERER", "true")
+        other = Standalone(port=api_port, log_ports=(trigger_port, port))
+        with pytest.raises(AirflowError, match=f"port {port}, the triggerer log server"):
+            other.up(timeout_s=5)
+    assert not standalone.pid_file.exists()
+
+
+def test_a_log_port_that_is_not_a_number_is_refused_naming_it(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    _use(monkeypatch, "INGEST_AIRFLOW__DATABASE", "sqlite")
+    monkeypatch.setenv("AIRFLOW__LOGGING__WORKER_LOG_SERVER_PORT", "87x3")
+    with pytest.raises(AirflowError) as refused:
+        Standalone(port=free_ports(1)[0]).up(timeout_s=5)
+    assert str(refused.value) == (
+        "AIRFLOW__LOGGING__WORKER_LOG_SERVER_PORT='87x3' is not a port number (1-65535)"
+    )
+
+
+def _orphaned_session(name: str) -> tuple[int, list[int]]:
+    """A session led by a process named ``name`` that died (SIGKILL) and left two children:
+    (the dead leader's pid, the orphans' pids)."""
+    leader = subprocess.Popen(
+        ["sh", "-c", "sleep 300 & sleep 300 & wait", name], start_new_session=True
+    )
+    wait_until(lambda: len(psutil.Process(leader.pid).children()) == 2, 10, 0.05, what="forks")
+    orphans = [child.pid for child in psutil.Process(leader.pid).children()]
+    leader.kill()
+    leader.wait()
+    return leader.pid, orphans
+
+
+def test_what_a_standalone_killed_with_sigkill_left_is_stopped(home: Path) -> None:
+    """SIGKILL to the standalone left its components running: down() saw no standalone and
+    stopped nothing, and up() refused to start beside their ports."""
+    standalone = Standalone()
+    dead, orphans = _orphaned_session("ingestctl.airflow_standalone")
+    standalone.pid_file.parent.mkdir(parents=True, exist_ok=True)
+    standalone.pid_file.write_text(f"{dead}\n")
+    assert standalone.pid() is None
+    assert sorted(p.pid for p in standalone.processes()) == sorted(orphans)
+    assert standalone.down(timeout_s=5)
+    assert not any(is_alive(pid) for pid in orphans)
+    assert not standalone.pid_file.exists()
+    assert not standalone.down()
+
+
+def test_a_recorded_pid_now_used_by_another_program_is_left_alone(home: Path) -> None:
+    standalone = Standalone()
+    standalone.pid_file.parent.mkdir(parents=True, exist_ok=True)
+    other = subprocess.Popen(["sleep", "300"], start_new_session=True)
+    try:
+        standalone.pid_file.write_text(f"{other.pid}\n")
+        assert standalone.pid() is None
+        assert standalone.processes() == []  # its session is not the standalone's
+        assert not standalone.down(timeout_s=1)
+        assert is_alive(other.pid)
+    finally:
+        other.kill()
+        other.wait()
+
+
+def test_a_zombie_standalone_is_not_running(home: Path) -> None:
+    standalone = Standalone()
+    standalone.pid_file.parent.mkdir(parents=True, exist_ok=True)
+    exited = subprocess.Popen(["sh", "-c", "exit 3", "standalone"])  # a zombie until reaped
+    try:
+        wait_until(lambda: not is_alive(exited.pid), 10, 0.05, what="exit")
+        standalone.pid_file.write_text(f"{exited.pid}\n")
+        assert standalone.pid() is None
+    finally:
+        exited.wait()
+
+
+def test_a_standalone_whose_set_up_fails_is_reported_at_once(
+    home: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A set-up that failed (here: a metadata database URL Airflow cannot use) was reported
+    only after the whole timeout, as "did not answer": the exited standalone, never reaped,
+    still counted as running."""
+    monkeypatch.setenv(CONN, "unknowndialect://nowhere/airflow")
+    get_settings.cache_clear()
+    standalone = Standalone(port=free_ports(1)[0], log_ports=tuple(free_ports(2)))
+    with pytest.raises(AirflowError, match=r"airflow standalone exited \(exit code [1-9]"):
+        standalone.up(timeout_s=240)
+    assert "set-up failed" in standalone.log_file.read_text()
+    assert standalone.down() is False

@@ -262,7 +262,7 @@ def defer_pyspark_testing_utils() -> None:
         stand_in.__file__ = spec.origin
         stand_in.__package__ = spec.parent
     if "pyspark.testing" not in sys.modules and not hasattr(pyspark, "__getattr__"):
-        pyspark.__getattr__ = _import_pyspark_testing_when_asked  # type: ignore[attr-defined]
+        pyspark.__getattr__ = _import_pyspark_testing_when_asked  # type: ignore[method-assign]
     sys.modules[PYSPARK_TESTING_UTILS] = stand_in
 
 

@@ -119,22 +119,24 @@ def _members(id_of: Callable[[int], int], wanted: int) -> list[psutil.Process]:
     found = []
     for process in psutil.process_iter():
         with contextlib.suppress(ProcessLookupError, PermissionError, psutil.Error):
-            if id_of(process.pid) == wanted:
+            # A zombie has ended: nothing to stop, and only its parent can reap it.
+            if id_of(process.pid) == wanted and process.status() != psutil.STATUS_ZOMBIE:
                 found.append(process)
     return found
 
 
 def group_members(process_group: int) -> list[psutil.Process]:
-    """The processes whose process group is ``process_group`` (``os.getpgid``), whatever
-    their parent: children a group's leader left behind when it died keep its group."""
+    """The running processes (zombies left out) whose process group is ``process_group``
+    (``os.getpgid``), whatever their parent: children a group's leader left behind when it
+    died keep its group."""
     return _members(os.getpgid, process_group)
 
 
 def session_members(session: int) -> list[psutil.Process]:
-    """The processes of the session ``session`` (``os.getsid``; a process started with
-    ``start_new_session=True`` leads the session numbered by its pid), whatever their parent:
-    a session outlives its leader while any member lives, and Linux does not give its number
-    to a new process until none does."""
+    """The running processes (zombies left out) of the session ``session`` (``os.getsid``; a
+    process started with ``start_new_session=True`` leads the session numbered by its pid),
+    whatever their parent: a session outlives its leader while any member lives, and Linux
+    does not give its number to a new process until none does."""
     return _members(os.getsid, session)
 
 

@@ -13,6 +13,7 @@ import time
 from collections import deque
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
+from unittest import mock
 from urllib.parse import parse_qs, urlsplit
 
 import psutil
@@ -568,3 +569,25 @@ def test_a_standalone_whose_set_up_fails_is_reported_at_once(
         standalone.up(timeout_s=240)
     assert "set-up failed" in standalone.log_file.read_text()
     assert standalone.down() is False
+
+
+def test_status_reports_what_the_running_standalone_left_out_not_the_callers_settings(
+    home: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A standalone started with the triggerer on, asked about from a shell without it, said
+    "triggerer: not started"; it is the running standalone's record that counts."""
+    standalone = Standalone()
+    standalone.pid_file.parent.mkdir(parents=True, exist_ok=True)
+    standalone.skipped_file.write_text("{}")  # started with the triggerer on
+    running = subprocess.Popen(["sh", "-c", "sleep 300 & wait", "airflow_standalone"])
+    try:
+        standalone.pid_file.write_text(f"{running.pid}\n")
+        wait_until(lambda: standalone.pid() == running.pid, 10, 0.05, what="exec")
+        assert skipped_components() == {"triggerer": mock.ANY}  # this shell's settings
+        assert standalone.skipped_components() == {}
+        standalone.skipped_file.write_text('{"triggerer": "off"}')
+        assert standalone.skipped_components() == {"triggerer": "off"}
+    finally:
+        running.kill()
+        running.wait()
+    assert standalone.skipped_components() == {}  # nothing runs

@@ -579,7 +579,8 @@ def test_status_reports_what_the_running_standalone_left_out_not_the_callers_set
     standalone = Standalone()
     standalone.pid_file.parent.mkdir(parents=True, exist_ok=True)
     standalone.skipped_file.write_text("{}")  # started with the triggerer on
-    running = subprocess.Popen(["sh", "-c", "sleep 300 & wait", "airflow_standalone"])
+    sleeper = "import time; time.sleep(300)"
+    running = subprocess.Popen([sys.executable, "-c", sleeper, "airflow_standalone"])
     try:
         standalone.pid_file.write_text(f"{running.pid}\n")
         wait_until(lambda: standalone.pid() == running.pid, 10, 0.05, what="exec")

@@ -34,10 +34,11 @@ from typing import Any, Literal, TypeVar
 
 import psutil
 
-from ingest_core.processes import command_line, is_alive, session_members, stop_processes
+from ingest_core.locks import file_lock
+from ingest_core.processes import is_alive, session_members, stop_processes
 from ingest_core.settings import PROJECT_ROOT, get_settings, ingest_home
 from ingest_core.waiting import port_is_taken, wait_until
-from ingestctl.airflow_standalone import SKIPPED_FILE
+from ingestctl.airflow_standalone import SKIPPED_FILE, STANDALONE_MODULE
 
 T = TypeVar("T")
 
@@ -301,23 +302,44 @@ class Standalone:
         return airflow_home() / PASSWORD_FILE
 
     @property
+    def lock_file(self) -> Path:
+        """Held by :meth:`up` and :meth:`down`: two at once started two standalones."""
+        return airflow_home() / "standalone.lock"
+
+    @property
     def skipped_file(self) -> Path:
         """Written by the running standalone: the components it left out (JSON object)."""
         return airflow_home() / SKIPPED_FILE
 
     def _recorded_pid(self) -> int | None:
+        """The pid in the pid file; None when it is missing or not a process id above 1 (a
+        0 or negative pid names a process group to ``kill``, and 1 is init)."""
         try:
-            return int(self.pid_file.read_text().strip())
+            pid = int(self.pid_file.read_text().strip())
         except (OSError, ValueError):
             return None
+        return pid if pid > 1 else None
+
+    def _is_this_standalone(self, pid: int) -> bool:
+        """Whether ``pid`` runs ``python -m ingestctl.airflow_standalone`` for this
+        ``AIRFLOW_HOME`` (a pid reused by another program, or another platform's standalone,
+        is not; a zombie is not running)."""
+        try:
+            process = psutil.Process(pid)
+            if process.status() == psutil.STATUS_ZOMBIE:
+                return False
+            command, environ = process.cmdline(), process.environ()
+        except psutil.Error:
+            return False
+        return command[1:3] == ["-m", STANDALONE_MODULE] and environ.get("AIRFLOW_HOME") == str(
+            airflow_home()
+        )
 
     def pid(self) -> int | None:
-        """Pid of the running standalone this platform started, or None (a zombie, dead but
-        not reaped, is not running)."""
+        """Pid of the running standalone this platform started (this ``AIRFLOW_HOME``'s), or
+        None."""
         pid = self._recorded_pid()
-        if pid is None or not is_alive(pid):
-            return None
-        return pid if "standalone" in (command_line(pid) or "") else None
+        return pid if pid is not None and self._is_this_standalone(pid) else None
 
     def processes(self) -> list[psutil.Process]:
         """Every process of the standalone's session: the standalone, the components it
@@ -327,11 +349,12 @@ class Standalone:
         pid = self._recorded_pid()
         if pid is None:
             return []
-        if is_alive(pid) and self.pid() is None:
+        running = self.pid() is not None
+        if is_alive(pid) and not running:
             return []  # the pid was given to another process: its session is not ours
         found = {process.pid: process for process in session_members(pid)}
         with contextlib.suppress(psutil.NoSuchProcess):  # and descendants in other sessions
-            if self.pid() is not None:
+            if running:
                 for process in psutil.Process(pid).children(recursive=True):
                     found.setdefault(process.pid, process)
         return list(found.values())
@@ -375,25 +398,8 @@ class Standalone:
             has the log's tail.
         """
         private_airflow_home()
-        process: subprocess.Popen[bytes] | None = None
-        if self.pid() is None:
-            self._stop_leftovers()
-            env = {**os.environ, **airflow_environment(self.port, log_ports=self.log_ports)}
-            self._refuse_taken_ports(env)
-            ensure_metadata_database()
-            self.skipped_file.unlink(missing_ok=True)
-            with self.log_file.open("ab") as log:
-                process = subprocess.Popen(
-                    # Airflow's standalone, restarting a component that died.
-                    [sys.executable, "-m", "ingestctl.airflow_standalone"],
-                    env=env,
-                    stdout=log,
-                    stderr=subprocess.STDOUT,
-                    stdin=subprocess.DEVNULL,
-                    start_new_session=True,
-                    cwd=PROJECT_ROOT,
-                )
-            self.pid_file.write_text(f"{process.pid}\n")
+        with file_lock(self.lock_file):  # one up() or down() at a time: one standalone
+            process = self._start()
 
         def answering() -> bool:
             code = process.poll() if process is not None else None
@@ -412,6 +418,29 @@ class Standalone:
                 f"{timeout_s:.0f} s; {self.log_file}:\n{self._tail()}"
             ) from None
         ensure_pools()  # before a DAG is unpaused: tasks need their pools
+
+    def _start(self) -> subprocess.Popen[bytes] | None:
+        """Start the standalone unless it runs; the process started, or None."""
+        if self.pid() is not None:
+            return None
+        self._stop_leftovers()
+        env = {**os.environ, **airflow_environment(self.port, log_ports=self.log_ports)}
+        self._refuse_taken_ports(env)
+        ensure_metadata_database()
+        self.skipped_file.unlink(missing_ok=True)
+        with self.log_file.open("ab") as log:
+            process = subprocess.Popen(
+                # Airflow's standalone, restarting a component that died.
+                [sys.executable, "-m", STANDALONE_MODULE],
+                env=env,
+                stdout=log,
+                stderr=subprocess.STDOUT,
+                stdin=subprocess.DEVNULL,
+                start_new_session=True,
+                cwd=PROJECT_ROOT,
+            )
+        self.pid_file.write_text(f"{process.pid}\n")
+        return process
 
     def _stop_leftovers(self) -> None:
         """Stop what a standalone that died (SIGKILL, out of memory) left running: its
@@ -448,11 +477,15 @@ class Standalone:
                     raise ValueError(port)
             except ValueError:
                 raise AirflowError(f"{key}={env[key]!r} is not a port number (1-65535)") from None
+            if port in ports:
+                raise AirflowError(
+                    f"{key}={port} is also the port of {ports[port]}: each server needs its own"
+                )
             ports[port] = f"{what} ({key})"
         taken = [f"port {port}, {what}" for port, what in ports.items() if port_is_taken(port)]
         if taken:
             raise AirflowError(
-                "cannot start airflow standalone: something already listens at "
+                "cannot start airflow standalone: something already uses "
                 + "; ".join(taken)
                 + ". Another Airflow on this machine? Stop it or choose free ports."
             )
@@ -460,15 +493,23 @@ class Standalone:
     def down(self, timeout_s: float = 60) -> bool:
         """Stop the standalone this platform started and every process of its session
         (scheduler, API server, DAG processor, triggerer if on, task runners), also those a
-        standalone that died left running: SIGTERM, then SIGKILL for what outlives
-        ``timeout_s``.
+        standalone that died left running. SIGTERM goes to the standalone, which sends one
+        to each component (a second SIGTERM in the middle of Airflow's handler deadlocked its
+        logging lock); what is still running after it (SIGKILL after ``timeout_s``) gets
+        SIGTERM, then SIGKILL after ``timeout_s`` more.
 
         :returns: whether anything of it was running.
         """
-        left = self.processes()
-        stop_processes(left, timeout_s)
-        self.pid_file.unlink(missing_ok=True)
-        self.skipped_file.unlink(missing_ok=True)
+        if not self.pid_file.exists():
+            return False  # never started here (or stopped): nothing recorded, nothing to stop
+        with file_lock(self.lock_file):
+            left = self.processes()
+            standalone = self.pid()
+            if standalone is not None:
+                stop_processes([p for p in left if p.pid == standalone], timeout_s)
+            stop_processes([p for p in left if p.pid != standalone], timeout_s)
+            self.pid_file.unlink(missing_ok=True)
+            self.skipped_file.unlink(missing_ok=True)
         return bool(left)
 
     def _tail(self, lines: int = 30) -> str:

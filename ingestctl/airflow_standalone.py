@@ -228,6 +228,9 @@ COMPONENTS = ("scheduler", "dag-processor", "api-server", "triggerer")
 #: ``AIRFLOW_HOME``, for ``ingestctl status`` (:meth:`ingestctl.airflow_runtime.Standalone.
 #: skipped_components`): the running Airflow's, whatever the caller's settings say.
 SKIPPED_FILE = "standalone.skipped.json"
+#: This module, as ``python -m`` runs it (and as :class:`ingestctl.airflow_runtime.Standalone`
+#: recognises its process).
+STANDALONE_MODULE = "ingestctl.airflow_standalone"
 #: Starts the line on which :func:`prepare` hands its results to :func:`main`.
 PREPARED = "ingestctl-standalone-prepared: "
 
@@ -307,7 +310,7 @@ def main(argv: list[str] | None = None) -> None:
         return
     signal.signal(signal.SIGTERM, _terminate)
     child = subprocess.Popen(
-        [sys.executable, "-m", "ingestctl.airflow_standalone", "prepare"],
+        [sys.executable, "-m", STANDALONE_MODULE, "prepare"],
         stdout=subprocess.PIPE,
         stderr=subprocess.STDOUT,
         text=True,
@@ -321,8 +324,9 @@ def main(argv: list[str] | None = None) -> None:
             print(line.rstrip(), flush=True)  # Airflow's own "standalone | ..." lines
     code = child.wait()
     if code != 0 or prepared is None:
-        print(f"{'standalone':10} | set-up failed (exit code {code})", flush=True)
-        sys.exit(code or 1)
+        how = f"killed by signal {-code}" if code < 0 else f"exit code {code}"
+        print(f"{'standalone':10} | set-up failed ({how})", flush=True)
+        sys.exit(code if code > 0 else 1)
     ComponentSupervisor(prepared).run()
     sys.exit(0)
 

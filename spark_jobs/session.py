@@ -214,12 +214,18 @@ class _TestingUtilsUntilNeeded(types.ModuleType):
     None`` the real module computes once; every other name (``have_pandas``,
     ``assertDataFrameEqual``, ``__all__``, ...) comes from the real module.
 
-    The stand-in carries the real module's spec (``importlib.util.find_spec`` and
-    ``importlib.reload`` work on it). Its parent package is not imported (``pyspark.testing``
-    imports the real module): :func:`defer_pyspark_testing_utils` lets ``pyspark`` import it
-    when first asked for ``pyspark.testing``, so that ``import pyspark.testing.utils`` followed
-    by ``pyspark.testing.utils.<name>`` works as without the stand-in.
+    The stand-in carries the real module's spec (``importlib.util.find_spec`` works on it)
+    and lists the real module's names (``dir``, ``help``: they import it). Its parent package
+    is not imported (``pyspark.testing`` imports the real module):
+    :func:`defer_pyspark_testing_utils` lets ``pyspark`` import it when first asked for
+    ``pyspark.testing``, so that ``import pyspark.testing.utils`` followed by
+    ``pyspark.testing.utils.<name>`` works as without the stand-in. ``importlib.reload`` needs
+    that parent imported, as for any submodule. A reference taken before the real module
+    replaced the stand-in keeps answering through it.
     """
+
+    def __dir__(self) -> list[str]:
+        return dir(_real_testing_utils(self))
 
     def __getattr__(self, name: str) -> Any:
         if name == "have_numpy":  # once: F.lit asks it for every literal

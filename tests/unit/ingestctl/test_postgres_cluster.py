@@ -4,6 +4,8 @@ launcher's restart loop."""
 
 from __future__ import annotations
 
+import contextlib
+import os
 import socket
 import stat
 import subprocess
@@ -11,6 +13,7 @@ import sys
 import threading
 import time
 from collections import deque
+from collections.abc import Iterator
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from unittest import mock
@@ -28,9 +31,11 @@ from ingestctl.airflow_runtime import (
     AirflowError,
     Standalone,
     airflow_environment,
+    airflow_home,
     default_parallelism,
     describe_health,
     metadata_database,
+    private_airflow_home,
 )
 from ingestctl.airflow_standalone import (
     RestartingSubCommand,
@@ -571,24 +576,112 @@ def test_a_standalone_whose_set_up_fails_is_reported_at_once(
     assert standalone.down() is False
 
 
+@contextlib.contextmanager
+def _lookalike_standalone(folder: Path, airflow_home_env: str) -> Iterator[int]:
+    """A process run as ``python -m ingestctl.airflow_standalone`` with ``AIRFLOW_HOME`` set,
+    whose module (from ``folder``, its working directory) only sleeps; yields its pid."""
+    (folder / "ingestctl").mkdir(parents=True)
+    (folder / "ingestctl" / "__init__.py").write_text("")
+    (folder / "ingestctl" / "airflow_standalone.py").write_text("import time; time.sleep(300)")
+    env = {**os.environ, "AIRFLOW_HOME": airflow_home_env}
+    process = subprocess.Popen(
+        [sys.executable, "-m", "ingestctl.airflow_standalone"], cwd=folder, env=env
+    )
+    try:
+        wait_until(lambda: "-m" in psutil.Process(process.pid).cmdline(), 10, 0.05, what="exec")
+        yield process.pid
+    finally:
+        process.kill()
+        process.wait()
+
+
+def test_only_this_homes_standalone_counts_as_running(home: Path, tmp_path: Path) -> None:
+    """A pid file naming any process with "standalone" in its command line made status say
+    "running" and down() kill it (a reused pid)."""
+    standalone = Standalone()
+    standalone.pid_file.parent.mkdir(parents=True, exist_ok=True)
+    with _lookalike_standalone(tmp_path / "ours", str(airflow_home())) as pid:
+        standalone.pid_file.write_text(f"{pid}\n")
+        assert standalone.pid() == pid
+    with _lookalike_standalone(tmp_path / "another", str(tmp_path / "elsewhere")) as pid:
+        standalone.pid_file.write_text(f"{pid}\n")
+        assert standalone.pid() is None  # another platform's standalone
+        assert standalone.processes() == []
+        assert not standalone.down(timeout_s=1)
+        assert is_alive(pid)
+    sleeper = "import time; time.sleep(300)"
+    named = subprocess.Popen([sys.executable, "-c", sleeper, "fake-airflow_standalone"])
+    try:
+        standalone.pid_file.write_text(f"{named.pid}\n")
+        assert standalone.pid() is None  # a name is not enough
+        assert not standalone.down(timeout_s=1)
+        assert is_alive(named.pid)
+    finally:
+        named.kill()
+        named.wait()
+
+
+@pytest.mark.parametrize("recorded", ["0", "-5", "1", "-1"])
+def test_a_pid_file_naming_no_process_of_ours_signals_nothing(
+    home: Path, recorded: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A pid file holding 0 made down() signal init and every kernel thread (session 0)."""
+    signalled: list[object] = []
+    monkeypatch.setattr(psutil.Process, "terminate", lambda self: signalled.append(self))
+    monkeypatch.setattr(psutil.Process, "kill", lambda self: signalled.append(self))
+    standalone = Standalone()
+    standalone.pid_file.parent.mkdir(parents=True, exist_ok=True)
+    standalone.pid_file.write_text(recorded)
+    assert standalone.pid() is None
+    assert standalone.processes() == []
+    assert not standalone.down(timeout_s=1)
+    assert signalled == []
+
+
+def test_one_up_at_a_time(home: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Two up() at once started two standalones on one database, one of them left running."""
+    inside, most = [0], [0]
+
+    def start(self: Standalone) -> None:
+        inside[0] += 1
+        most[0] = max(most[0], inside[0])
+        time.sleep(0.3)
+        inside[0] -= 1
+
+    monkeypatch.setattr(Standalone, "_start", start)
+    monkeypatch.setattr(Standalone, "healthy", lambda self: True)
+    monkeypatch.setattr(Standalone, "pid", lambda self: 4242)
+    monkeypatch.setattr("ingestctl.airflow_runtime.ensure_pools", lambda: None)
+    standalone = Standalone()
+    private_airflow_home()
+    standalone.password_file.write_text("{}")
+    answered: list[str] = []
+
+    def up() -> None:
+        standalone.up(timeout_s=10)
+        answered.append("up")
+
+    callers = [threading.Thread(target=up) for _ in "ab"]
+    for caller in callers:
+        caller.start()
+    for caller in callers:
+        caller.join(timeout=30)
+    assert answered == ["up", "up"]
+    assert most == [1]
+
+
 def test_status_reports_what_the_running_standalone_left_out_not_the_callers_settings(
-    home: Path, monkeypatch: pytest.MonkeyPatch
+    home: Path, tmp_path: Path
 ) -> None:
     """A standalone started with the triggerer on, asked about from a shell without it, said
     "triggerer: not started"; it is the running standalone's record that counts."""
     standalone = Standalone()
     standalone.pid_file.parent.mkdir(parents=True, exist_ok=True)
     standalone.skipped_file.write_text("{}")  # started with the triggerer on
-    sleeper = "import time; time.sleep(300)"
-    running = subprocess.Popen([sys.executable, "-c", sleeper, "airflow_standalone"])
-    try:
-        standalone.pid_file.write_text(f"{running.pid}\n")
-        wait_until(lambda: standalone.pid() == running.pid, 10, 0.05, what="exec")
+    with _lookalike_standalone(tmp_path / "running", str(airflow_home())) as pid:
+        standalone.pid_file.write_text(f"{pid}\n")
         assert skipped_components() == {"triggerer": mock.ANY}  # this shell's settings
         assert standalone.skipped_components() == {}
         standalone.skipped_file.write_text('{"triggerer": "off"}')
         assert standalone.skipped_components() == {"triggerer": "off"}
-    finally:
-        running.kill()
-        running.wait()
     assert standalone.skipped_components() == {}  # nothing runs

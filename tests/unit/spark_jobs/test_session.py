@@ -240,6 +240,7 @@ def test_the_stand_in_answers_have_numpy_as_pyspark_does(monkeypatch: pytest.Mon
         "assert 'pandas' not in sys.modules",
         "import importlib, pyspark.testing.utils as u\n"
         "assert importlib.reload(sys.modules['pyspark.testing.utils']).have_pandas",
+        "assert 'assertDataFrameEqual' in dir(sys.modules['pyspark.testing.utils'])",
     ],
 )
 def test_every_way_of_importing_testing_utils_works_with_the_stand_in(code: str) -> None:

@@ -116,6 +116,8 @@ def stop_process_group(process: subprocess.Popen[bytes], grace_s: float = 20) ->
 
 
 def _members(id_of: Callable[[int], int], wanted: int) -> list[psutil.Process]:
+    if wanted <= 1:  # 0: every process outside this pid namespace's sessions; 1: init's
+        return []
     found = []
     for process in psutil.process_iter():
         with contextlib.suppress(ProcessLookupError, PermissionError, psutil.Error):

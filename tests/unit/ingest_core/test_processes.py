@@ -114,3 +114,10 @@ def test_orphans_stay_members_of_their_group_and_session_and_are_stopped() -> No
     stop_processes(session_members(process.pid), grace_s=5)
     assert not any(is_alive(pid) for pid in orphans)
     assert session_members(process.pid) == []
+
+
+@pytest.mark.parametrize("number", [0, 1, -1])
+def test_no_group_or_session_is_found_for_init_or_a_non_pid(number: int) -> None:
+    """Session 0 holds init and the kernel threads: stopping its members stopped init."""
+    assert group_members(number) == []
+    assert session_members(number) == []

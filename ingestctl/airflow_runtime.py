@@ -274,6 +274,13 @@ def run_cli(
     return done
 
 
+def _leads_its_group(process: psutil.Process) -> bool:
+    try:
+        return os.getpgid(process.pid) == process.pid
+    except OSError:
+        return False
+
+
 @dataclass
 class Standalone:
     """``airflow standalone`` in the background (pid file and log in ``AIRFLOW_HOME``).
@@ -284,6 +291,12 @@ class Standalone:
 
     port: int = 8080
     log_ports: tuple[int, int] = LOG_SERVER_PORTS
+
+    def __post_init__(self) -> None:
+        """:raises AirflowError: a port outside 1-65535."""
+        for port in (self.port, *self.log_ports):
+            if not 0 < port < 65536:
+                raise AirflowError(f"port {port} is not a port number (1-65535)")
 
     @property
     def pid_file(self) -> Path:
@@ -352,12 +365,34 @@ class Standalone:
         running = self.pid() is not None
         if is_alive(pid) and not running:
             return []  # the pid was given to another process: its session is not ours
-        found = {process.pid: process for process in session_members(pid)}
+        # Its processes carry its AIRFLOW_HOME: a stale pid file's dead pid can be another
+        # program's session id (a daemon whose session leader exited).
+        found = {process.pid: process for process in session_members(pid) if self._ours(process)}
         with contextlib.suppress(psutil.NoSuchProcess):  # and descendants in other sessions
             if running:
                 for process in psutil.Process(pid).children(recursive=True):
                     found.setdefault(process.pid, process)
         return list(found.values())
+
+    def _ours(self, process: psutil.Process) -> bool:
+        try:
+            return process.environ().get("AIRFLOW_HOME") == str(airflow_home())
+        except psutil.Error:
+            return False
+
+    def _stop(self, left: list[psutil.Process], grace_s: float) -> None:
+        """Stop ``left`` (:meth:`processes`) in the order the standalone would: SIGTERM to
+        the standalone, which sends one to each component; when it is gone, to each
+        component (the leader of its own process group) itself; then to what is still
+        running. Everything at once left the executor's workers hung on a lock and the
+        scheduler waiting on them until SIGKILL."""
+        standalone = self.pid()
+        if standalone is not None:
+            first = [p for p in left if p.pid == standalone]
+        else:
+            first = [p for p in left if _leads_its_group(p)]
+        stop_processes(first, grace_s)
+        stop_processes([p for p in left if p not in first], grace_s)
 
     def skipped_components(self) -> dict[str, str]:
         """Components the running standalone left out, with why (name -> reason), as it
@@ -453,7 +488,7 @@ class Standalone:
                 f"{'standalone':10} | stopping {len(left)} process(es) left by a standalone "
                 f"that died (pid {self._recorded_pid()})\n"
             )
-        stop_processes(left, 30)
+        self._stop(left, 30)
 
     def _refuse_taken_ports(self, env: Mapping[str, str]) -> None:
         """Refuse to start beside whatever already listens on the API server's port or a log
@@ -504,10 +539,7 @@ class Standalone:
             return False  # never started here (or stopped): nothing recorded, nothing to stop
         with file_lock(self.lock_file):
             left = self.processes()
-            standalone = self.pid()
-            if standalone is not None:
-                stop_processes([p for p in left if p.pid == standalone], timeout_s)
-            stop_processes([p for p in left if p.pid != standalone], timeout_s)
+            self._stop(left, timeout_s)
             self.pid_file.unlink(missing_ok=True)
             self.skipped_file.unlink(missing_ok=True)
         return bool(left)

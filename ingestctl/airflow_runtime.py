@@ -274,11 +274,9 @@ def run_cli(
     return done
 
 
-def _leads_its_group(process: psutil.Process) -> bool:
-    try:
-        return os.getpgid(process.pid) == process.pid
-    except OSError:
-        return False
+#: What a standalone that died left running gets this long after SIGTERM before SIGKILL
+#: (:meth:`Standalone.down`): a healthy standalone's whole shutdown takes 7-11 s.
+ORPHANS_GRACE_S = 15.0
 
 
 @dataclass
@@ -375,24 +373,30 @@ class Standalone:
         return list(found.values())
 
     def _ours(self, process: psutil.Process) -> bool:
+        """Whether a process of the recorded session is the standalone's: it has this
+        ``AIRFLOW_HOME`` in its environment, or (its environment overwritten by the title it
+        set, as Airflow's API server, log server and executor workers do) a title that starts
+        with ``airflow``."""
         try:
-            return process.environ().get("AIRFLOW_HOME") == str(airflow_home())
+            if process.environ().get("AIRFLOW_HOME") == str(airflow_home()):
+                return True
+            return " ".join(process.cmdline()).startswith("airflow ")
         except psutil.Error:
             return False
 
     def _stop(self, left: list[psutil.Process], grace_s: float) -> None:
-        """Stop ``left`` (:meth:`processes`) in the order the standalone would: SIGTERM to
-        the standalone, which sends one to each component; when it is gone, to each
-        component (the leader of its own process group) itself; then to what is still
-        running. Everything at once left the executor's workers hung on a lock and the
-        scheduler waiting on them until SIGKILL."""
+        """Stop ``left`` (:meth:`processes`). A running standalone gets SIGTERM alone first
+        and sends one to each component (a second one, in the middle of Airflow's handler,
+        deadlocked its logging lock); then what is still running gets SIGTERM, SIGKILL after
+        ``grace_s``. Without the standalone, the components' output pipe is gone and they
+        did not finish on SIGTERM (none within 60 s, whatever the order): SIGKILL after at
+        most :data:`ORPHANS_GRACE_S`."""
         standalone = self.pid()
-        if standalone is not None:
-            first = [p for p in left if p.pid == standalone]
-        else:
-            first = [p for p in left if _leads_its_group(p)]
-        stop_processes(first, grace_s)
-        stop_processes([p for p in left if p not in first], grace_s)
+        if standalone is None:
+            stop_processes(left, min(grace_s, ORPHANS_GRACE_S))
+            return
+        stop_processes([p for p in left if p.pid == standalone], grace_s)
+        stop_processes([p for p in left if p.pid != standalone], grace_s)
 
     def skipped_components(self) -> dict[str, str]:
         """Components the running standalone left out, with why (name -> reason), as it

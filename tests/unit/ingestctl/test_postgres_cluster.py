@@ -24,7 +24,7 @@ import pytest
 from pydantic import ValidationError
 from typer.testing import CliRunner
 
-from ingest_core.processes import is_alive, stop_processes
+from ingest_core.processes import is_alive
 from ingest_core.settings import PlatformSettings, get_settings
 from ingest_core.waiting import wait_until
 from ingestctl.airflow_runtime import (
@@ -704,44 +704,6 @@ def test_a_stale_pid_files_session_of_another_program_is_left_alone(home: Path) 
     finally:
         for pid in strangers:
             psutil.Process(pid).kill()
-
-
-def test_components_left_by_a_dead_standalone_get_sigterm_before_their_children(
-    home: Path, monkeypatch: pytest.MonkeyPatch
-) -> None:
-    """Everything at once left the executor's workers hung on a lock and the scheduler
-    waiting on them until SIGKILL: a component (its group's leader) is stopped first, as the
-    standalone would, then what is left."""
-    monkeypatch.setenv("AIRFLOW_HOME", str(airflow_home()))
-    # A dead standalone's session: a component leading its own group, with a child.
-    script = (
-        "import os, subprocess, sys, time\n"
-        "component = subprocess.Popen(['sh', '-c', 'sleep 300 & wait'], process_group=0)\n"
-        "print(component.pid, flush=True)\n"
-        "os._exit(0)\n"
-    )
-    leader = subprocess.Popen(
-        [sys.executable, "-c", script], start_new_session=True, stdout=subprocess.PIPE, text=True
-    )
-    assert leader.stdout is not None
-    component = int(leader.stdout.readline())
-    leader.wait()
-    wait_until(lambda: psutil.Process(component).children(), 10, 0.05, what="the child")
-    child = psutil.Process(component).children()[0]
-    standalone = Standalone()
-    standalone.pid_file.parent.mkdir(parents=True, exist_ok=True)
-    standalone.pid_file.write_text(f"{leader.pid}\n")
-    order: list[list[int]] = []
-    real = stop_processes
-    monkeypatch.setattr(
-        "ingestctl.airflow_runtime.stop_processes",
-        lambda left, grace: (order.append(sorted(p.pid for p in left)), real(left, grace)),
-    )
-    assert sorted(p.pid for p in standalone.processes()) == sorted([component, child.pid])
-    assert standalone.down(timeout_s=5)
-    assert order[0] == [component]
-    assert not is_alive(component)
-    assert not is_alive(child.pid)
 
 
 @pytest.mark.parametrize("port", [0, -1, 70000])

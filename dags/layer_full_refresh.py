@@ -57,7 +57,7 @@ with DAG(
     @task
     def prepare(params: dict | None = None, run_id: str | None = None) -> str:
         """Refuse while the layer's jobs run; create the staging folders."""
-        from airflow.exceptions import AirflowFailException
+        from airflow.sdk.exceptions import AirflowFailException
 
         from spark_jobs.layer_refresh import RefreshError, prepare
 

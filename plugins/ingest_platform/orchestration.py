@@ -59,10 +59,10 @@ def replay_plan(params: dict[str, object]) -> int:
     offsets, printing one line per partition.
 
     :returns: records the replay will re-read.
-    :raises airflow.exceptions.AirflowFailException: a bad parameter, or a range Kafka no
+    :raises airflow.sdk.exceptions.AirflowFailException: a bad parameter, or a range Kafka no
         longer holds (no retry: retrying cannot fix either).
     """
-    from airflow.exceptions import AirflowFailException
+    from airflow.sdk.exceptions import AirflowFailException
 
     from ingest_core.time_range import TimeRange, TimeRangeError
     from spark_jobs.bronze_replay import RangeNotInKafkaError, parse_topics, plan

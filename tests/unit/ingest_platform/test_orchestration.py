@@ -240,7 +240,7 @@ def test_bronze_replay_checks_the_range_before_spark(dagbag) -> None:
     ],
 )
 def test_replay_parameters_are_refused_with_the_reason(params: dict, message: str) -> None:
-    from airflow.exceptions import AirflowFailException
+    from airflow.sdk.exceptions import AirflowFailException
 
     from ingest_platform.orchestration import replay_plan
 

@@ -274,6 +274,18 @@ def run_cli(
     return done
 
 
+def _in_this_home(process: psutil.Process) -> bool:
+    """Whether ``process`` has the embedded Airflow's ``AIRFLOW_HOME`` in its environment.
+
+    :raises psutil.Error: it is gone, or its environment may not be read.
+    """
+    return process.environ().get("AIRFLOW_HOME") == str(airflow_home())
+
+
+def _is_port_number(port: int) -> bool:
+    return 0 < port < 65536
+
+
 #: What a standalone that died left running gets this long after SIGTERM before SIGKILL
 #: (:meth:`Standalone.down`): a healthy standalone's whole shutdown takes 7-11 s.
 ORPHANS_GRACE_S = 15.0
@@ -293,7 +305,7 @@ class Standalone:
     def __post_init__(self) -> None:
         """:raises AirflowError: a port outside 1-65535."""
         for port in (self.port, *self.log_ports):
-            if not 0 < port < 65536:
+            if not _is_port_number(port):
                 raise AirflowError(f"port {port} is not a port number (1-65535)")
 
     @property
@@ -339,12 +351,9 @@ class Standalone:
             process = psutil.Process(pid)
             if process.status() == psutil.STATUS_ZOMBIE:
                 return False
-            command, environ = process.cmdline(), process.environ()
+            return process.cmdline()[1:3] == ["-m", STANDALONE_MODULE] and _in_this_home(process)
         except psutil.Error:
             return False
-        return command[1:3] == ["-m", STANDALONE_MODULE] and environ.get("AIRFLOW_HOME") == str(
-            airflow_home()
-        )
 
     def pid(self) -> int | None:
         """Pid of the running standalone this platform started (this ``AIRFLOW_HOME``'s), or
@@ -378,9 +387,7 @@ class Standalone:
         set, as Airflow's API server, log server and executor workers do) a title that starts
         with ``airflow``."""
         try:
-            if process.environ().get("AIRFLOW_HOME") == str(airflow_home()):
-                return True
-            return " ".join(process.cmdline()).startswith("airflow ")
+            return _in_this_home(process) or " ".join(process.cmdline()).startswith("airflow ")
         except psutil.Error:
             return False
 
@@ -492,7 +499,7 @@ class Standalone:
                 f"{'standalone':10} | stopping {len(left)} process(es) left by a standalone "
                 f"that died (pid {self._recorded_pid()})\n"
             )
-        self._stop(left, 30)
+        self._stop(left, ORPHANS_GRACE_S)
 
     def _refuse_taken_ports(self, env: Mapping[str, str]) -> None:
         """Refuse to start beside whatever already listens on the API server's port or a log
@@ -512,7 +519,7 @@ class Standalone:
             key = f"AIRFLOW__LOGGING__{server}_LOG_SERVER_PORT"
             try:
                 port = int(env[key])
-                if not 0 < port < 65536:
+                if not _is_port_number(port):
                     raise ValueError(port)
             except ValueError:
                 raise AirflowError(f"{key}={env[key]!r} is not a port number (1-65535)") from None
@@ -532,10 +539,10 @@ class Standalone:
     def down(self, timeout_s: float = 60) -> bool:
         """Stop the standalone this platform started and every process of its session
         (scheduler, API server, DAG processor, triggerer if on, task runners), also those a
-        standalone that died left running. SIGTERM goes to the standalone, which sends one
-        to each component (a second SIGTERM in the middle of Airflow's handler deadlocked its
-        logging lock); what is still running after it (SIGKILL after ``timeout_s``) gets
-        SIGTERM, then SIGKILL after ``timeout_s`` more.
+        standalone that died left running, in the order of :meth:`_stop`: SIGTERM to the
+        standalone alone, which sends one to each component (SIGKILL after ``timeout_s``),
+        then to what is still running (SIGKILL after ``timeout_s`` more); what a dead
+        standalone left gets SIGKILL after at most :data:`ORPHANS_GRACE_S`.
 
         :returns: whether anything of it was running.
         """

@@ -16,6 +16,7 @@ from collections import deque
 from collections.abc import Iterator
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
+from typing import Any
 from unittest import mock
 from urllib.parse import parse_qs, urlsplit
 
@@ -269,17 +270,25 @@ class _Parent:
         self.output_queue: deque[tuple[str, bytes]] = deque()
 
 
-def test_a_component_that_exits_is_started_again_until_stopped() -> None:
-    parent = _Parent()
+def _python_component(
+    parent: _Parent, name: str, code: str, **options: Any
+) -> RestartingSubCommand:
+    """A component whose process is ``python -c <code>``, started."""
     component = RestartingSubCommand(
         parent,
-        "dag-processor",
-        ["print('beat')"],
+        name,
+        [code],
         env={},
         launcher=lambda command: [sys.executable, "-c", *command],
-        backoff_s=0.05,
+        **options,
     )
     component.start()
+    return component
+
+
+def test_a_component_that_exits_is_started_again_until_stopped() -> None:
+    parent = _Parent()
+    component = _python_component(parent, "dag-processor", "print('beat')", backoff_s=0.05)
     deadline = time.monotonic() + 30
     while component.restarts < 2 and time.monotonic() < deadline:
         time.sleep(0.05)
@@ -302,15 +311,7 @@ def test_a_component_is_restarted_even_when_what_it_left_behind_holds_its_output
         "child = subprocess.Popen([sys.executable, '-c', 'import time; time.sleep(300)'])\n"
         "print('child', child.pid, flush=True)\n"
     )
-    component = RestartingSubCommand(
-        parent,
-        "scheduler",
-        [leave_a_child],
-        env={},
-        launcher=lambda command: [sys.executable, "-c", *command],
-        backoff_s=0.05,
-    )
-    component.start()
+    component = _python_component(parent, "scheduler", leave_a_child, backoff_s=0.05)
     try:
         wait_until(lambda: component.restarts >= 2, 30, 0.05, what="two restarts")
     finally:
@@ -328,15 +329,9 @@ def test_a_component_is_restarted_even_when_what_it_left_behind_holds_its_output
 def test_a_stop_while_a_component_restarts_leaves_nothing_running() -> None:
     for _ in range(20):  # stop() at any moment of the restart loop
         parent = _Parent()
-        component = RestartingSubCommand(
-            parent,
-            "dag-processor",
-            ["import time; time.sleep(0.01)"],
-            env={},
-            launcher=lambda command: [sys.executable, "-c", *command],
-            backoff_s=0.001,
+        component = _python_component(
+            parent, "dag-processor", "import time; time.sleep(0.01)", backoff_s=0.001
         )
-        component.start()
         time.sleep(0.05)
         component.stop()
         component.join(timeout=30)
@@ -346,15 +341,7 @@ def test_a_stop_while_a_component_restarts_leaves_nothing_running() -> None:
 
 def test_stopping_during_the_pause_restarts_nothing() -> None:
     parent = _Parent()
-    component = RestartingSubCommand(
-        parent,
-        "dag-processor",
-        ["pass"],
-        env={},
-        launcher=lambda command: [sys.executable, "-c", *command],
-        backoff_s=30,
-    )
-    component.start()
+    component = _python_component(parent, "dag-processor", "pass", backoff_s=30)
     deadline = time.monotonic() + 30
     while not parent.output_queue and time.monotonic() < deadline:
         time.sleep(0.05)
@@ -373,15 +360,12 @@ def test_the_scheduler_starts_once_the_api_server_answers() -> None:
     with socket.socket() as probe:  # a free port, nothing listening on it yet
         probe.bind(("127.0.0.1", 0))
         address = probe.getsockname()
-    component = RestartingSubCommand(
+    component = _python_component(
         parent,
         "scheduler",
-        ["print('beat', flush=True); import time; time.sleep(30)"],
-        env={},
-        launcher=lambda command: [sys.executable, "-c", *command],
+        "print('beat', flush=True); import time; time.sleep(30)",
         wait_for=address,
     )
-    component.start()
     try:
         time.sleep(1.5)
         assert component.process is None  # still waiting

@@ -692,11 +692,11 @@ def generate(
     Sent in real time at --rate events per second (event times follow the wall clock), unless
     --as-fast-as-possible or --speed says otherwise.
     """
-    from ingestctl.replay.generator import generate_events
+    from ingestctl.replay.generator import GeneratedEvents
 
     begin = start or datetime.now(UTC)
     begin = begin if begin.tzinfo else begin.replace(tzinfo=UTC)
-    events = list(generate_events(count, seed=seed, start=begin, rate=rate))
+    events = GeneratedEvents(count, seed=seed, start=begin, rate=rate)
     options = dict(locals())
     # Real time by default: one source second per wall second, i.e. --rate events/s.
     if speed is None and not as_fast_as_possible:

@@ -14,7 +14,7 @@ import json
 import random
 import re
 from collections import Counter
-from collections.abc import Iterable, Iterator
+from collections.abc import Iterable, Iterator, Sized
 from dataclasses import dataclass, field
 from datetime import datetime, timedelta
 from typing import Any
@@ -230,7 +230,8 @@ def inject(
 ) -> Iterator[Scheduled]:
     """Turn source events (in event-time order) into scheduled messages with faults injected.
 
-    :param events: source events sorted by event time.
+    :param events: source events sorted by event time; iterated once, and held in memory
+        only when they do not tell their number (``len``) beforehand.
     :param config: what to inject.
     :param counts: filled in as messages are scheduled.
     :param shift: added to every event time (``--shift-to-now``).
@@ -256,10 +257,12 @@ def inject(
             # Sent now, not earlier: keep send_time monotonic for pacing.
             yield Scheduled(max(item.send_time, now or item.send_time), item.seq, item.message)
 
-    events = list(events)
+    counted = events if isinstance(events, Sized) else list(events)
     if config.oversize_count:
-        oversize_every = max(1, len(events) // (config.oversize_count + 1))
-    for index, event in enumerate(events):
+        oversize_every = max(1, len(counted) // (config.oversize_count + 1))
+    last: SourceEvent | None = None
+    for index, event in enumerate(counted):
+        last = event
         when = event.event_time + shift
         now = when
         counts.source_events[event.event_type] += 1
@@ -312,8 +315,7 @@ def inject(
         yield swap
     yield from release(None)
     # Fewer events than oversize messages asked for: send the rest at the end.
-    if events and counts.oversize < config.oversize_count:
-        last = events[-1]
+    if last is not None and counts.oversize < config.oversize_count:
         blob = last.to_value(shift) | {"x_blob": "x" * OVERSIZE_BYTES}
         for _ in range(config.oversize_count - counts.oversize):
             yield schedule(now or last.event_time, Message(last.topic, last.key, blob, "oversize"))

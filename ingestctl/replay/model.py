@@ -10,13 +10,23 @@ from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
 from decimal import Decimal, InvalidOperation
 from pathlib import Path
-from typing import Any
+from typing import Any, Protocol
 from zoneinfo import ZoneInfo, ZoneInfoNotFoundError
 
 from ingest_core.contracts import SCHEMA_VERSION, contract_for
 
 #: Namespace of the deterministic event ids (uuid5 of the source reference).
 EVENT_ID_NAMESPACE = uuid.UUID("6f1c1f0e-3a43-4a8e-9d7b-0e5b8f9f6a11")
+
+
+class EventSource(Protocol):
+    """Source events in event-time order that tell their number before they are read (a
+    ``list``, or :class:`~ingestctl.replay.generator.GeneratedEvents`, which makes each as
+    it is read): the producer's progress bar and the oversize faults' spacing need it."""
+
+    def __len__(self) -> int: ...
+
+    def __iter__(self) -> Iterator[SourceEvent]: ...
 
 
 class SourceError(ValueError):

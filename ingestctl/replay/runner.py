@@ -19,7 +19,7 @@ from ingest_core.settings import KafkaSettings, check_topic_prefix
 from ingest_core.topics import ensure_topics
 from ingestctl.producer import Message, ProduceResult, produce
 from ingestctl.replay.faults import FaultConfig, FaultCounts, Scheduled, inject
-from ingestctl.replay.model import SourceError, SourceEvent
+from ingestctl.replay.model import EventSource, SourceError
 
 
 @dataclass(frozen=True)
@@ -164,7 +164,7 @@ def write_dimension(
 
 def run(
     source: str,
-    events: Sequence[SourceEvent],
+    events: EventSource,
     *,
     bootstrap_servers: str,
     faults: FaultConfig,
@@ -179,7 +179,9 @@ def run(
     """Produce ``events`` (sorted by event time) to their topics and summarise.
 
     :param source: name for the summary (``olist``, ``uci-retail``, ``generator``).
-    :param events: source events in event-time order.
+    :param events: source events in event-time order: a list, or a stream that tells its
+        length and is produced as it is read (:class:`~ingestctl.replay.generator.
+        GeneratedEvents`).
     :param bootstrap_servers: Kafka ``host:port`` list.
     :param faults: faults to inject.
     :param pace: sending speed.
@@ -204,8 +206,9 @@ def run(
         kafka=kafka,
     )
     shift = timedelta(0)
-    if shift_to_now and events:
-        shift = datetime.now(UTC) - events[0].event_time
+    first = next(iter(events), None) if shift_to_now else None
+    if first is not None:
+        shift = datetime.now(UTC) - first.event_time
     counts = FaultCounts()
     scheduled = _paced(inject(events, faults, counts, shift), pace)
     messages = (

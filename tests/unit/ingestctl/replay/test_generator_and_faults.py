@@ -16,7 +16,7 @@ from ingestctl.replay.faults import (
     FaultCounts,
     inject,
 )
-from ingestctl.replay.generator import generate_events
+from ingestctl.replay.generator import GeneratedEvents, generate_events
 
 pytestmark = pytest.mark.unit
 START = datetime(2026, 1, 1, 12, 0, tzinfo=UTC)
@@ -137,6 +137,31 @@ def test_bad_delay_specs_are_refused(spec: str) -> None:
 def test_rates_outside_0_1_are_refused() -> None:
     with pytest.raises(ValueError, match="duplicate_rate must be between 0 and 1"):
         FaultConfig(duplicate_rate=1.5)
+
+
+def test_generated_events_are_the_generators_and_made_as_they_are_read() -> None:
+    events = GeneratedEvents(300, seed=5, start=START)
+    assert len(events) == 300
+    assert list(events) == list(generate_events(300, seed=5, start=START)) == list(events)
+
+    made = 0
+
+    class Counted:
+        """A million generated events that count how many were made."""
+
+        def __len__(self) -> int:
+            return 1_000_000
+
+        def __iter__(self):
+            nonlocal made
+            for event in GeneratedEvents(1_000_000, seed=5, start=START):
+                made += 1
+                yield event
+
+    scheduled = inject(Counted(), FaultConfig(oversize_count=2), FaultCounts())
+    first = [next(scheduled) for _ in range(10)]
+    assert len(first) == 10
+    assert made < 100  # not the million: inject reads a sized source as it goes
 
 
 def test_oversize_count_is_honoured_even_with_few_events() -> None:

@@ -400,6 +400,10 @@ ITEM_CASES = [
     ("invalid_value", [{"product_id": "p", "price": -1.0}]),
     ("invalid_value", [{"product_id": "p", "price": 10.555}]),
     ("invalid_value", [{"product_id": "p", "price": 1.0, "quantity": 0}]),
+    # Not an array: a JSON text of one, an object, a number.
+    ("type_mismatch", '[{"product_id": "p", "price": 3.5}]'),
+    ("type_mismatch", {"product_id": "p", "price": 3.5}),
+    ("type_mismatch", 7),
 ]
 
 
@@ -407,6 +411,16 @@ def test_items_are_checked_element_by_element(spark) -> None:
     parsed = _parse(spark, [_order(items) for _, items in ITEM_CASES], "orders")
     got = {r.offset: r._quarantine_reason for r in parsed.collect()}
     assert got == {offset: reason for offset, (reason, _) in enumerate(ITEM_CASES)}
+
+
+def test_an_object_is_told_by_its_text_after_json_whitespace(spark) -> None:
+    valid = json.dumps(payment()).encode()
+    parsed = _parse(spark, [b" \t\r\n" + valid, b" \n [1]", b'\t"text"', b" null"])
+    got = {r.offset: (r._quarantine_reason, r._quarantine_detail) for r in parsed.collect()}
+    assert got[0] == (None, None)
+    assert got[1] == ("not_an_object", "JSON ARRAY<BIGINT>")
+    assert got[2] == ("not_an_object", "JSON STRING")
+    assert got[3] == ("not_an_object", "JSON VOID")
 
 
 SKEW = timedelta(days=1)

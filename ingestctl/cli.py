@@ -416,7 +416,12 @@ SpeedOption = Annotated[
     typer.Option("--speed", min=0.0, help="N source seconds per wall second (time compression)."),
 ]
 FastOption = Annotated[
-    bool, typer.Option("--as-fast-as-possible", help="Ignore event times (the default).")
+    bool,
+    typer.Option(
+        "--as-fast-as-possible",
+        help="Ignore event times: send as fast as the broker acknowledges (replay's default; "
+        "generate sends in real time unless told).",
+    ),
 ]
 ShiftOption = Annotated[
     bool, typer.Option("--shift-to-now", help="Move the first event to now (UTC).")

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 from collections import Counter
+from collections.abc import Iterator
 from datetime import UTC, datetime, timedelta
 
 import pytest
@@ -17,6 +18,7 @@ from ingestctl.replay.faults import (
     inject,
 )
 from ingestctl.replay.generator import GeneratedEvents, generate_events
+from ingestctl.replay.model import SourceEvent
 
 pytestmark = pytest.mark.unit
 START = datetime(2026, 1, 1, 12, 0, tzinfo=UTC)
@@ -152,7 +154,7 @@ def test_generated_events_are_the_generators_and_made_as_they_are_read() -> None
         def __len__(self) -> int:
             return 1_000_000
 
-        def __iter__(self):
+        def __iter__(self) -> Iterator[SourceEvent]:
             nonlocal made
             for event in GeneratedEvents(1_000_000, seed=5, start=START):
                 made += 1

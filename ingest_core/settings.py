@@ -411,8 +411,9 @@ class QualitySettings(BaseModel):
         (replays of historical datasets, whose events are years old).
     :param pandas_max_rows: increments of at most this many rows in all (the change-feed
         rows read) are validated by GX's pandas engine on a delta-rs read, without a JVM;
-        larger ones by Spark. ``0`` always uses Spark. 100,000 Silver rows take about
-        150 MB as pandas objects (docs/quality.md).
+        larger ones by Spark. ``0`` always uses Spark. The pandas engine held 1.16 GB
+        (peak RSS of the gate's process, GX's imports included) for 1.1M Silver change rows
+        and took 23.9 s where Spark took 51.9 s (bench/results/REFERENCE.md, 2026-12-04).
     """
 
     max_amount: float = Field(100_000.0, gt=0)
@@ -420,7 +421,7 @@ class QualitySettings(BaseModel):
     volume_history: int = Field(5, ge=1)
     volume_band_factor: float = Field(20.0, gt=1)
     freshness_limit_s: float = Field(0.0, ge=0)
-    pandas_max_rows: int = Field(100_000, ge=0)
+    pandas_max_rows: int = Field(2_000_000, ge=0)
 
 
 class SupervisorSettings(BaseModel):

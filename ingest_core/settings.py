@@ -411,9 +411,8 @@ class QualitySettings(BaseModel):
         (replays of historical datasets, whose events are years old).
     :param pandas_max_rows: increments of at most this many rows in all (the change-feed
         rows read) are validated by GX's pandas engine on a delta-rs read, without a JVM;
-        larger ones by Spark. ``0`` always uses Spark. The pandas engine held 1.16 GB
-        (peak RSS of the gate's process, GX's imports included) for 1.1M Silver change rows
-        and took 23.9 s where Spark took 51.9 s (bench/results/REFERENCE.md, 2026-12-04).
+        larger ones by Spark. ``0`` always uses Spark. About 1 GB of the gate's process
+        per million rows (measured: docs/quality.md).
     """
 
     max_amount: float = Field(100_000.0, gt=0)

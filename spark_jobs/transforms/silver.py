@@ -103,19 +103,37 @@ def payload_schema(topic: str) -> StructType:
     return schema
 
 
-def _first_reason(checks: list[tuple[str, Column, Column]]) -> tuple[Column, Column]:
-    """``CASE WHEN`` over (reason, condition, detail) triples: the first match wins."""
+def _first_reason(checks: list[tuple[str, Column, Column]]) -> tuple[Column, Column, Column]:
+    """The first matching check of (reason, condition, detail) triples, in three parts.
+
+    :returns: ``(check, reason, detail)``: ``check`` is a ``CASE WHEN`` over the conditions
+        giving the matching check's position (int, null when none matches), to be computed
+        in a projection of its own as ``_check``; ``reason`` and ``detail`` read ``_check``.
+        So each condition is evaluated once per record. Two ``CASE WHEN``s over the same
+        conditions (one for the reason, one for its detail) evaluated every condition twice:
+        Spark shares only a ``CASE``'s first condition between expressions, and the
+        conditions (JSON tokenizing, regular expressions, timestamp parsing) were most of
+        the parse (JFR of a 300k-record parse, ``bench/results/REFERENCE.md``, 2026-12-04).
+    """
     from pyspark.sql import functions as F
 
+    check = reduce(
+        lambda acc, c: acc.when(c[1][1], F.lit(c[0])),
+        list(enumerate(checks))[1:],
+        F.when(checks[0][1], F.lit(0)),
+    )
+    index = F.col("_check")
     reason = reduce(
-        lambda acc, c: acc.when(c[1], F.lit(c[0])),
-        checks[1:],
-        F.when(checks[0][1], F.lit(checks[0][0])),
+        lambda acc, c: acc.when(index == c[0], F.lit(c[1][0])),
+        list(enumerate(checks))[1:],
+        F.when(index == 0, F.lit(checks[0][0])),
     )
     detail = reduce(
-        lambda acc, c: acc.when(c[1], c[2]), checks[1:], F.when(checks[0][1], checks[0][2])
+        lambda acc, c: acc.when(index == c[0], c[1][2]),
+        list(enumerate(checks))[1:],
+        F.when(index == 0, checks[0][2]),
     )
-    return reason, detail
+    return check, reason, detail
 
 
 def parse_topic(
@@ -189,8 +207,10 @@ def parse_topic(
     # Each field's value is looked up once and its kind and typed value computed once, in
     # projections of their own: the checks refer to them many times, and Spark keeps such
     # projections apart rather than repeat non-trivial expressions (CollapseProject), so a
-    # record is parsed in tens of microseconds, not hundreds.
-    df = df.select("*", *plan.raws).select("*", *plan.parts).select("*", plan.keys)
+    # record is parsed in tens of microseconds, not hundreds. So are the event time, the
+    # top-level keys and the unknown fields, then which check (if any) the record fails.
+    df = df.select("*", *plan.raws).select("*", *plan.parts).select("*", *plan.early)
+    df = df.select("*", plan.check.alias("_check"))
     return df.select(*plan.parsed).select("*", *plan.derived)
 
 
@@ -229,7 +249,8 @@ class _TopicPlan:
     text: Column
     raws: list[Column]
     parts: list[Column]
-    keys: Column
+    early: list[Column]
+    check: Column
     parsed: list[Column]
     derived: list[Column]
 
@@ -296,8 +317,9 @@ def _topic_plan(
     # parse_json refuses duplicate keys (returns null); Jackson's json_object_keys lists the
     # top-level keys, repeats included, so the record can be told apart from broken JSON.
     # The repeated names are listed (a lambda per key: slow) only for a record that has
-    # any, which the sizes tell cheaply.
-    keys_column = F.json_object_keys(text).alias("_keys")
+    # any, which the sizes tell cheaply. A record parse_json read has no repeated key at
+    # any level, so only the others are tokenized again (4 % of a parse's time, JFR).
+    keys_column = F.when(v.isNull(), F.json_object_keys(text)).alias("_keys")
     keys = F.col("_keys")
     repeated = F.when(
         F.size(keys) != F.size(F.array_distinct(keys)),
@@ -336,7 +358,8 @@ def _topic_plan(
         mismatch.append((field.name, ~absent(field.name) & ~ok))
 
     event_time_text = typed["event_time"]
-    event_time = F.try_to_timestamp(event_time_text)
+    event_time_column = F.try_to_timestamp(event_time_text).alias("_event_time")
+    event_time = F.col("_event_time")
     skewed, skew_detail = _skew_checks(
         event_time, F.col("_latest"), F.col("_latest_detail"), event_time_skew
     )
@@ -459,10 +482,11 @@ def _topic_plan(
         ),
         ("event_time_skew", skewed, skew_detail),
     ]
-    reason, detail = _first_reason(checks)
+    check, reason, detail = _first_reason(checks)
 
     as_map = F.from_json(text, "map<string,string>")
-    unknown = F.map_filter(as_map, lambda k, _: ~k.isin(*known))
+    unknown_column = F.map_filter(as_map, lambda k, _: ~k.isin(*known)).alias("_unknown")
+    unknown = F.col("_unknown")
     rescued = F.when(F.size(unknown) > 0, F.to_json(unknown))
     parsed = [
         *[F.col(c) for c in (*COORDINATES, "key", "value")],
@@ -477,7 +501,8 @@ def _topic_plan(
         F.to_date("event_time").alias("event_date"),
         F.sha2(F.to_json(F.struct(*payload_cols)), 256).alias("payload_hash"),
     ]
-    return _TopicPlan(head_columns, value_text, raws, parts, keys_column, parsed, derived)
+    early = [keys_column, event_time_column, unknown_column]
+    return _TopicPlan(head_columns, value_text, raws, parts, early, check, parsed, derived)
 
 
 def _lead(event_time: Column) -> Column:

@@ -117,22 +117,16 @@ def _first_reason(checks: list[tuple[str, Column, Column]]) -> tuple[Column, Col
     """
     from pyspark.sql import functions as F
 
-    check = reduce(
-        lambda acc, c: acc.when(c[1][1], F.lit(c[0])),
-        list(enumerate(checks))[1:],
-        F.when(checks[0][1], F.lit(0)),
-    )
+    (first_reason, first_condition, first_detail), *rest = checks
+    check = F.when(first_condition, F.lit(0))
+    for position, (_, condition, _) in enumerate(rest, start=1):
+        check = check.when(condition, F.lit(position))
     index = F.col("_check")
-    reason = reduce(
-        lambda acc, c: acc.when(index == c[0], F.lit(c[1][0])),
-        list(enumerate(checks))[1:],
-        F.when(index == 0, F.lit(checks[0][0])),
-    )
-    detail = reduce(
-        lambda acc, c: acc.when(index == c[0], c[1][2]),
-        list(enumerate(checks))[1:],
-        F.when(index == 0, checks[0][2]),
-    )
+    reason = F.when(index == 0, F.lit(first_reason))
+    detail = F.when(index == 0, first_detail)
+    for position, (name, _, text) in enumerate(rest, start=1):
+        reason = reason.when(index == position, F.lit(name))
+        detail = detail.when(index == position, text)
     return check, reason, detail
 
 

@@ -107,8 +107,9 @@ def _first_reason(checks: list[tuple[str, Column, Column]]) -> tuple[Column, Col
     """The first matching check of (reason, condition, detail) triples, in three parts.
 
     :returns: ``(check, reason, detail)``: ``check`` is a ``CASE WHEN`` over the conditions
-        giving the matching check's position (int, null when none matches), to be computed
-        in a projection of its own as ``_check``; ``reason`` and ``detail`` read ``_check``.
+        giving the matching check's position (int, null when none matches), named
+        ``_check``, to be computed in a projection of its own; ``reason`` and ``detail``
+        read ``_check``.
         So each condition is evaluated once per record. Two ``CASE WHEN``s over the same
         conditions (one for the reason, one for its detail) evaluated every condition twice:
         Spark shares only a ``CASE``'s first condition between expressions, and the
@@ -121,13 +122,14 @@ def _first_reason(checks: list[tuple[str, Column, Column]]) -> tuple[Column, Col
     check = F.when(first_condition, F.lit(0))
     for position, (_, condition, _) in enumerate(rest, start=1):
         check = check.when(condition, F.lit(position))
-    index = F.col("_check")
+    name = "_check"
+    index = F.col(name)
     reason = F.when(index == 0, F.lit(first_reason))
     detail = F.when(index == 0, first_detail)
-    for position, (name, _, text) in enumerate(rest, start=1):
-        reason = reason.when(index == position, F.lit(name))
+    for position, (reason_name, _, text) in enumerate(rest, start=1):
+        reason = reason.when(index == position, F.lit(reason_name))
         detail = detail.when(index == position, text)
-    return check, reason, detail
+    return check.alias(name), reason, detail
 
 
 def parse_topic(
@@ -204,7 +206,7 @@ def parse_topic(
     # record is parsed in tens of microseconds, not hundreds. So are the event time, the
     # top-level keys and the unknown fields, then which check (if any) the record fails.
     df = df.select("*", *plan.raws).select("*", *plan.parts).select("*", *plan.early)
-    df = df.select("*", plan.check.alias("_check"))
+    df = df.select("*", plan.check)
     return df.select(*plan.parsed).select("*", *plan.derived)
 
 

@@ -35,7 +35,7 @@ export UV_PROJECT_ENVIRONMENT := $(VENV)
 # common in CI images) that costs ~9 s more per start (bench/README.md).
 export UV_COMPILE_BYTECODE := 1
 
-.PHONY: help setup prereqs jars browser demo demo-down test lint typecheck unit integration \
+.PHONY: help setup prereqs jars browser demo demo-down test lint typecheck unit integration clean-kafka \
         kafka-up kafka-down kafka-status postgres-up postgres-down postgres-status clean-data \
         bench docs
 
@@ -125,6 +125,11 @@ docs: $(VENV_STAMP) ## Build the documentation (docs/, mkdocs.yml) into build/si
 
 clean-data: ## Delete Delta tables and checkpoints (keeps jars, venv and Kafka data)
 	rm -rf $(STATE)/data $(STATE)/checkpoints
+
+clean-kafka: $(VENV_STAMP) ## Delete the broker's topics and records ($(STATE)/kafka); refused while it runs
+	@if $(BIN)/ingestctl kafka status >/dev/null 2>&1; then \
+	  echo "the Kafka broker is running: stop it first (make demo-down or make kafka-down)" >&2; exit 1; fi
+	rm -rf $(STATE)/kafka
 
 # --- deployment (docker-compose.yaml, Dockerfile; README "Running on a cluster") ----------
 .PHONY: deploy-check image

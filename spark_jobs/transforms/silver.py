@@ -683,7 +683,8 @@ def parse_batch(
         None when it has no contract.
     :param now, max_future_skew, event_time_skew: see :func:`parse_topic`.
     :returns: ``(parsed, columns)``: ``parsed`` has :func:`parse_topic`'s columns of every
-        topic plus ``_contract_topic`` string; ``columns`` maps each contract topic to the
+        topic (``key`` and ``value`` null but on quarantined rows, which alone write them)
+        plus ``_contract_topic`` string; ``columns`` maps each contract topic to the
         columns of its usable rows, in :func:`usable_rows` order (what its Silver table
         holds, with ``payload_hash``).
     """
@@ -713,7 +714,19 @@ def parse_batch(
             event_time_skew=event_time_skew,
         )
         columns[topic] = usable_rows(parsed).columns
-        frames.append(parsed.withColumn("_contract_topic", F.lit(topic)))
+        # The raw bytes only where they are written (silver_quarantine): the deduplication's
+        # shuffle and sort, and the materialised decisions, then do not carry every record's
+        # key and value a second time beside its parsed columns.
+        quarantined = F.col("_quarantine_reason").isNotNull()
+        frames.append(
+            parsed.withColumns(
+                {
+                    "key": F.when(quarantined, F.col("key")),
+                    "value": F.when(quarantined, F.col("value")),
+                    "_contract_topic": F.lit(topic),
+                }
+            )
+        )
     stacked = reduce(lambda a, b: a.unionByName(b, allowMissingColumns=True), frames)
     return stacked, columns
 

@@ -207,6 +207,11 @@ class TableSpec(BaseModel):
         contracts of :mod:`ingest_core.contracts` whose ``silver_table`` it is) or
         ``<module>:<name>`` (a function or constant of the Spark jobs whose docstring or
         value gives the schema). Checked by ``tests/unit/ingest_core/test_catalog_consistency.py``.
+    :param checkpoint_interval: Delta's ``delta.checkpointInterval``: commits between two
+        checkpoints of the table's log (Delta's default: 10). The commit that reaches one
+        writes it before the writer goes on, so a table committed every second pays a
+        checkpoint every ten seconds; set by the table's writer when it starts
+        (:func:`spark_jobs.delta_io.ensure_table_properties`). None: Delta's default.
     """
 
     name: str = Field(pattern=_NAME)
@@ -218,6 +223,14 @@ class TableSpec(BaseModel):
     written_by: str | None = None
     maintenance: TableMaintenanceSpec = TableMaintenanceSpec()
     schema_from: str = Field(pattern=r"^(contract|[a-z_][a-z0-9_.]*:[A-Za-z_][A-Za-z0-9_]*)$")
+    checkpoint_interval: int | None = Field(None, ge=1, le=10_000)
+
+    @property
+    def delta_properties(self) -> dict[str, str]:
+        """The Delta table properties the catalog declares for this table (name -> value)."""
+        if self.checkpoint_interval is None:
+            return {}
+        return {"delta.checkpointInterval": str(self.checkpoint_interval)}
 
     @model_validator(mode="after")
     def _name_has_layer(self) -> TableSpec:

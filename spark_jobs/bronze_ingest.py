@@ -27,6 +27,7 @@ from ingest_core.kafka_offsets import (
     resume_after_gaps,
 )
 from ingest_core.settings import get_settings
+from spark_jobs.delta_io import ensure_table_properties
 from spark_jobs.job_cli import job_parser, operator_errors, owned_checkpoint, parse_job_args
 from spark_jobs.local_frames import local_frame
 from spark_jobs.triggers import TriggerError, TriggerSpec
@@ -171,6 +172,10 @@ def start(
     bronze = to_bronze(reader.load(), found.topic_ids)
     if job.output_files_per_batch:
         bronze = bronze.coalesce(job.output_files_per_batch)
+    path = table_path or table.path(settings)
+    ensure_table_properties(
+        spark, path, table.delta_properties, schema=bronze.schema, partition_by=table.partition_by
+    )
     writer = (
         bronze.writeStream.format("delta")
         .outputMode("append")
@@ -180,7 +185,7 @@ def start(
         .option("checkpointLocation", str(checkpoint_path))
         .queryName(JOB_NAME)
     )
-    return trigger.apply(writer).start(str(table_path or table.path(settings)))
+    return trigger.apply(writer).start(str(path))
 
 
 def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:

@@ -9,7 +9,7 @@ write whose version it has already committed for that application id. A replayed
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING
 
@@ -17,6 +17,7 @@ from ingest_core.delta_tables import table_exists
 
 if TYPE_CHECKING:
     from pyspark.sql import DataFrame, SparkSession
+    from pyspark.sql.types import StructType
 
 
 def append_idempotent(
@@ -42,6 +43,47 @@ def append_idempotent(
     if partition_by:
         writer = writer.partitionBy(*partition_by)
     writer.save(str(path))
+
+
+def ensure_table_properties(
+    spark: SparkSession,
+    path: Path,
+    properties: Mapping[str, str],
+    *,
+    schema: StructType,
+    partition_by: Sequence[str] = (),
+) -> dict[str, str]:
+    """Give the Delta table at ``path`` table ``properties`` (``delta.checkpointInterval``).
+
+    A table that does not exist yet is created empty with ``schema`` and ``partition_by``
+    (what its writer would create) and the properties (the session's property defaults,
+    such as the change data feed, apply as on any creation); an existing one is altered
+    (``ALTER TABLE ... SET TBLPROPERTIES``, one commit) only where a value differs. For a
+    table's writer, before it starts writing: another writer committing at the same time
+    could conflict with the metadata change.
+
+    :param properties: property name -> value, both strings; empty: nothing is done.
+    :returns: the properties that were set (empty when the table already had them).
+    """
+    if not properties:
+        return {}
+    from delta.tables import DeltaTable
+
+    if not table_exists(path):
+        builder = DeltaTable.createIfNotExists(spark).location(str(path)).addColumns(schema)
+        if partition_by:
+            builder = builder.partitionedBy(*partition_by)
+        for name, value in properties.items():
+            builder = builder.property(name, value)
+        builder.execute()
+        return dict(properties)
+    have = DeltaTable.forPath(spark, str(path)).detail().select("properties").first()
+    configured: Mapping[str, str] = (have[0] if have else None) or {}
+    changed = {k: v for k, v in properties.items() if configured.get(k) != v}
+    if changed:
+        listed = ", ".join(f"'{k}' = '{v}'" for k, v in sorted(changed.items()))
+        spark.sql(f"ALTER TABLE delta.`{path}` SET TBLPROPERTIES ({listed})")
+    return changed
 
 
 def read_table(spark: SparkSession, path: Path | str) -> DataFrame | None:

@@ -56,7 +56,8 @@ $(VENV_STAMP): pyproject.toml uv.lock | $(UV)
 # Maven resumes from its local repository; -U retries downloads that failed before.
 $(JARS_STAMP): $(POMS) | prereqs
 	rm -rf $(STATE)/jars
-	mvn -B -q -U -Dstyle.color=never -f include/maven/pom.xml package
+	# jansi.noreset: Debian's Maven 3.8 prints colour resets (ESC[0m) at exit even in batch mode.
+	MAVEN_OPTS="$${MAVEN_OPTS:-} -Djansi.noreset=true" mvn -B -q -U -Dstyle.color=never -f include/maven/pom.xml package
 	@touch $@
 
 $(CDS_STAMP): $(VENV_STAMP) $(JARS_STAMP)

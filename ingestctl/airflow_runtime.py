@@ -448,8 +448,12 @@ class Standalone:
             process = self._start()
 
         def answering() -> bool:
+            # The standalone this call started is judged by its own process: until its exec
+            # completes, its command line and environment are still this process's, so
+            # pid() does not recognise it (a loaded machine failed a start that way).
             code = process.poll() if process is not None else None
-            if code is not None or self.pid() is None:
+            gone = code is not None if process is not None else self.pid() is None
+            if gone:
                 raise AirflowError(
                     f"airflow standalone exited (exit code {code}); "
                     f"{self.log_file}:\n{self._tail()}"

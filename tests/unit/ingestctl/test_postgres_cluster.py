@@ -625,6 +625,33 @@ def test_a_pid_file_naming_no_process_of_ours_signals_nothing(
     assert signalled == []
 
 
+def test_a_standalone_not_yet_exec_ed_is_waited_for(
+    home: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A standalone up() has just started is still a fork of its parent until exec: its
+    command line is not yet ``-m ingestctl.airflow_standalone``, and up() reported it as
+    "exited (exit code None)" with an empty log (a fresh clone's make test at load 5)."""
+    child = subprocess.Popen(["sleep", "300"], start_new_session=True)  # never "ours"
+    try:
+        monkeypatch.setattr(Standalone, "_start", lambda self: child)
+        answers = iter([False, True])
+        monkeypatch.setattr(Standalone, "healthy", lambda self: next(answers))
+        monkeypatch.setattr("ingestctl.airflow_runtime.ensure_pools", lambda: None)
+        standalone = Standalone()
+        standalone.password_file.parent.mkdir(parents=True, exist_ok=True)
+        standalone.password_file.write_text("{}")
+        assert standalone.pid() is None
+        standalone.up(timeout_s=30)  # no AirflowError: the process it started still runs
+        child.kill()
+        child.wait()
+        monkeypatch.setattr(Standalone, "healthy", lambda self: False)
+        with pytest.raises(AirflowError, match=r"exited \(exit code -9\)"):
+            standalone.up(timeout_s=30)
+    finally:
+        child.kill()
+        child.wait()
+
+
 def test_one_up_at_a_time(home: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     """Two up() at once started two standalones on one database, one of them left running."""
     inside, most = [0], [0]

@@ -355,6 +355,16 @@ class Standalone:
         except psutil.Error:
             return False
 
+    def _another_program(self, pid: int) -> bool:
+        """Whether a live process that is not this standalone runs at ``pid``. A process in
+        the middle of exiting (after SIGKILL, its memory released, not yet a zombie) has an
+        empty command line: it is not taken for another program, or the components a killed
+        standalone left would be missed."""
+        try:
+            return is_alive(pid) and bool(psutil.Process(pid).cmdline())
+        except psutil.Error:
+            return False
+
     def pid(self) -> int | None:
         """Pid of the running standalone this platform started (this ``AIRFLOW_HOME``'s), or
         None."""
@@ -370,7 +380,7 @@ class Standalone:
         if pid is None:
             return []
         running = self.pid() is not None
-        if is_alive(pid) and not running:
+        if not running and self._another_program(pid):
             return []  # the pid was given to another process: its session is not ours
         # Its processes carry its AIRFLOW_HOME: a stale pid file's dead pid can be another
         # program's session id (a daemon whose session leader exited).

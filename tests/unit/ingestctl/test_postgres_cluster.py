@@ -521,6 +521,35 @@ def test_what_a_standalone_killed_with_sigkill_left_is_stopped(
     assert not standalone.down()
 
 
+def test_components_of_a_standalone_still_exiting_are_found(
+    home: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Just after SIGKILL the standalone is neither running nor a zombie yet, and its
+    command line is already empty: processes() took it for another program and found
+    none of the components it left (a fresh clone's e2e run)."""
+    env = {**os.environ, "AIRFLOW_HOME": str(airflow_home())}
+    leader = subprocess.Popen(["sh", "-c", "sleep 300 & wait"], env=env, start_new_session=True)
+    try:
+        wait_until(lambda: psutil.Process(leader.pid).children(), 10, 0.05, what="a child")
+        component = psutil.Process(leader.pid).children()[0]
+        standalone = Standalone()
+        standalone.pid_file.parent.mkdir(parents=True, exist_ok=True)
+        standalone.pid_file.write_text(f"{leader.pid}\n")
+        real_cmdline = psutil.Process.cmdline
+
+        def exiting(self: psutil.Process) -> list[str]:
+            return [] if self.pid == leader.pid else real_cmdline(self)
+
+        monkeypatch.setattr(psutil.Process, "cmdline", exiting)
+        assert standalone.pid() is None
+        assert component.pid in [p.pid for p in standalone.processes()]
+    finally:
+        leader.kill()
+        leader.wait()
+        with contextlib.suppress(psutil.Error):
+            component.kill()
+
+
 def test_a_recorded_pid_now_used_by_another_program_is_left_alone(home: Path) -> None:
     standalone = Standalone()
     standalone.pid_file.parent.mkdir(parents=True, exist_ok=True)

@@ -676,6 +676,10 @@ class AirflowClient:
         """Unpause ``dag_id``."""
         self._call("PATCH", f"/dags/{dag_id}", json={"is_paused": False})
 
+    def pause(self, dag_id: str) -> None:
+        """Pause ``dag_id`` (no new scheduled runs; a running one goes on)."""
+        self._call("PATCH", f"/dags/{dag_id}", json={"is_paused": True})
+
     def trigger(self, dag_id: str, conf: Mapping[str, Any] | None = None) -> str:
         """Trigger a manual run now; :returns: its run id."""
         body = {"logical_date": None, "conf": dict(conf or {})}

@@ -28,6 +28,9 @@ if TYPE_CHECKING:
 #: Where the shared datasets sit relative to the repository (never copied into it).
 OLIST_SAMPLE = PROJECT_ROOT.parent / "shared" / "datasets" / "olist_ecommerce" / "sample"
 DAGS = ("streaming_supervisor", "medallion_incremental")
+#: Scheduled DAGs whose first run the demo waits for: paused when it starts, unpaused when
+#: their turn comes.
+SCHEDULED_DAGS = ("medallion_incremental", "table_maintenance")
 #: Scheduled maintenance and manual-only DAGs the demo unpauses (a trigger then runs at once).
 MANUAL_DAGS = (
     "checkpoint_maintenance",
@@ -294,8 +297,12 @@ def run_demo(
     echo(f"starting Airflow (airflow standalone, log {standalone.log_file}) ...")
     standalone.up()
     client = standalone.client()
-    for dag_id in DAGS:
+    for dag_id in dict.fromkeys((*DAGS, *SCHEDULED_DAGS)):
         client.wait_for_dag(dag_id)
+    # A demo run again in the same home finds the DAGs as the last one left them, unpaused:
+    # paused first, the scheduler runs nothing before Bronze holds this demo's records.
+    for dag_id in SCHEDULED_DAGS:
+        client.pause(dag_id)
     used, produced, stream = _produce_demo(settings, source, events, echo)
     client.unpause("streaming_supervisor")
     run_id = client.trigger("streaming_supervisor")
@@ -312,12 +319,11 @@ def run_demo(
     backlog = kafka_backlog(settings)
     echo(f"waiting for bronze_ingest to land {backlog} records ...")
     wait_for_bronze(settings, backlog, echo=echo)
-    client.unpause("medallion_incremental")
     for dag_id in MANUAL_DAGS:  # never scheduled: unpaused so that a trigger runs at once
         client.unpause(dag_id)
     # Unpausing schedules the newest complete 15-minute interval at once (no catch-up):
     # that run refines what Bronze holds.
-    medallion_run = _scheduled_or_triggered(client, "medallion_incremental", 60)
+    medallion_run = _unpause_for_a_new_run(client, "medallion_incremental", 60)
     echo(f"medallion_incremental: run {medallion_run} ...")
     state = client.wait_for_run(
         "medallion_incremental",
@@ -386,12 +392,20 @@ def _summary(settings: PlatformSettings, rows: dict[str, int], echo: Callable[[s
             )
 
 
-def _scheduled_or_triggered(client: AirflowClient, dag_id: str, wait_s: float) -> str:
-    """The run the scheduler creates when ``dag_id`` is unpaused (waited for up to
-    ``wait_s`` seconds), else a triggered one; :returns: its run id."""
+def _unpause_for_a_new_run(client: AirflowClient, dag_id: str, wait_s: float) -> str:
+    """Unpause ``dag_id``; :returns: the id of the run the scheduler then creates (waited
+    for up to ``wait_s`` seconds), else of a triggered one. Never a run from before: Airflow's
+    database keeps an earlier demo's runs, and the newest interval may already have one."""
+    before = client.latest_run(dag_id)
+    client.unpause(dag_id)
+
+    def new_run() -> str | None:
+        run = client.latest_run(dag_id)
+        return run if run != before else None
+
     scheduled = None
     with contextlib.suppress(TimeoutError):
-        scheduled = wait_until(lambda: client.latest_run(dag_id), wait_s, 3, what="a run")
+        scheduled = wait_until(new_run, wait_s, 3, what="a new run")
     return scheduled or client.trigger(dag_id)
 
 
@@ -403,8 +417,7 @@ def _maintain_tables(client: AirflowClient, echo: Callable[[str], None]) -> None
     raised: maintenance is not what the demo is waiting for."""
     from ingestctl.airflow_runtime import AirflowError
 
-    client.unpause("table_maintenance")
-    run_id = _scheduled_or_triggered(client, "table_maintenance", 30)
+    run_id = _unpause_for_a_new_run(client, "table_maintenance", 30)
     echo(f"table_maintenance: run {run_id} (compaction, VACUUM, log and row retention) ...")
     try:
         state = client.wait_for_run("table_maintenance", run_id, timeout_s=900)

@@ -54,3 +54,36 @@ def test_a_run_that_never_answers_times_out_and_an_error_answer_fails_at_once() 
 
     with pytest.raises(AirflowError, match="404"):
         _client(missing).wait_for_run("d", "r", timeout_s=30)
+
+
+def _runs_api(newest_after_unpause: str | None, log: list[str]):
+    """The API of a DAG whose newest run is ``old`` until it is unpaused, then
+    ``newest_after_unpause`` (None: still ``old``, as when the newest interval has a run)."""
+    unpaused = [False]
+
+    def api(request: httpx.Request) -> httpx.Response:
+        log.append(f"{request.method} {request.url.path}")
+        if request.method == "PATCH":
+            unpaused[0] = True
+            return httpx.Response(200, json={})
+        if request.method == "POST":
+            return httpx.Response(200, json={"dag_run_id": "manual__now"})
+        newest = (newest_after_unpause if unpaused[0] else None) or "scheduled__old"
+        return httpx.Response(200, json={"dag_runs": [{"dag_run_id": newest}]})
+
+    return api
+
+
+def test_a_demo_waits_for_the_run_unpausing_creates_never_an_earlier_one() -> None:
+    """A second `make demo` in the same home waited on the first demo's run (Airflow's
+    database keeps it): Silver and Gold were not refined for the records it sent."""
+    from ingestctl.demo import _unpause_for_a_new_run
+
+    log: list[str] = []
+    client = _client(_runs_api("scheduled__new", log))
+    assert _unpause_for_a_new_run(client, "d", wait_s=10) == "scheduled__new"
+    assert "POST /api/v2/dags/d/dagRuns" not in log
+    log.clear()
+    client = _client(_runs_api(None, log))  # the newest interval already had its run
+    assert _unpause_for_a_new_run(client, "d", wait_s=1) == "manual__now"
+    assert log[-1] == "POST /api/v2/dags/d/dagRuns"

@@ -127,10 +127,8 @@ docs: $(VENV_STAMP) ## Build the documentation (docs/, mkdocs.yml) into build/si
 clean-data: ## Delete Delta tables and checkpoints (keeps jars, venv and Kafka data)
 	rm -rf $(STATE)/data $(STATE)/checkpoints
 
-clean-kafka: $(VENV_STAMP) ## Delete the broker's topics and records ($(STATE)/kafka); refused while it runs
-	@if $(BIN)/ingestctl kafka status >/dev/null 2>&1; then \
-	  echo "the Kafka broker is running: stop it first (make demo-down or make kafka-down)" >&2; exit 1; fi
-	rm -rf $(STATE)/kafka
+clean-kafka: $(VENV_STAMP) ## Delete the broker's topics, records and logs; refused while it runs
+	$(BIN)/ingestctl kafka clean
 
 # --- deployment (docker-compose.yaml, Dockerfile; README "Running on a cluster") ----------
 .PHONY: deploy-check image

@@ -117,6 +117,23 @@ def kafka_down(
     typer.echo("kafka: stopped" if stopped else "kafka: was not running")
 
 
+@kafka_app.command("clean")
+def kafka_clean(
+    port: PortOption = None,
+    controller_port: ControllerPortOption = None,
+    data_dir: DataDirOption = None,
+) -> None:
+    """Delete the broker's topics, records and logs (its data folder); refused while it runs."""
+    from ingestctl.kafka_broker import BrokerError, KafkaBroker
+
+    broker = KafkaBroker(_kafka_settings(port, controller_port, data_dir))
+    try:
+        deleted = broker.clean()
+    except (BrokerError, OSError) as error:
+        raise _fail(str(error)) from None
+    typer.echo(f"kafka: deleted {broker.data_dir}" if deleted else "kafka: no data to delete")
+
+
 @kafka_app.command("status")
 def kafka_status(
     port: PortOption = None,

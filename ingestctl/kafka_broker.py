@@ -217,6 +217,24 @@ class KafkaBroker:
             self.pid_path.unlink(missing_ok=True)
             return True
 
+    def clean(self) -> bool:
+        """Delete the broker's data folder: topics, records, KRaft metadata and logs (the
+        next :meth:`up` formats new storage).
+
+        :returns: ``True`` if there was a folder to delete, ``False`` if none.
+        :raises BrokerError: the broker runs (its pid named): stop it first.
+        """
+        existed = self.data_dir.exists()
+        with self._lock():
+            process = self._own_process()
+            if process is not None:
+                raise BrokerError(
+                    f"the Kafka broker in {self.data_dir} is running (pid {process.pid}): "
+                    "stop it first (make demo-down or make kafka-down)"
+                )
+            shutil.rmtree(self.data_dir)
+        return existed
+
     def log_tail(self, lines: int = 30) -> str:
         """Return the broker's errors and last ``lines`` log lines since the latest start.
 

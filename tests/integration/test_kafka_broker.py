@@ -12,7 +12,7 @@ import psutil
 import pytest
 
 from ingest_core.settings import get_settings
-from ingestctl.kafka_broker import BrokerStartError, KafkaBroker, PortInUseError
+from ingestctl.kafka_broker import BrokerError, BrokerStartError, KafkaBroker, PortInUseError
 from tests.conftest import free_port
 
 pytestmark = pytest.mark.integration
@@ -45,6 +45,20 @@ def test_up_is_idempotent_and_down_stops_it(tmp_path: Path) -> None:
     assert not psutil.pid_exists(first.pid) or psutil.Process(first.pid).status() == "zombie"
     assert broker.status().running is False
     assert broker.down() is False
+
+
+def test_clean_is_refused_while_the_broker_runs_then_deletes_its_data(tmp_path: Path) -> None:
+    broker = _broker(tmp_path)
+    broker.up()
+    try:
+        with pytest.raises(BrokerError, match=r"is running \(pid \d+\): stop it first"):
+            broker.clean()
+        assert (broker.storage_dir / "meta.properties").exists()
+    finally:
+        broker.down()
+    assert broker.clean() is True
+    assert not broker.data_dir.exists()
+    assert broker.clean() is False
 
 
 def test_restart_reuses_formatted_storage(tmp_path: Path) -> None:

@@ -185,6 +185,13 @@ def test_valid_event_is_standardised_and_unknown_fields_are_rescued(spark) -> No
     assert json.loads(row._rescued_data) == {"x_promo": "WINTER", "nested": '{"a":1}'}
 
 
+def test_only_records_with_unknown_fields_have_rescued_data(spark) -> None:
+    # All keys known (one optional key absent, one null), then one unknown key among them.
+    values = [payment(), payment(installments=...), payment(customer_id=None), payment(zz=None)]
+    rows = usable_rows(_parse(spark, values)).orderBy("offset").collect()
+    assert [r._rescued_data for r in rows] == [None, None, None, '{"zz":null}']
+
+
 def test_missing_optional_field_is_fine(spark) -> None:
     parsed = _parse(spark, [payment(installments=..., customer_id=None)])
     rows = usable_rows(parsed).collect()

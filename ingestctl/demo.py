@@ -14,7 +14,7 @@ import contextlib
 from collections.abc import Callable
 from dataclasses import dataclass
 from datetime import UTC, datetime
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 from ingest_core.settings import PROJECT_ROOT, PlatformSettings
 from ingest_core.waiting import wait_until
@@ -377,7 +377,17 @@ def _summary(settings: PlatformSettings, rows: dict[str, int], echo: Callable[[s
     for table, count in rows.items():
         if table in EMPTY_WHEN_ALL_WELL and not count:
             continue
-        echo(f"  {table:<{width}}  {count:>8} rows  {catalog.table(table).path(settings)}")
+        spec = catalog.table(table)
+        echo(f"  {table:<{width}}  {count:>8} rows  {spec.path(settings)}")
+        retention = spec.maintenance.keep_rows
+        if retention is not None:
+            # A bookkeeping table shrinks when table_maintenance runs: say so where its count
+            # is, or a second look (after maintenance) reads like lost rows.
+            since = "silver_refine's watermark" if retention.measured_from != "now" else "now"
+            echo(
+                f"  {'':<{width}}  (bookkeeping: table_maintenance drops rows whose "
+                f"{retention.time_column} is more than {retention.keep} before {since})"
+            )
     for table, why in EMPTY_WHEN_ALL_WELL.items():
         if not rows.get(table):
             echo(f"  {table:<{width}}  empty: {why}")
@@ -387,9 +397,19 @@ def _summary(settings: PlatformSettings, rows: dict[str, int], echo: Callable[[s
         echo("newest gold_payment_totals_5m windows:")
         for row in totals.itertuples():
             echo(
-                f"  {row.window_start} {row.currency} payments={row.payment_count} "
-                f"amount={row.amount_total}"
+                f"  {_utc_minute(row.window_start)} {row.currency} "
+                f"payments={row.payment_count} amount={row.amount_total}"
             )
+
+
+def _utc_minute(value: Any) -> str:
+    """``value`` (a timestamp, naive meaning UTC or tz-aware, as pandas reads Delta
+    timestamps with or without a zone) as ``YYYY-MM-DD HH:MM UTC``."""
+    import pandas as pd
+
+    stamp = pd.Timestamp(value)
+    stamp = stamp.tz_convert("UTC") if stamp.tzinfo else stamp.tz_localize("UTC")
+    return stamp.strftime("%Y-%m-%d %H:%M UTC")
 
 
 def _unpause_for_a_new_run(client: AirflowClient, dag_id: str, wait_s: float) -> str:

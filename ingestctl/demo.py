@@ -459,6 +459,5 @@ def stop_demo(echo: Callable[[str], None] = print) -> None:
     echo("airflow standalone: " + ("stopped" if Standalone().down() else "not running"))
     for job in supervisor.always_on_jobs():
         echo(supervisor.stop(job, disable=False))
-    KafkaBroker(get_settings().kafka).down()
-    echo("kafka: stopped")
+    echo("kafka: " + ("stopped" if KafkaBroker(get_settings().kafka).down() else "not running"))
     echo("postgres: " + ("stopped" if EmbeddedPostgres().down() else "not running"))

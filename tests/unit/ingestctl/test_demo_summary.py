@@ -1,4 +1,4 @@
-"""The demo's closing summary: what its counts mean (no services)."""
+"""The demo's closing summary and `demo-down`'s report (no services running)."""
 
 from __future__ import annotations
 
@@ -13,8 +13,7 @@ from ingestctl.demo import _summary, _utc_minute
 pytestmark = pytest.mark.unit
 
 
-def test_a_bookkeeping_table_says_that_maintenance_prunes_it(tmp_path, monkeypatch) -> None:
-    monkeypatch.setenv("INGEST_HOME", str(tmp_path))
+def test_a_bookkeeping_table_says_that_maintenance_prunes_it(ingest_home) -> None:
     lines: list[str] = []
     _summary(PlatformSettings(), {"silver_orders": 3043, "silver_event_ids": 1914}, lines.append)
     orders = next(i for i, line in enumerate(lines) if "silver_orders" in line)
@@ -40,3 +39,16 @@ def test_a_bookkeeping_table_says_that_maintenance_prunes_it(tmp_path, monkeypat
 )
 def test_window_starts_print_the_same_with_or_without_a_zone(value) -> None:
     assert _utc_minute(value) == "2018-08-25 17:55 UTC"
+
+
+def test_demo_down_on_a_stopped_platform_says_not_running_for_each_service(
+    ingest_home,
+) -> None:
+    # ingest_home: a fresh home, so that nothing of a real platform is stopped.
+    from ingestctl.demo import stop_demo
+
+    lines: list[str] = []
+    stop_demo(lines.append)
+    services = {line.split(":")[0]: line for line in lines if not line.startswith(" ")}
+    for service in ("airflow standalone", "kafka", "postgres"):
+        assert services[service].endswith("not running"), lines

@@ -12,6 +12,7 @@ import logging
 import os
 import socket
 import tempfile
+import time
 import uuid
 import warnings
 from collections.abc import Callable, Iterator
@@ -191,20 +192,39 @@ def uci_path() -> Path:
     return path
 
 
-def consume_all(bootstrap: str, topics: list[str], idle_s: float = 3.0) -> list[object]:
-    """Read every record of ``topics`` from the beginning until none arrives for ``idle_s``."""
-    from kafka import KafkaConsumer
+def consume_all(bootstrap: str, topics: list[str], timeout_s: float = 60.0) -> list[object]:
+    """Every record of ``topics`` (those that exist), from the beginning to the end offsets
+    read when called: what was sent before the call, however slow the broker is to answer.
 
-    consumer = KafkaConsumer(
-        *topics,
-        bootstrap_servers=bootstrap,
-        auto_offset_reset="earliest",
-        enable_auto_commit=False,
-        group_id=None,
-        consumer_timeout_ms=int(idle_s * 1000),
-    )
+    Waiting for "no record for a few seconds" instead returned nothing at load 6, when the
+    consumer's first fetch took longer than that (``test_replay``'s 7 generated events).
+
+    :raises TimeoutError: the end offsets were not reached within ``timeout_s`` seconds.
+    """
+    from kafka import KafkaConsumer, TopicPartition
+
+    consumer = KafkaConsumer(bootstrap_servers=bootstrap, enable_auto_commit=False, group_id=None)
     try:
-        return list(consumer)
+        existing = consumer.topics()
+        partitions = [
+            TopicPartition(topic, partition)
+            for topic in topics
+            if topic in existing
+            for partition in sorted(consumer.partitions_for_topic(topic) or ())
+        ]
+        if not partitions:
+            return []
+        consumer.assign(partitions)
+        consumer.seek_to_beginning(*partitions)
+        end = consumer.end_offsets(partitions)
+        records: list[object] = []
+        deadline = time.monotonic() + timeout_s
+        while any(consumer.position(tp) < end[tp] for tp in partitions):
+            if time.monotonic() > deadline:
+                raise TimeoutError(f"{topics}: end offsets {end} not reached in {timeout_s} s")
+            for batch in consumer.poll(timeout_ms=500).values():
+                records.extend(batch)
+        return records
     finally:
         consumer.close()
 

@@ -193,11 +193,23 @@ class BenchEnv:
         stop_process_group(process, grace_s)
 
     def cleanup(self) -> None:
-        """Stop every process the bench started and still runs, then the broker."""
+        """Stop every process the bench started and still runs, then the broker and the
+        embedded PostgreSQL servers of its homes."""
         for process in reversed(self._procs):
             self.stop(process, grace_s=10)
         self._procs.clear()
         self.broker_down()
+        self.postgres_down()
+
+    def postgres_down(self) -> None:
+        """Stop the embedded PostgreSQL of each of the bench's homes: the cycles' Airflow CLI
+        (``ingestctl airflow``) starts one in its home and leaves it running, as it does for
+        a user; a bench run left one behind, its folder deleted under it."""
+        from ingestctl.postgres_cluster import EmbeddedPostgres
+
+        for folder in sorted((self.root / "homes").glob("*/postgres")):
+            with contextlib.suppress(Exception):
+                EmbeddedPostgres(folder, start_timeout_s=60).down()
 
     # -- the broker --------------------------------------------------------------------
     def _kafka_settings(self) -> Any:

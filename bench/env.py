@@ -208,8 +208,10 @@ class BenchEnv:
         from ingestctl.postgres_cluster import EmbeddedPostgres
 
         for folder in sorted((self.root / "homes").glob("*/postgres")):
-            with contextlib.suppress(Exception):
+            try:
                 EmbeddedPostgres(folder, start_timeout_s=60).down()
+            except Exception as error:  # cleanup goes on; the user is told what is left
+                print(f"[bench] PostgreSQL in {folder} may still run: {error}", flush=True)
 
     # -- the broker --------------------------------------------------------------------
     def _kafka_settings(self) -> Any:

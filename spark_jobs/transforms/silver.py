@@ -482,8 +482,8 @@ def _topic_plan(
 
     # The unknown fields' values only for a record that has any: its top-level keys (a
     # streaming tokenization) less the known ones tell, and most records have none. Reading
-    # every record into a map and filtering it with a lambda (interpreted, per key) cost a
-    # quarter of a parse (bench/results/REFERENCE.md, 2026-12-04).
+    # every record into a map and filtering it with a lambda (interpreted, per key) cost ~5 %
+    # of a warm parse (bench/results/REFERENCE.md, 2026-12-04 09:04).
     extra_keys = F.array_except(F.json_object_keys(text), F.array(*[F.lit(f) for f in known]))
     as_map = F.from_json(text, "map<string,string>")
     unknown_column = F.when(

@@ -210,8 +210,11 @@ class TableSpec(BaseModel):
     :param checkpoint_interval: Delta's ``delta.checkpointInterval``: commits between two
         checkpoints of the table's log (Delta's default: 10). The commit that reaches one
         writes it before the writer goes on, so a table committed every second pays a
-        checkpoint every ten seconds; set by the table's writer when it starts
-        (:func:`spark_jobs.delta_io.ensure_table_properties`). None: Delta's default.
+        checkpoint every ten seconds; set by each of the table's writers
+        (:func:`spark_jobs.delta_io.ensure_table_properties`: the streaming writer when it
+        starts, a batch writer when it creates the table; ``tests/unit/ingest_core/
+        test_catalog_consistency.py`` fails on a writer that never calls it). None: Delta's
+        default.
     """
 
     name: str = Field(pattern=_NAME)

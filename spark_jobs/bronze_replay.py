@@ -188,6 +188,7 @@ def replay(
 
     from ingest_core.delta_tables import table_exists
     from spark_jobs.bronze_ingest import to_bronze
+    from spark_jobs.delta_io import ensure_table_properties
 
     settings = settings or get_settings()
     todo = [p for p in plans if p.records]
@@ -213,7 +214,17 @@ def replay(
     table = get_catalog().table("bronze_events")
     path = str(table.path(settings))
     if not table_exists(path):
-        rows.write.format("delta").partitionBy(*table.partition_by).save(path)
+        # Created as bronze_ingest creates it, with the catalog's table properties. On an
+        # existing table they are bronze_ingest's to set: an ALTER from here, beside its
+        # commits, could fail one of them.
+        ensure_table_properties(
+            spark,
+            table.path(settings),
+            table.delta_properties,
+            schema=rows.schema,
+            partition_by=table.partition_by,
+        )
+        rows.write.format("delta").mode("append").partitionBy(*table.partition_by).save(path)
         return {"read": read, "inserted": read}
     topics = ", ".join(f"'{t}'" for t in starting)
     target = DeltaTable.forPath(spark, path)

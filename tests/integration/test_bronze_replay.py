@@ -4,6 +4,7 @@ exactly, and a range Kafka no longer holds is refused with the earliest availabl
 
 from __future__ import annotations
 
+import shutil
 import time
 from datetime import UTC, datetime, timedelta
 
@@ -11,6 +12,7 @@ import pytest
 from kafka import TopicPartition
 from kafka.admin import KafkaAdminClient
 
+from ingest_core.catalog import get_catalog
 from ingest_core.time_range import TimeRange
 from spark_jobs import bronze_replay
 from spark_jobs.bronze_replay import RangeNotInKafkaError
@@ -61,6 +63,19 @@ def test_replay_adds_nothing_present_restores_a_lost_range_and_refuses_deleted_d
     assert _coordinates(platform) == original
     again = bronze_replay.replay(platform.spark, bronze_replay.plan(topics, everything))
     assert again["inserted"] == 0
+
+    # 2b. Bronze is gone entirely: the replay creates it as bronze_ingest would, with the
+    # catalog's table properties (its log checkpoint interval).
+    bronze_dir = platform.path("bronze_events")
+    shutil.move(bronze_dir, bronze_dir.with_name("bronze_events.gone"))
+    result = bronze_replay.replay(platform.spark, bronze_replay.plan(topics, everything))
+    assert result == {"read": 125, "inserted": 125}
+    assert _coordinates(platform) == original
+    detail = DeltaTable.forPath(platform.spark, str(bronze_dir)).detail().first()
+    spec = get_catalog().table("bronze_events")
+    assert spec.delta_properties  # else this step checks nothing
+    assert spec.delta_properties.items() <= detail.properties.items()
+    assert detail.partitionColumns == spec.partition_by
 
     # 3. Records past bronze_ingest's committed offsets are the stream's, not the replay's.
     platform.send("payments", [payment("after", "2026-05-01T11:00:00Z")])

@@ -45,6 +45,33 @@ def _schema_problems(table: str, schema_from: str) -> list[str]:
     return []
 
 
+def _property_problems(catalog: Catalog, table: str) -> list[str]:
+    """A table that declares Delta properties (``checkpoint_interval``) has them set by each
+    of its writers: nothing else applies them (``spark_jobs.delta_io.ensure_table_properties``,
+    called before the writer's query starts)."""
+    declared = sorted(catalog.table(table).delta_properties)
+    if not declared:
+        return []
+    found = []
+    for job in catalog.writers(table):
+        spec = importlib.util.find_spec(job.module)
+        calls = (
+            {
+                node.func.id if isinstance(node.func, ast.Name) else getattr(node.func, "attr", "")
+                for node in ast.walk(ast.parse(Path(spec.origin).read_text()))
+                if isinstance(node, ast.Call)
+            }
+            if spec and spec.origin
+            else set()
+        )
+        if "ensure_table_properties" not in calls:
+            found.append(
+                f"{table}: declares {declared}, but its writer {job.module} never calls "
+                "ensure_table_properties"
+            )
+    return found
+
+
 def problems(catalog: Catalog) -> list[str]:
     """Every disagreement between ``catalog`` and the code; empty when consistent."""
     found = []
@@ -63,6 +90,7 @@ def problems(catalog: Catalog) -> list[str]:
         if not catalog.writers(table.name) and table.written_by is None:
             found.append(f"{table.name}: written by no job")
         found += _schema_problems(table.name, table.schema_from)
+        found += _property_problems(catalog, table.name)
     from spark_jobs.quality.suites import LAYER_RULES
 
     for rules in (r for layer in LAYER_RULES.values() for r in layer):
@@ -88,7 +116,12 @@ def test_the_check_fails_on_an_inconsistent_catalog() -> None:
     declared["tables"]["gold_late_corrections"]["written_by"] = "someone"
     declared["tables"]["gold_payment_alerts"]["schema_from"] = "spark_jobs.transforms.alerts:NOPE"
     declared["tables"]["silver_quarantine"]["schema_from"] = "contract"
+    declared["tables"]["gold_payment_alerts"]["checkpoint_interval"] = 50
     found = problems(Catalog.model_validate(declared))
+    assert (
+        "gold_payment_alerts: declares ['delta.checkpointInterval'], but its writer "
+        "spark_jobs.payment_alerts never calls ensure_table_properties" in found
+    )
     assert "gold_backfill: module 'spark_jobs.no_such_job' not found" in found
     assert (
         "gold_payment_alerts: schema_from 'spark_jobs.transforms.alerts:NOPE': "

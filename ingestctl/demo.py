@@ -384,9 +384,15 @@ def _summary(settings: PlatformSettings, rows: dict[str, int], echo: Callable[[s
             # A bookkeeping table shrinks when table_maintenance runs: say so where its count
             # is, or a second look (after maintenance) reads like lost rows.
             since = "silver_refine's watermark" if retention.measured_from != "now" else "now"
+            kept = (
+                f"; the newest {retention.keep_newest} per "
+                f"{', '.join(retention.newest_per) or 'table'} stay"
+                if retention.keep_newest
+                else ""
+            )
             echo(
                 f"  {'':<{width}}  (bookkeeping: table_maintenance drops rows whose "
-                f"{retention.time_column} is more than {retention.keep} before {since})"
+                f"{retention.time_column} is more than {retention.keep} before {since}{kept})"
             )
     for table, why in EMPTY_WHEN_ALL_WELL.items():
         if not rows.get(table):

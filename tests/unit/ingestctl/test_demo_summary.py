@@ -28,6 +28,15 @@ def test_a_bookkeeping_table_says_that_maintenance_prunes_it(ingest_home) -> Non
     assert "table_maintenance" not in lines[orders + 1]
 
 
+def test_a_bookkeeping_table_that_keeps_its_newest_rows_says_which(ingest_home) -> None:
+    lines: list[str] = []
+    _summary(PlatformSettings(), {"silver_reconciliation": 4}, lines.append)
+    assert lines[1].strip() == (
+        "(bookkeeping: table_maintenance drops rows whose batch_time is more than 30 days "
+        "before now; the newest 1 per job, query_id stay)"
+    )
+
+
 @pytest.mark.parametrize(
     "value",
     [

@@ -47,8 +47,9 @@ def _schema_problems(table: str, schema_from: str) -> list[str]:
 
 def _property_problems(catalog: Catalog, table: str) -> list[str]:
     """A table that declares Delta properties (``checkpoint_interval``) has them set by each
-    of its writers: nothing else applies them (``spark_jobs.delta_io.ensure_table_properties``,
-    called before the writer's query starts)."""
+    of its writers: nothing else applies them (``spark_jobs.delta_io.ensure_table_properties``:
+    a streaming writer calls it before its query starts, a batch writer when it creates the
+    table). A writer that never calls it is reported."""
     declared = sorted(catalog.table(table).delta_properties)
     if not declared:
         return []

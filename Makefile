@@ -18,8 +18,8 @@ JARS_STAMP := $(STATE)/jars/.complete
 CDS_STAMP  := $(STATE)/jars/cds/.attempted
 POMS       := include/maven/pom.xml include/maven/spark/pom.xml include/maven/kafka/pom.xml
 PYTEST_ARGS ?=
-# Two pytest workers, one per core: most of a test's wall time is waiting (JVM starts, polls of
-# Airflow and the broker), so two files at once halve the suite. --dist loadfile keeps a file's
+# Two pytest workers, one per core: the suite is CPU-bound (JVMs), and three workers took 22:19
+# against two's 20:36 (bench/results/REFERENCE.md, 2026-12-04). --dist loadfile keeps a file's
 # module fixtures (one Airflow, one platform) on one worker. xdist starts the files with the
 # most tests first; starting tests/e2e/test_medallion_dag.py first instead was slower (30:17 vs
 # 27:13 in a fresh clone): its 8-interval backfill with a real scheduler then ran beside the

@@ -318,6 +318,15 @@ class SparkSettings(BaseModel):
         remembered sets (about 450 MB more resident memory per scheduled driver), and its
         concurrent threads compete with Spark's (a 1M-event cycle: 351 s on G1, 268 s on the
         serial GC; ``bench/results/REFERENCE.md``).
+    :param local_file_system: the Hadoop file system class behind ``file:`` paths.
+        ``hadoop``: Hadoop's own, which (Spark ships no libhadoop) starts a ``chmod`` or
+        ``readlink`` process for each permission it sets and each link it checks: about ten
+        per micro-batch (offsets, commits, Delta's log, Parquet files), 3.5-4.6 ms each on
+        2 cores. ``nio``: the platform's ``io.ingest.hadoop`` classes
+        (``include/maven/localfs``; ``make jars`` builds them), which do both through
+        ``java.nio`` and answer the same; the jar goes on the driver's class path and, for a
+        cluster's executors, in ``spark.jars`` (``bench/results/REFERENCE.md``, "Hadoop's
+        local file system").
     """
 
     master: str = "local[*]"
@@ -328,6 +337,7 @@ class SparkSettings(BaseModel):
     cores_max: int | None = Field(None, ge=1)
     driver_host: str | None = None
     driver_java_options: JavaOptions = []
+    local_file_system: Literal["hadoop", "nio"] = "hadoop"
 
     @field_validator("master")
     @classmethod

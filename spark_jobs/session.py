@@ -61,6 +61,30 @@ def spark_jar_paths() -> list[Path]:
     return jars
 
 
+#: ``spark.hadoop.*`` settings that put ``file:`` paths on the platform's ``java.nio`` classes
+#: (``include/maven/localfs``) for both of Hadoop's APIs: ``FileSystem`` (Delta, Parquet) and
+#: ``FileContext`` (Spark's checkpoint file manager).
+NIO_LOCAL_FILE_SYSTEM = {
+    "spark.hadoop.fs.file.impl": "io.ingest.hadoop.NioLocalFileSystem",
+    "spark.hadoop.fs.AbstractFileSystem.file.impl": "io.ingest.hadoop.NioLocalFs",
+}
+
+
+def local_file_system_jar() -> Path:
+    """Return the jar of the platform's ``java.nio`` local file system
+    (``<jars_dir>/localfs/ingest-local-fs.jar``, built by ``make jars``).
+
+    :raises MissingJarsError: it was not built; the message says to run ``make jars``.
+    """
+    jar = jars_dir() / "localfs" / "ingest-local-fs.jar"
+    if not jar.is_file():
+        raise MissingJarsError(
+            f"no {jar}: run `make jars` (mvn -f include/maven/pom.xml package) to build it, "
+            "or set INGEST_SPARK__LOCAL_FILE_SYSTEM=hadoop"
+        )
+    return jar
+
+
 def _application(app_name: str) -> JobSpec | BatchJobSpec | None:
     """The catalog application behind ``app_name``: a gate's application is
     ``quality_gate.<layer>``, the catalog's ``quality_gate``; None for names not in it."""
@@ -114,7 +138,7 @@ def spark_conf(app_name: str, settings: PlatformSettings | None = None) -> dict[
     :param app_name: ``spark.app.name``; a catalog application's name (or
         ``<name>.<part>``) brings its ``driver_memory`` and ``driver_java_options``.
     :param settings: platform settings; the current profile's when ``None``.
-    :raises MissingJarsError: see :func:`spark_jar_paths`.
+    :raises MissingJarsError: see :func:`spark_jar_paths` and :func:`local_file_system_jar`.
     """
     settings = settings or get_settings()
     spark = settings.spark
@@ -156,6 +180,15 @@ def spark_conf(app_name: str, settings: PlatformSettings | None = None) -> dict[
         # explicitly where a filter matters.
         "spark.sql.constraintPropagation.enabled": "false",
     }
+    if spark.local_file_system == "nio":
+        # On the driver JVM's own class path: spark-submit opens the `file:` file system
+        # (resolving the jars) before it adds spark.jars to the class path. The class-data
+        # archive is recorded with the same class path, so drivers map it. In spark.jars
+        # too, for a cluster's executors.
+        jar = str(local_file_system_jar())
+        conf["spark.driver.extraClassPath"] = jar
+        conf["spark.jars"] += "," + jar
+        conf.update(NIO_LOCAL_FILE_SYSTEM)
     if spark.cores_max is not None:
         # Standalone clusters: several applications (always-on and scheduled) share it.
         conf["spark.cores.max"] = str(spark.cores_max)

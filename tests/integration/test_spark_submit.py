@@ -13,7 +13,7 @@ from pathlib import Path
 import pytest
 
 from spark_jobs.class_data_archive import class_data_archive
-from spark_jobs.session import spark_conf, spark_jars_dir
+from spark_jobs.session import local_file_system_jar, spark_conf, spark_jars_dir
 
 pytestmark = pytest.mark.integration
 
@@ -29,12 +29,13 @@ print("KAFKA", spark.read.format("kafka").option("kafka.bootstrap.servers", "127
 
 
 def _jars_folder(at: Path, archive_bytes: bytes | None = None) -> Path:
-    """A jars folder at ``at`` whose Spark jars link to the ones `make setup` fetched, and
-    whose class-data archive links to its archive, or is ``archive_bytes`` (with a manifest
-    that gives their size)."""
+    """A jars folder at ``at`` whose Spark jars and local file system jar link to the ones
+    `make setup` made, and whose class-data archive links to its archive, or is
+    ``archive_bytes`` (with a manifest that gives their size)."""
     archive = class_data_archive()
     (at / "cds").mkdir(parents=True)
     (at / "spark").symlink_to(spark_jars_dir())
+    (at / "localfs").symlink_to(local_file_system_jar().parent)
     manifest = archive.with_name(archive.name + ".json")
     for made in (archive, manifest):
         assert made.is_file(), f"no {made}: run `make setup`"

@@ -13,6 +13,7 @@ import pytest
 from ingest_core.settings import PlatformSettings, get_settings
 from spark_jobs.class_data_archive import archive_java_options, class_data_archive
 from spark_jobs.session import (
+    MissingJarsError,
     _application,
     driver_java_options,
     java_options_string,
@@ -49,6 +50,36 @@ def test_spark_gets_local_files_and_never_downloads() -> None:
     for path in conf["spark.jars"].split(","):
         assert Path(path).is_file()
     assert conf["spark.sql.extensions"] == "io.delta.sql.DeltaSparkSessionExtension"
+
+
+def test_the_profile_chooses_the_local_file_system(
+    monkeypatch: pytest.MonkeyPatch, tmp_path: Path
+) -> None:
+    """``nio`` (the local profile's) puts the platform's jar on the driver's class path and in
+    ``spark.jars`` and names its classes for both Hadoop APIs; ``hadoop`` leaves all three
+    alone; a missing jar is refused with the command that builds it."""
+    nio = PlatformSettings.model_validate({"spark": {"local_file_system": "nio"}})
+    hadoop = PlatformSettings.model_validate({"spark": {"local_file_system": "hadoop"}})
+    assert get_settings().spark.local_file_system == "nio"  # include/platform.yaml, local
+    conf = spark_conf("silver_refine", nio)
+    jar = conf["spark.driver.extraClassPath"]
+    assert Path(jar).is_file()
+    assert jar.endswith("localfs/ingest-local-fs.jar")
+    assert jar in conf["spark.jars"].split(",")
+    assert conf["spark.hadoop.fs.file.impl"] == "io.ingest.hadoop.NioLocalFileSystem"
+    assert conf["spark.hadoop.fs.AbstractFileSystem.file.impl"] == "io.ingest.hadoop.NioLocalFs"
+    plain = spark_conf("silver_refine", hadoop)
+    assert not {key for key in plain if "extraClassPath" in key or ".file.impl" in key}
+    assert jar not in plain["spark.jars"]
+    assert spark_conf("bronze_ingest", nio)["spark.driver.extraClassPath"] == jar  # always-on
+
+    without = tmp_path / "jars"  # the Kafka and Delta jars, not the platform's own
+    without.mkdir()
+    (without / "spark").symlink_to(Path(jar).parent.parent / "spark")
+    monkeypatch.setenv("INGEST_JARS_DIR", str(without))
+    with pytest.raises(MissingJarsError, match=r"ingest-local-fs\.jar: run `make jars`"):
+        spark_conf("silver_refine", nio)
+    assert "spark.driver.extraClassPath" not in spark_conf("silver_refine", hadoop)
 
 
 def _java_options(app_name: str) -> list[str]:

@@ -88,6 +88,18 @@ def spark() -> Iterator[object]:
 
 
 @pytest.fixture(autouse=True)
+def _settings_end_with_their_test() -> Iterator[None]:
+    """Platform settings a test cached under its own environment (``INGEST_*`` variables it
+    monkeypatched) must not outlive it: forget them once its monkeypatches are undone (an
+    autouse fixture's teardown runs after the test's own fixtures'). A SASL test's cached
+    settings once made the next session broker wait for a SASL bootstrap that never came."""
+    from ingest_core.settings import get_settings
+
+    yield
+    get_settings.cache_clear()
+
+
+@pytest.fixture(autouse=True)
 def _streams_end_with_their_test(request: pytest.FixtureRequest) -> Iterator[None]:
     """A streaming query a test leaves running in the suite's one driver would poll Kafka
     and Delta for the rest of the session, on a worker other tests share: stop it, and warn

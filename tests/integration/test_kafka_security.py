@@ -140,8 +140,8 @@ def test_sasl_settings_reach_replay_spark_source_and_sink(
     kafka = get_settings().kafka
     wrong = kafka.model_copy(update={"sasl_password": SecretStr("wrong")})
     with pytest.raises(KafkaError, match="bootstrap"):
-        KafkaAdminClient(**wrong.client_config(), bootstrap_timeout_ms=3000)
-    KafkaAdminClient(**kafka.client_config(), bootstrap_timeout_ms=10000).close()
+        KafkaAdminClient(**wrong.client_config() | {"bootstrap_timeout_ms": 3000})
+    KafkaAdminClient(**kafka.client_config()).close()
 
     # The replay tool produces through SASL.
     summary = tmp_path / "summary.json"

@@ -42,6 +42,7 @@ def test_defaults_stay_plaintext(clean_env: pytest.MonkeyPatch) -> None:
     assert kafka.client_config() == {
         "bootstrap_servers": "127.0.0.1:9092",
         "security_protocol": "PLAINTEXT",
+        "bootstrap_timeout_ms": 10_000,
     }
     assert kafka.client_config("10.0.0.1:1234")["bootstrap_servers"] == "10.0.0.1:1234"
 
@@ -71,6 +72,7 @@ def test_sasl_ssl_from_environment_reaches_kafka_python(clean_env: pytest.Monkey
     assert kafka.client_config() == {
         "bootstrap_servers": "b1.example.com:9093,b2.example.com:9093",
         "security_protocol": "SASL_SSL",
+        "bootstrap_timeout_ms": 10_000,
         "sasl_mechanism": "SCRAM-SHA-512",
         "sasl_plain_username": "ingest",
         "sasl_plain_password": 's3cr"et\\pw',

@@ -25,8 +25,8 @@ import org.apache.hadoop.fs.permission.FsPermission;
  *
  * <ul>
  *   <li>{@link #setPermission} sets the same nine permission bits with
- *       {@link Files#setPosixFilePermissions}; a sticky bit (which NIO cannot set) still goes
- *       to Hadoop's own code.
+ *       {@link Files#setPosixFilePermissions}; a sticky bit (which NIO cannot set), or a file
+ *       system without POSIX permissions, still goes to Hadoop's own code.
  *   <li>{@link #getFileLinkStatus} and {@link #getLinkTarget} answer what Hadoop's
  *       {@code deprecatedGetFileLinkStatusInternal} answers, with the link read by
  *       {@link Files#readSymbolicLink} (Hadoop passes {@code readlink} the path's
@@ -49,6 +49,8 @@ public class NioRawLocalFileSystem extends RawLocalFileSystem {
       Files.setPosixFilePermissions(pathToFile(p).toPath(), posix(permission));
     } catch (NoSuchFileException e) {
       throw new FileNotFoundException("File " + p + " does not exist");
+    } catch (UnsupportedOperationException e) { // a file system without POSIX permissions
+      super.setPermission(p, permission);
     }
   }
 

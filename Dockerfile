@@ -19,8 +19,9 @@ ARG UV_VERSION=0.13.8
 FROM maven:3.9.11-eclipse-temurin-17 AS jars
 WORKDIR /build
 COPY include/maven/ include/maven/
-# Only the Spark module: the compose stack and clusters run their own Kafka brokers.
-RUN mvn -B -q -Dstyle.color=never -f include/maven/pom.xml -pl spark -am package \
+# The Spark jars and the platform's java.nio local file system (spark.local_file_system), not
+# the broker's: the compose stack and clusters run their own Kafka brokers.
+RUN mvn -B -q -Dstyle.color=never -f include/maven/pom.xml -pl spark,localfs -am package \
         -Djars.dir=/build/jars
 
 # --- requirements: every Python dependency, pinned and hashed, from uv.lock ----------------
@@ -50,6 +51,7 @@ ENV INGEST_JARS_DIR=/opt/ingest-platform/jars \
     AIRFLOW__CORE__DAGS_FOLDER=/opt/ingest-platform/dags \
     AIRFLOW__CORE__LOAD_EXAMPLES=False
 COPY --from=jars /build/jars/spark /opt/ingest-platform/jars/spark
+COPY --from=jars /build/jars/localfs /opt/ingest-platform/jars/localfs
 COPY pyproject.toml uv.lock README.md /opt/ingest-platform/
 COPY ingest_core/ /opt/ingest-platform/ingest_core/
 COPY ingestctl/ /opt/ingest-platform/ingestctl/

@@ -70,10 +70,13 @@ def test_the_maven_jars_are_baked_in_where_the_settings_look(dockerfile) -> None
     assert "include/maven/pom.xml" in build
     copies = [value for kind, value in all_stages[-1]["instructions"] if kind == "COPY"]
     jars_dir = dockerfile.envs["INGEST_JARS_DIR"]
-    # spark_jobs.session looks in <INGEST_JARS_DIR>/spark
-    assert any(
-        c.startswith("--from=jars ") and c.split()[-1] == f"{jars_dir}/spark" for c in copies
-    ), copies
+    # spark_jobs.session looks in <INGEST_JARS_DIR>/spark and <INGEST_JARS_DIR>/localfs
+    # (spark_jar_paths, local_file_system_jar), and the image's profiles use both.
+    assert "-pl spark,localfs " in build
+    for folder in ("spark", "localfs"):
+        assert any(
+            c.startswith("--from=jars ") and c.split()[-1] == f"{jars_dir}/{folder}" for c in copies
+        ), copies
 
 
 def test_the_image_records_the_drivers_class_data_archive_after_installing(dockerfile) -> None:

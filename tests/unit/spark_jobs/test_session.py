@@ -61,6 +61,10 @@ def test_the_profile_chooses_the_local_file_system(
     nio = PlatformSettings.model_validate({"spark": {"local_file_system": "nio"}})
     hadoop = PlatformSettings.model_validate({"spark": {"local_file_system": "hadoop"}})
     assert get_settings().spark.local_file_system == "nio"  # include/platform.yaml, local
+    for profile, chosen in {"compose": "nio", "cluster": "hadoop"}.items():
+        monkeypatch.setenv("INGEST_PROFILE", profile)
+        assert PlatformSettings().spark.local_file_system == chosen, profile
+    monkeypatch.delenv("INGEST_PROFILE")
     conf = spark_conf("silver_refine", nio)
     jar = conf["spark.driver.extraClassPath"]
     assert Path(jar).is_file()

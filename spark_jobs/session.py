@@ -70,13 +70,17 @@ NIO_LOCAL_FILE_SYSTEM = {
 }
 
 
+#: The platform's java.nio local file system jar, below :func:`jars_dir` (``make jars``).
+LOCAL_FS_JAR = Path("localfs") / "ingest-local-fs.jar"
+
+
 def local_file_system_jar() -> Path:
     """Return the jar of the platform's ``java.nio`` local file system
     (``<jars_dir>/localfs/ingest-local-fs.jar``, built by ``make jars``).
 
     :raises MissingJarsError: it was not built; the message says to run ``make jars``.
     """
-    jar = jars_dir() / "localfs" / "ingest-local-fs.jar"
+    jar = jars_dir() / LOCAL_FS_JAR
     if not jar.is_file():
         raise MissingJarsError(
             f"no {jar}: run `make jars` (mvn -f include/maven/pom.xml package) to build it, "
@@ -180,15 +184,19 @@ def spark_conf(app_name: str, settings: PlatformSettings | None = None) -> dict[
         # explicitly where a filter matters.
         "spark.sql.constraintPropagation.enabled": "false",
     }
+    # The jar is on the driver JVM's own class path, not only in spark.jars: spark-submit
+    # opens the `file:` file system (resolving the jars) before it adds spark.jars. It is
+    # there whenever it was built, whichever local_file_system is chosen, so that every
+    # driver has the class path the class-data archive was recorded with (HotSpot refuses
+    # the archive to a JVM with another one) and switching needs no new archive.
+    built = jars_dir() / LOCAL_FS_JAR
     if spark.local_file_system == "nio":
-        # On the driver JVM's own class path: spark-submit opens the `file:` file system
-        # (resolving the jars) before it adds spark.jars to the class path. The class-data
-        # archive is recorded with the same class path, so drivers map it. In spark.jars
-        # too, for a cluster's executors.
         jar = str(local_file_system_jar())
+        conf["spark.jars"] += "," + jar  # a cluster's executors load it from there
         conf["spark.driver.extraClassPath"] = jar
-        conf["spark.jars"] += "," + jar
         conf.update(NIO_LOCAL_FILE_SYSTEM)
+    elif built.is_file():
+        conf["spark.driver.extraClassPath"] = str(built)
     if spark.cores_max is not None:
         # Standalone clusters: several applications (always-on and scheduled) share it.
         conf["spark.cores.max"] = str(spark.cores_max)

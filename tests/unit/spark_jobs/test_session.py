@@ -56,8 +56,9 @@ def test_the_profile_chooses_the_local_file_system(
     monkeypatch: pytest.MonkeyPatch, tmp_path: Path
 ) -> None:
     """``nio`` (the local profile's) puts the platform's jar on the driver's class path and in
-    ``spark.jars`` and names its classes for both Hadoop APIs; ``hadoop`` leaves all three
-    alone; a missing jar is refused with the command that builds it."""
+    ``spark.jars`` and names its classes for both Hadoop APIs; ``hadoop`` names none and keeps
+    the jar on the class path only (the class-data archive's class path), when it was built;
+    ``nio`` without the jar is refused with the command that builds it."""
     nio = PlatformSettings.model_validate({"spark": {"local_file_system": "nio"}})
     hadoop = PlatformSettings.model_validate({"spark": {"local_file_system": "hadoop"}})
     assert get_settings().spark.local_file_system == "nio"  # include/platform.yaml, local
@@ -73,8 +74,10 @@ def test_the_profile_chooses_the_local_file_system(
     assert conf["spark.hadoop.fs.file.impl"] == "io.ingest.hadoop.NioLocalFileSystem"
     assert conf["spark.hadoop.fs.AbstractFileSystem.file.impl"] == "io.ingest.hadoop.NioLocalFs"
     plain = spark_conf("silver_refine", hadoop)
-    assert not {key for key in plain if "extraClassPath" in key or ".file.impl" in key}
+    assert not {key for key in plain if ".file.impl" in key}
     assert jar not in plain["spark.jars"]
+    # The same class path either way: the class-data archive maps into both.
+    assert plain["spark.driver.extraClassPath"] == jar
     assert spark_conf("bronze_ingest", nio)["spark.driver.extraClassPath"] == jar  # always-on
 
     without = tmp_path / "jars"  # the Kafka and Delta jars, not the platform's own
@@ -83,7 +86,7 @@ def test_the_profile_chooses_the_local_file_system(
     monkeypatch.setenv("INGEST_JARS_DIR", str(without))
     with pytest.raises(MissingJarsError, match=r"ingest-local-fs\.jar: run `make jars`"):
         spark_conf("silver_refine", nio)
-    assert "spark.driver.extraClassPath" not in spark_conf("silver_refine", hadoop)
+    assert "spark.driver.extraClassPath" not in spark_conf("silver_refine", hadoop)  # not built
 
 
 def _java_options(app_name: str) -> list[str]:

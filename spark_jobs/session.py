@@ -189,14 +189,13 @@ def spark_conf(app_name: str, settings: PlatformSettings | None = None) -> dict[
     # there whenever it was built, whichever local_file_system is chosen, so that every
     # driver has the class path the class-data archive was recorded with (HotSpot refuses
     # the archive to a JVM with another one) and switching needs no new archive.
-    built = jars_dir() / LOCAL_FS_JAR
+    jar = jars_dir() / LOCAL_FS_JAR
     if spark.local_file_system == "nio":
-        jar = str(local_file_system_jar())
-        conf["spark.jars"] += "," + jar  # a cluster's executors load it from there
-        conf["spark.driver.extraClassPath"] = jar
+        jar = local_file_system_jar()  # refuses a missing jar
+        conf["spark.jars"] += f",{jar}"  # a cluster's executors load it from there
         conf.update(NIO_LOCAL_FILE_SYSTEM)
-    elif built.is_file():
-        conf["spark.driver.extraClassPath"] = str(built)
+    if jar.is_file():
+        conf["spark.driver.extraClassPath"] = str(jar)
     if spark.cores_max is not None:
         # Standalone clusters: several applications (always-on and scheduled) share it.
         conf["spark.cores.max"] = str(spark.cores_max)

@@ -79,7 +79,10 @@ def produce_backlog(
         progress=False,
     )
     if summary.produce.failed:
-        raise RuntimeError(f"{summary.produce.failed} of {count} messages not acknowledged")
+        reasons = dict(summary.produce.failures) or "no error reported: not flushed"
+        raise RuntimeError(
+            f"{summary.produce.failed} of {count} messages not acknowledged ({reasons})"
+        )
     return Produced(summary.produce.acknowledged, summary.produce.failed, summary.wall_time_s, mean)
 
 

@@ -2,11 +2,11 @@
 
 Everything lives under ``<workdir>/<run id>/`` (default ``/tmp/bench``): the broker's data
 (``kafka/``), one ``INGEST_HOME`` per scenario (``homes/<name>/``), Spark event logs
-(``eventlog/``) and the ``SPARK_CONF_DIR`` that turns them on. The broker listens on
-``--kafka-port``/``--kafka-controller-port`` (39092/39093 by default, never the platform's
-9092). Every process the bench starts is recorded by pid and process group and stopped on
-exit, on an error and on Ctrl-C; the broker is stopped by the project's own ``down`` (pid +
-command line), Airflow by ``ingestctl demo-down``.
+(``eventlog/``), turned on by ``SPARK_SUBMIT_OPTS`` (:func:`bench.eventlog.submit_options`).
+The broker listens on ``--kafka-port``/``--kafka-controller-port`` (39092/39093 by default,
+never the platform's 9092). Every process the bench starts is recorded by pid and process
+group and stopped on exit, on an error and on Ctrl-C; the broker is stopped by the
+project's own ``down`` (pid + command line), Airflow by ``ingestctl demo-down``.
 """
 
 from __future__ import annotations
@@ -22,7 +22,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from bench.eventlog import write_spark_defaults
+from bench.eventlog import submit_options
 from ingest_core.processes import stop_process_group
 
 REPO = Path(__file__).resolve().parents[1]
@@ -66,20 +66,20 @@ class BenchEnv:
     _procs: list[subprocess.Popen[bytes]] = field(default_factory=list)
     _home: Path | None = None
     _prefix: str = ""
+    #: The caller's own ``SPARK_SUBMIT_OPTS`` when the run started (kept before the event log's).
+    _user_submit_options: str = field(
+        default_factory=lambda: os.environ.get("SPARK_SUBMIT_OPTS", "")
+    )
 
     def __post_init__(self) -> None:
         self.root.mkdir(parents=True, exist_ok=True)
         self.logs.mkdir(exist_ok=True)
-        write_spark_defaults(self.spark_conf_dir, self.event_log_dir)
+        self.event_log_dir.mkdir(exist_ok=True)
 
     # -- folders ---------------------------------------------------------------------
     @property
     def logs(self) -> Path:
         return self.root / "logs"
-
-    @property
-    def spark_conf_dir(self) -> Path:
-        return self.root / "sparkconf"
 
     @property
     def event_log_dir(self) -> Path:
@@ -100,7 +100,8 @@ class BenchEnv:
 
     # -- environment -----------------------------------------------------------------
     def variables(self, home: Path | None = None, prefix: str | None = None) -> dict[str, str]:
-        """The platform's environment for ``home`` (INGEST_*, SPARK_CONF_DIR, Airflow)."""
+        """The platform's environment for ``home`` (INGEST_*, the event log's
+        ``SPARK_SUBMIT_OPTS``, Airflow)."""
         home = home or self._home or self.home("main")
         env = {
             "INGEST_HOME": str(home),
@@ -109,7 +110,7 @@ class BenchEnv:
             "INGEST_KAFKA__DATA_DIR": str(self.kafka_dir),
             "INGEST_KAFKA__TOPIC_PREFIX": self._prefix if prefix is None else prefix,
             "INGEST_JARS_DIR": str(REPO / ".ingest" / "jars"),
-            "SPARK_CONF_DIR": str(self.spark_conf_dir),
+            "SPARK_SUBMIT_OPTS": submit_options(self.event_log_dir, self._user_submit_options),
             "PYTHONPATH": os.pathsep.join(filter(None, [str(REPO), os.environ.get("PYTHONPATH")])),
             "TZ": "UTC",
         }

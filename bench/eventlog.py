@@ -1,9 +1,13 @@
 """Where a Spark job's time goes, read from Spark's own event log.
 
-The benchmarks point ``SPARK_CONF_DIR`` at a folder whose ``spark-defaults.conf`` turns the
-event log on (uncompressed, one file per application). spark-submit reads that file, so the
-real jobs, launched unchanged by the bench or by Airflow's SparkSubmitOperator, each leave
-one log. From it:
+The benchmarks turn the event log on (uncompressed, one file per application) by Java system
+properties in ``SPARK_SUBMIT_OPTS`` (:func:`submit_options`): spark-submit's JVM, the
+driver in client mode, gets them, and a ``SparkConf`` reads every ``spark.*`` system property,
+so the real jobs, launched unchanged by the bench or by Airflow's SparkSubmitOperator, each
+leave one log. Not a ``SPARK_CONF_DIR`` with a ``spark-defaults.conf``, as until 2026-12-04:
+spark-class puts that folder first on the driver's class path, and then no driver maps the
+platform's class-data archive (:mod:`spark_jobs.class_data_archive`): the bench measured
+drivers slower to start than the platform's. From the log:
 
 * ``SparkListenerApplicationStart``: the SparkContext is up (end of *process start*);
 * ``QueryStartedEvent`` / ``QueryProgressEvent`` (the same events a
@@ -26,22 +30,28 @@ from datetime import datetime
 from pathlib import Path
 from typing import Any
 
-SPARK_DEFAULTS = """\
-# Written by bench/: event logs of every Spark application started with this SPARK_CONF_DIR.
-spark.eventLog.enabled true
-spark.eventLog.dir file://{dir}
-spark.eventLog.compress false
-spark.eventLog.rolling.enabled false
-"""
+#: Spark's event-log settings, as ``SPARK_SUBMIT_OPTS`` carries them (see the module's doc).
+EVENT_LOG_PROPERTIES = {
+    "spark.eventLog.enabled": "true",
+    "spark.eventLog.compress": "false",
+    "spark.eventLog.rolling.enabled": "false",
+}
 
 _TABLE = re.compile(r"/((?:bronze|silver|gold|ops)_[a-z0-9_]+)")
 
 
-def write_spark_defaults(conf_dir: Path, log_dir: Path) -> None:
-    """Create ``conf_dir/spark-defaults.conf`` that sends event logs to ``log_dir``."""
-    conf_dir.mkdir(parents=True, exist_ok=True)
+def submit_options(log_dir: Path, existing: str = "") -> str:
+    """The ``SPARK_SUBMIT_OPTS`` value that sends every Spark application's event log to
+    ``log_dir`` (created): ``existing`` (the caller's own options, kept first), then
+    ``-D<key>=<value>`` for :data:`EVENT_LOG_PROPERTIES` and ``spark.eventLog.dir``.
+
+    The folder goes as a ``file:`` URI (``Path.as_uri``: a space is ``%20``), so no option
+    needs quoting when spark-class splits the value at spaces.
+    """
     log_dir.mkdir(parents=True, exist_ok=True)
-    (conf_dir / "spark-defaults.conf").write_text(SPARK_DEFAULTS.format(dir=log_dir.resolve()))
+    properties = {**EVENT_LOG_PROPERTIES, "spark.eventLog.dir": log_dir.resolve().as_uri()}
+    ours = " ".join(f"-D{key}={value}" for key, value in properties.items())
+    return f"{existing} {ours}".strip()
 
 
 def iso_ms(text: str) -> float:

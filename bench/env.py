@@ -67,7 +67,7 @@ class BenchEnv:
     _home: Path | None = None
     _prefix: str = ""
     #: The caller's own ``SPARK_SUBMIT_OPTS`` when the run started (kept before the event log's).
-    _user_submit_options: str = field(
+    user_submit_options: str = field(
         default_factory=lambda: os.environ.get("SPARK_SUBMIT_OPTS", "")
     )
 
@@ -110,7 +110,7 @@ class BenchEnv:
             "INGEST_KAFKA__DATA_DIR": str(self.kafka_dir),
             "INGEST_KAFKA__TOPIC_PREFIX": self._prefix if prefix is None else prefix,
             "INGEST_JARS_DIR": str(REPO / ".ingest" / "jars"),
-            "SPARK_SUBMIT_OPTS": submit_options(self.event_log_dir, self._user_submit_options),
+            "SPARK_SUBMIT_OPTS": submit_options(self.event_log_dir, self.user_submit_options),
             "PYTHONPATH": os.pathsep.join(filter(None, [str(REPO), os.environ.get("PYTHONPATH")])),
             "TZ": "UTC",
         }

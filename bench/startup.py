@@ -62,8 +62,10 @@ def driver_start(bench: Bench, pairs: int = 5) -> None:
     """
     from spark_jobs.class_data_archive import archive_java_options, class_data_archive
 
-    # No event log, as the platform runs; restored after.
+    # No event log, as the platform runs (the caller's own options stay); restored after.
     submit_options = os.environ.pop("SPARK_SUBMIT_OPTS", None)
+    if bench.env.user_submit_options:
+        os.environ["SPARK_SUBMIT_OPTS"] = bench.env.user_submit_options
     try:
         if not archive_java_options():
             raise BenchError(
@@ -71,6 +73,7 @@ def driver_start(bench: Bench, pairs: int = 5) -> None:
             )
         _interleaved_runs(bench, pairs)
     finally:
+        os.environ.pop("SPARK_SUBMIT_OPTS", None)
         if submit_options is not None:
             os.environ["SPARK_SUBMIT_OPTS"] = submit_options
 

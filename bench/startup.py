@@ -13,7 +13,6 @@ the event log's ``SPARK_CONF_DIR`` kept every driver from mapping it).
 
 from __future__ import annotations
 
-import os
 import resource
 import statistics
 from pathlib import Path
@@ -62,20 +61,11 @@ def driver_start(bench: Bench, pairs: int = 5) -> None:
     """
     from spark_jobs.class_data_archive import archive_java_options, class_data_archive
 
-    # No event log, as the platform runs (the caller's own options stay); restored after.
-    submit_options = os.environ.pop("SPARK_SUBMIT_OPTS", None)
-    if bench.env.user_submit_options:
-        os.environ["SPARK_SUBMIT_OPTS"] = bench.env.user_submit_options
-    try:
-        if not archive_java_options():
-            raise BenchError(
-                f"no complete class-data archive at {class_data_archive()}: run `make setup`"
-            )
-        _interleaved_runs(bench, pairs)
-    finally:
-        os.environ.pop("SPARK_SUBMIT_OPTS", None)
-        if submit_options is not None:
-            os.environ["SPARK_SUBMIT_OPTS"] = submit_options
+    if not archive_java_options():
+        raise BenchError(
+            f"no complete class-data archive at {class_data_archive()}: run `make setup`"
+        )
+    _interleaved_runs(bench, pairs)
 
 
 def _interleaved_runs(bench: Bench, pairs: int) -> None:
@@ -94,7 +84,8 @@ def _interleaved_runs(bench: Bench, pairs: int) -> None:
             done = env.run(
                 _command(script, env.root / label, archive),
                 f"{label}.log",
-                env=job_environment(),
+                # No event log, as the platform runs: the caller's own options only.
+                env={**job_environment(), "SPARK_SUBMIT_OPTS": env.user_submit_options},
                 timeout_s=600,
             )
             after = resource.getrusage(resource.RUSAGE_CHILDREN)

@@ -22,6 +22,7 @@ sharing, a few seconds slower than a JVM that was never given it, and runs the s
 from __future__ import annotations
 
 import argparse
+import importlib.util
 import json
 import os
 import subprocess
@@ -52,9 +53,33 @@ def _manifest(archive: Path) -> Path:
     return archive.with_name(archive.name + ".json")
 
 
+def own_spark_conf_dir() -> bool:
+    """Whether ``SPARK_CONF_DIR`` names a folder other than Spark's default
+    ``<SPARK_HOME>/conf`` (``SPARK_HOME`` defaults to pyspark's own folder).
+
+    spark-class puts the configuration folder first on the driver's class path: HotSpot
+    (JDK 17) archives no class path with a non-empty folder ("non-empty directory") and maps
+    an archive only into a JVM whose class path starts as the recording's did, which had the
+    default one. The default is what spark-submit's ``load-spark-env.sh`` exports into every
+    driver it starts, so a driver rebuilding its own configuration still sees its archive.
+    """
+    conf_dir = os.environ.get("SPARK_CONF_DIR")
+    if not conf_dir:
+        return False
+    home = os.environ.get("SPARK_HOME")
+    if not home:
+        spec = importlib.util.find_spec("pyspark")  # its folder, without importing it
+        locations = list(spec.submodule_search_locations or []) if spec else []
+        if not locations:
+            return True
+        home = locations[0]
+    return Path(conf_dir).resolve() != (Path(home) / "conf").resolve()
+
+
 def archive_java_options() -> list[str]:
     """The driver JVM options that map the archive, or ``[]`` when there is none to map or
-    ``SPARK_CONF_DIR`` is set (with it, no driver can use one).
+    ``SPARK_CONF_DIR`` names a folder of its own (with it, no driver can use one; see
+    :func:`own_spark_conf_dir`).
 
     The archive is mapped only when it has the size its recording wrote in its manifest:
     HotSpot maps a truncated archive and the JVM dies on a ``SIGBUS``. ``-XX:+VerifySharedSpaces``
@@ -62,10 +87,7 @@ def archive_java_options() -> list[str]:
     JVM starts without it) instead of crashing it. Each option is one JVM argument (a path
     with spaces stays one).
     """
-    if os.environ.get("SPARK_CONF_DIR"):
-        # spark-class puts that folder first on the driver's class path: HotSpot (JDK 17)
-        # archives no class path with a non-empty folder ("non-empty directory") and maps an
-        # archive only into a JVM whose class path starts as the recording's did.
+    if own_spark_conf_dir():
         return []
     archive = class_data_archive()
     try:

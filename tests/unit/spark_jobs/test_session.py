@@ -162,6 +162,18 @@ def test_drivers_map_the_class_data_archive_once_it_is_complete(
     # an archive with a folder of files on it, and maps none recorded without it.
     monkeypatch.setenv("SPARK_CONF_DIR", str(tmp_path))
     assert archive_java_options() == []
+    # spark-submit's load-spark-env.sh exports the default, <SPARK_HOME>/conf, into every
+    # driver it starts (the recording's class path had it too): a driver that rebuilds its
+    # configuration still names the archive it mapped.
+    import pyspark
+
+    monkeypatch.delenv("SPARK_HOME", raising=False)
+    monkeypatch.setenv("SPARK_CONF_DIR", str(Path(pyspark.__file__).parent / "conf"))
+    assert archive_java_options() == options[-4:]
+    monkeypatch.setenv("SPARK_HOME", str(tmp_path / "spark"))
+    assert archive_java_options() == []  # not the default of this SPARK_HOME
+    monkeypatch.setenv("SPARK_CONF_DIR", str(tmp_path / "spark" / "conf"))
+    assert archive_java_options() == options[-4:]
     monkeypatch.delenv("SPARK_CONF_DIR")
     for scheduled in ("gold_backfill", "quality_gate.silver", "tests"):
         assert driver_java_options(scheduled)[-4:] == options[-4:]

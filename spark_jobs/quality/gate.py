@@ -53,7 +53,13 @@ from spark_jobs.quality.state import (
     pending,
     unresolved_failures,
 )
-from spark_jobs.quality.suites import ALREADY_IN_TABLE, TableRules, build_suite, layer_rules
+from spark_jobs.quality.suites import (
+    ALREADY_IN_TABLE,
+    TableRules,
+    build_suite,
+    layer_rules,
+    validated_columns,
+)
 from spark_jobs.quality.suites import volume_band as learn_band
 
 if TYPE_CHECKING:
@@ -171,7 +177,11 @@ def increment(
 
 
 def increment_without_spark(
-    rules: TableRules, inc: Increment, settings: PlatformSettings, max_rows: int
+    rules: TableRules,
+    inc: Increment,
+    settings: PlatformSettings,
+    max_rows: int,
+    columns: Sequence[str] | None = None,
 ) -> pd.DataFrame | None:
     """The rows of :func:`increment` read with delta-rs (``DeltaTable.load_cdf``), as pandas.
 
@@ -180,6 +190,8 @@ def increment_without_spark(
     decimals as object columns of ``str`` and ``decimal.Decimal``.
 
     :param max_rows: most change-feed rows to read (pre-images and deletes count too).
+    :param columns: read only these of the table's columns (and its keys and ``event_id``,
+        which the holds and the latest image need); None reads them all.
     :returns: the rows (``attrs["change_rows"]``: the change-feed rows read), or None when
         the increment has more than ``max_rows`` change rows (nothing more is read).
     """
@@ -190,8 +202,14 @@ def increment_without_spark(
     from ingest_core.delta_tables import table_exists
 
     path = str(get_catalog().table(rules.table).path(settings))
+    table_columns = None
+    if columns is not None:
+        wanted = {*columns, *rules.keys, "event_id"}
+        schema = DeltaTable(path).schema()
+        table_columns = [f.name for f in schema.fields if f.name in wanted]
+        table_columns += list(_CDF_COLUMNS)
     reader = DeltaTable(path).load_cdf(
-        starting_version=inc.from_version, ending_version=inc.to_version
+        starting_version=inc.from_version, ending_version=inc.to_version, columns=table_columns
     )
     batches: list[pa.RecordBatch] = []
     read = 0
@@ -344,7 +362,10 @@ def validate_layer(
         return []
 
     def spark_rows(inc: Increment) -> tuple[Any, int, Callable[[], object]]:
-        rows = increment(spark, rules_by_table[inc.table], inc, settings).cache()
+        rules = rules_by_table[inc.table]
+        rows = increment(spark, rules, inc, settings)
+        wanted = validated_columns(rules)
+        rows = rows.select(*[c for c in rows.columns if c in wanted]).cache()
         return rows, rows.count(), rows.unpersist
 
     outcomes = _validate_increments(rules_by_table, increments, spark_rows, "spark", settings, now)
@@ -373,7 +394,8 @@ def validate_layer_without_spark(
     budget = settings.quality.pandas_max_rows
     frames = {}
     for inc in increments:
-        rows = increment_without_spark(rules_by_table[inc.table], inc, settings, budget)
+        rules = rules_by_table[inc.table]
+        rows = increment_without_spark(rules, inc, settings, budget, validated_columns(rules))
         if rows is None:
             return None
         budget -= rows.attrs["change_rows"]

@@ -227,6 +227,30 @@ def volume_band(history: list[int], quality: QualitySettings) -> tuple[int, int]
     return max(1, int(median / factor)), int(median * factor) + 1
 
 
+def validated_columns(rules: TableRules) -> tuple[str, ...]:
+    """The columns :func:`build_suite`'s expectations read, in a stable order: the gate
+    hands GX only these (an increment's other columns, a URL or a payload, cost the pandas
+    engine a copy per row-filtering metric and the Spark cache their bytes, and no
+    expectation looks at them). A required column the table lacks stays missing, so its
+    ``expect_column_to_exist`` still fails.
+
+    :raises KeyError: the table is not declared (its keys are the catalog's).
+    """
+    wanted = [
+        *rules.columns,
+        *rules.keys,
+        *rules.not_null,
+        *([ALREADY_IN_TABLE] if rules.unique_in_table else []),
+        *rules.amounts,
+        *rules.sets,
+        *([rules.customer_column] if rules.customer_column else []),
+        *rules.ratios,
+        *(column for pair in rules.ordered for column in pair),
+        *([rules.time_column] if rules.time_column else []),
+    ]
+    return tuple(dict.fromkeys(wanted))
+
+
 def build_suite(
     rules: TableRules,
     quality: QualitySettings,

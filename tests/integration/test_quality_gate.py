@@ -186,7 +186,7 @@ def _same_rows(spark_rows: pd.DataFrame, pandas_rows: pd.DataFrame) -> None:
 def test_pandas_engine_reads_and_judges_increments_like_spark(platform: Platform) -> None:
     """Same increment, both engines: the same rows (inserts, updated Gold windows' newest
     images) and the same failed expectations with the same counts."""
-    from spark_jobs.quality.suites import layer_rules
+    from spark_jobs.quality.suites import layer_rules, validated_columns
 
     platform.send("payments", [*_payments("g", 0, 4), payment("w", "2026-01-01T10:50:00Z")])
     platform.all_layers()
@@ -236,6 +236,25 @@ def test_pandas_engine_reads_and_judges_increments_like_spark(platform: Platform
             brief = [(f["expectation"], f["column"], f["unexpected_count"]) for f in spark_failed]
             assert [
                 (f["expectation"], f["column"], f["unexpected_count"]) for f in pandas_failed
+            ] == brief
+            # The gate reads and hands GX only the columns the suite reads: same verdicts.
+            columns = validated_columns(rules[inc.table])
+            narrow = gate.increment_without_spark(rules[inc.table], inc, settings, 10_000, columns)
+            assert narrow is not None
+            assert set(narrow.columns) <= {*columns, "event_id"}
+            narrow_ok, narrow_failed, _ = gate._validate(
+                context,
+                rules[inc.table],
+                narrow,
+                settings,
+                engine="pandas",
+                band=None,
+                now=now,
+                collect_ids=False,
+            )
+            assert narrow_ok == spark_ok
+            assert [
+                (f["expectation"], f["column"], f["unexpected_count"]) for f in narrow_failed
             ] == brief
             compared += 1
             if inc.table == "silver_payments":

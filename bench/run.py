@@ -21,7 +21,11 @@ Order of one run (one isolated platform under ``<workdir>/<run id>``, see :mod:`
    a 5-second micro-batch, at ``Profile.alert_rates`` payments/s;
 0. (``--only startup``, first) **driver start** (:mod:`bench.startup`): a small job's
    spark-submit with and without the drivers' class-data archive;
-9. **memory**: ``--full`` runs ``ingestctl demo`` (own home, ports, Airflow on
+9. (``--full``, ``--only id_history``) **the id history's size** (:mod:`bench.idhistory`):
+   ``--events`` events over 120 days of event time, in four rounds of send, Bronze, Silver
+   and table maintenance; ``silver_event_ids``' rows and bytes against the ids within its
+   horizon, computed from the generated events;
+10. **memory**: ``--full`` runs ``ingestctl demo`` (own home, ports, Airflow on
    ``--airflow-port``) and samples every platform process every second; the small run
    reports the peaks sampled during the whole bench instead (broker, Airflow CLI, drivers).
 
@@ -42,7 +46,7 @@ import sys
 import time
 import traceback
 from collections.abc import Callable, Iterator, Sequence
-from dataclasses import dataclass, field
+from dataclasses import asdict, dataclass, field
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
@@ -68,6 +72,8 @@ TARGETS = {
     "memory_postgres_over_sqlite": Target("value", "<=", 200.0, "<= 200 MB more than SQLite"),
     "gate": Target("ratio", "<=", 0.25, "<= 0.25 x job at 100k events"),
     "gate_1m": Target("ratio", "<=", 0.15, "<= 0.15 x job at 1M events"),
+    "id_history": Target("ratio", "<=", 1.0, "<= the ids within the horizon"),
+    "id_history_missing": Target("value", "<=", 0.0, "no id within the horizon lost"),
 }
 
 
@@ -83,6 +89,9 @@ class Profile:
     fresh_warmup_s: float
     fresh_window_s: float
     demo: bool
+    #: Whether a run of every part includes ``id_history`` (``--only id_history`` always
+    #: does): about 7 minutes at 1M events.
+    id_history: bool = False
     alert_rates: tuple[int, ...] = (1000, 5000)
     alert_warmup_s: float = 15
     alert_window_s: float = 45
@@ -113,6 +122,7 @@ FULL = Profile(
     fresh_warmup_s=FRESH_WARMUP_S,
     fresh_window_s=90,
     demo=True,
+    id_history=True,
     alert_window_s=90,
 )
 
@@ -519,6 +529,64 @@ def new_events_cycle(bench: Bench) -> None:
                 )
 
 
+# -- 9. the id history's size -----------------------------------------------------------------
+def id_history(bench: Bench) -> None:
+    """``silver_event_ids``' rows and bytes over a long event-time span (:mod:`bench.idhistory`),
+    in a home and topics of its own."""
+    from bench import idhistory
+
+    events = bench.profile.events
+    with (
+        bench.step("id_history_rows", "rows") as loads,
+        bench.env.use(bench.env.home("id_history"), "idh."),
+    ):
+        sizes = idhistory.measure_rounds(bench, events)
+        loads["end"] = report.load_avg()
+        last = sizes[-1]
+        params = {
+            "table": idhistory.TABLE,
+            "events": last.events_sent,
+            "span_days": idhistory.SPAN_DAYS,
+            "rounds": [asdict(size) for size in sizes],
+            "method": "per round: send a slice of the span, bronze_ingest and silver_refine "
+            "AvailableNow, table maintenance of the id history; rows and ids read with "
+            "delta-rs, expected ids computed from the generated events",
+        }
+        bench.add(
+            Measurement(
+                "id_history_rows",
+                last.rows_after,
+                "rows",
+                baseline=last.expected_rows,
+                baseline_name="ids within the horizon (independent count)",
+                target=TARGETS["id_history"],
+                load_avg=loads,
+                params=params,
+            )
+        )
+        bench.add(
+            Measurement(
+                "id_history_missing",
+                last.missing,
+                "ids",
+                target=TARGETS["id_history_missing"],
+                load_avg=loads,
+                params={"extra": last.extra, "expected_rows": last.expected_rows},
+            )
+        )
+        bench.add(
+            Measurement(
+                "id_history_bytes",
+                last.bytes_after,
+                "bytes",
+                baseline=last.bytes_before,
+                baseline_name="before maintenance",
+                load_avg=loads,
+                params={"rows_after": last.rows_after, "rows_before": last.rows_before},
+            )
+        )
+
+
 # -- 7. freshness ----------------------------------------------------------------------------
 def wait_for(predicate: Callable[[], bool], timeout_s: float, what: str) -> None:
     deadline = time.monotonic() + timeout_s
@@ -756,7 +824,7 @@ def demo_memory_by_database(bench: Bench) -> None:
 
 
 # -- the run -------------------------------------------------------------------------------
-PARTS = ("startup", "throughput", "cycles", "freshness", "alerts", "memory")
+PARTS = ("startup", "throughput", "cycles", "freshness", "alerts", "id_history", "memory")
 
 
 def _positive(kind: type[int] | type[float]) -> Callable[[str], Any]:
@@ -853,10 +921,17 @@ def profile_from(args: argparse.Namespace) -> Profile:
     return Profile(**{**base.__dict__, **{k: v for k, v in overrides.items() if v is not None}})
 
 
+def parts_to_run(only: str, profile: Profile) -> set[str]:
+    """The parts a run measures: those ``--only`` names, else every part of :data:`PARTS`
+    (``id_history`` only when the profile has it: ``--full``)."""
+    named = {part.strip() for part in only.split(",") if part.strip()}
+    return named or {part for part in PARTS if part != "id_history" or profile.id_history}
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     args = parse_args(argv)
     profile = profile_from(args)
-    only = {s.strip() for s in args.only.split(",") if s.strip()} or set(PARTS)
+    only = parts_to_run(args.only, profile)
     from ingestctl.kafka_broker import PortInUseError, ensure_port_free
 
     try:  # before anything starts: a busy port is one line, not a traceback mid-run
@@ -902,6 +977,8 @@ def main(argv: Sequence[str] | None = None) -> int:
                 alert_latency(
                     bench, profile.alert_rates, profile.alert_warmup_s, profile.alert_window_s
                 )
+            if "id_history" in only:
+                id_history(bench)
             sampler.stop()
             if "memory" in only and not profile.demo:
                 loads = {"start": report.load_avg(), "end": report.load_avg()}

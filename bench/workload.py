@@ -52,16 +52,20 @@ def produce_backlog(
     seed: int = 9,
     topic_prefix: str = "",
     start: datetime | None = None,
+    events: list[Any] | None = None,
 ) -> Produced:
     """Send ``count`` generated events to the contract topics (created with 3 partitions).
 
+    :param events: the events to send (``ingestctl.replay.generator`` ``SourceEvent``s),
+        instead of ``count`` made from ``seed`` and ``start`` at :data:`BACKLOG_EVENT_RATE`.
     :raises RuntimeError: a message was not acknowledged.
     """
     from ingestctl.producer import encode_value
     from ingestctl.replay import runner
     from ingestctl.replay.faults import FaultConfig
 
-    events = _events(count, seed, BACKLOG_EVENT_RATE, start or datetime(2026, 1, 1, tzinfo=UTC))
+    if events is None:
+        events = _events(count, seed, BACKLOG_EVENT_RATE, start or datetime(2026, 1, 1, tzinfo=UTC))
     sample = events[:: max(1, len(events) // 2000)]
     # The size the producer sends: the event with its contract envelope (as the runner maps
     # it); the envelope adds event_id, event_type, event_time, schema_version.

@@ -330,3 +330,51 @@ def test_a_bench_home_turns_the_event_log_on_without_costing_the_class_data_arch
     with env.use(tmp_path / "home"), env.use(tmp_path / "other"):
         assert os.environ["SPARK_SUBMIT_OPTS"].count("spark.eventLog.enabled") == 1
     assert os.environ["SPARK_SUBMIT_OPTS"] == "-Duser.own=1"
+
+
+def test_the_id_history_part_runs_in_the_full_bench_or_when_named() -> None:
+    from bench import run as bench_run
+
+    small = bench_run.profile_from(bench_run.parse_args([]))
+    full = bench_run.profile_from(bench_run.parse_args(["--full"]))
+    assert "id_history" not in bench_run.parts_to_run("", small)  # ~7 more minutes
+    assert bench_run.parts_to_run("", small) == set(bench_run.PARTS) - {"id_history"}
+    assert bench_run.parts_to_run("", full) == set(bench_run.PARTS)
+    assert bench_run.parts_to_run("id_history", small) == {"id_history"}
+    assert bench_run.parts_to_run(" cycles, memory ", full) == {"cycles", "memory"}
+
+
+def test_the_id_history_rounds_span_the_horizon_four_times_with_new_ids() -> None:
+    from datetime import timedelta
+
+    from bench import idhistory
+
+    rounds = list(idhistory.round_events(400, 4, 120))
+    previous_end = idhistory.START
+    for made in rounds:
+        assert len(made) == 400
+        times = [event.event_time for event in made]
+        assert times == sorted(times)
+        # No round reaches back before the end of the one before: nothing is late.
+        assert times[0] >= previous_end
+        # About a month or more each: longer than the id horizon (30 days).
+        assert timedelta(days=30) < times[-1] - times[0] < timedelta(days=50)
+        previous_end = times[-1]
+    assert timedelta(days=120) < previous_end - idhistory.START < timedelta(days=200)
+    ids = [event.event_id for made in rounds for event in made]
+    assert len(set(ids)) == len(ids)  # a round's ids never repeat another's
+
+
+def test_the_ids_the_history_must_keep_are_those_at_or_after_the_cut() -> None:
+    from datetime import UTC, datetime
+
+    from bench.idhistory import ids_within_horizon
+
+    cut = datetime(2026, 3, 1, tzinfo=UTC)
+    events = [
+        ("old", datetime(2026, 1, 5, tzinfo=UTC)),
+        ("at", cut),
+        ("new", datetime(2026, 3, 9, tzinfo=UTC)),
+    ]
+    assert ids_within_horizon(events, cut) == {"at", "new"}
+    assert ids_within_horizon(events, None) == {"old", "at", "new"}  # no watermark yet

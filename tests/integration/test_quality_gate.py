@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import json
 from datetime import UTC, datetime
+from typing import Any
 
 import pandas as pd
 import pytest
@@ -205,60 +206,34 @@ def test_pandas_engine_reads_and_judges_increments_like_spark(platform: Platform
     settings = get_settings()
     context = gate.gx_context(settings)
     compared = 0
+
+    def judge(table: Any, rows: Any, engine: str) -> tuple[bool, list[tuple[Any, ...]], set[str]]:
+        """The verdict on ``rows``: passed, (expectation, column, count) per failure, names."""
+        ok, failed, _ = gate._validate(
+            context, table, rows, settings, engine=engine, band=None, now=now, collect_ids=False
+        )
+        brief = [(f["expectation"], f["column"], f["unexpected_count"]) for f in failed]
+        return ok, brief, {f["expectation"] for f in failed}
+
     for layer in ("silver", "gold"):
         rules = {r.table: r for r in layer_rules(layer)}
         for inc in state.pending(layer, settings):
-            by_spark = gate.increment(platform.spark, rules[inc.table], inc, settings).toPandas()
-            by_pandas = gate.increment_without_spark(rules[inc.table], inc, settings, 10_000)
+            table = rules[inc.table]
+            by_spark = gate.increment(platform.spark, table, inc, settings).toPandas()
+            by_pandas = gate.increment_without_spark(table, inc, settings, 10_000)
             assert by_pandas is not None
             _same_rows(by_spark, by_pandas)
-            spark_ok, spark_failed, _ = gate._validate(
-                context,
-                rules[inc.table],
-                gate.increment(platform.spark, rules[inc.table], inc, settings),
-                settings,
-                engine="spark",
-                band=None,
-                now=now,
-                collect_ids=False,
-            )
-            pandas_ok, pandas_failed, _ = gate._validate(
-                context,
-                rules[inc.table],
-                by_pandas,
-                settings,
-                engine="pandas",
-                band=None,
-                now=now,
-                collect_ids=False,
-            )
-            assert pandas_ok == spark_ok
-            brief = [(f["expectation"], f["column"], f["unexpected_count"]) for f in spark_failed]
-            assert [
-                (f["expectation"], f["column"], f["unexpected_count"]) for f in pandas_failed
-            ] == brief
+            spark = judge(table, gate.increment(platform.spark, table, inc, settings), "spark")
+            assert judge(table, by_pandas, "pandas") == spark
             # The gate reads and hands GX only the columns the suite reads: same verdicts.
-            columns = validated_columns(rules[inc.table])
-            narrow = gate.increment_without_spark(rules[inc.table], inc, settings, 10_000, columns)
+            columns = validated_columns(table)
+            narrow = gate.increment_without_spark(table, inc, settings, 10_000, columns)
             assert narrow is not None
             assert set(narrow.columns) <= {*columns, "event_id"}
-            narrow_ok, narrow_failed, _ = gate._validate(
-                context,
-                rules[inc.table],
-                narrow,
-                settings,
-                engine="pandas",
-                band=None,
-                now=now,
-                collect_ids=False,
-            )
-            assert narrow_ok == spark_ok
-            assert [
-                (f["expectation"], f["column"], f["unexpected_count"]) for f in narrow_failed
-            ] == brief
+            assert judge(table, narrow, "pandas") == spark
             compared += 1
             if inc.table == "silver_payments":
-                assert {f["expectation"] for f in spark_failed} == {
+                assert spark[2] == {
                     "expect_column_values_to_be_between",
                     "expect_column_values_to_be_in_set",
                 }

@@ -119,10 +119,11 @@ def measure_rounds(
 ) -> list[RoundSize]:
     """Run the rounds (see the module docstring) in the current home and topic prefix.
 
-    :raises bench.env.BenchError: a job failed.
+    :raises bench.env.BenchError: a job failed, or the table has no row retention.
     :raises RuntimeError: a message was not acknowledged.
     """
     from bench import jobs, workload
+    from bench.env import BenchError
     from ingest_core.catalog import get_catalog
     from ingest_core.settings import get_settings
     from ingest_core.table_maintenance import maintain_table, silver_watermark
@@ -130,7 +131,8 @@ def measure_rounds(
     settings = get_settings()
     path = get_catalog().table(TABLE).path(settings)
     keep = get_catalog().table(TABLE).maintenance.keep_rows
-    assert keep is not None, f"{TABLE} has no row retention in include/pipeline.yaml"
+    if keep is None:
+        raise BenchError(f"{TABLE} has no row retention (keep_rows) in include/pipeline.yaml")
     sent: list[tuple[str, datetime]] = []
     sizes = []
     for number, made in enumerate(round_events(events // rounds, rounds, span_days)):

@@ -22,8 +22,8 @@ Order of one run (one isolated platform under ``<workdir>/<run id>``, see :mod:`
 0. (``--only startup``, first) **driver start** (:mod:`bench.startup`): a small job's
    spark-submit with and without the drivers' class-data archive;
 9. (``--full``, ``--only id_history``) **the id history's size** (:mod:`bench.idhistory`):
-   ``--events`` events over 120 days of event time, in four rounds of send, Bronze, Silver
-   and table maintenance; ``silver_event_ids``' rows and bytes against the ids within its
+   ``--events`` events over about 146 days of event time, in four rounds of send, Bronze,
+   Silver and table maintenance; ``silver_event_ids``' rows and bytes against the ids within its
    horizon, computed from the generated events;
 10. **memory**: ``--full`` runs ``ingestctl demo`` (own home, ports, Airflow on
    ``--airflow-port``) and samples every platform process every second; the small run
@@ -546,7 +546,7 @@ def id_history(bench: Bench) -> None:
         params = {
             "table": idhistory.TABLE,
             "events": last.events_sent,
-            "span_days": idhistory.SPAN_DAYS,
+            "nominal_span_days": idhistory.SPAN_DAYS,
             "rounds": [asdict(size) for size in sizes],
             "method": "per round: send a slice of the span, bronze_ingest and silver_refine "
             "AvailableNow, table maintenance of the id history; rows and ids read with "

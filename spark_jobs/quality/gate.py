@@ -202,13 +202,13 @@ def increment_without_spark(
     from ingest_core.delta_tables import table_exists
 
     path = str(get_catalog().table(rules.table).path(settings))
+    delta = DeltaTable(path)
     table_columns = None
     if columns is not None:
         wanted = {*columns, *rules.keys, "event_id"}
-        schema = DeltaTable(path).schema()
-        table_columns = [f.name for f in schema.fields if f.name in wanted]
+        table_columns = [f.name for f in delta.schema().fields if f.name in wanted]
         table_columns += list(_CDF_COLUMNS)
-    reader = DeltaTable(path).load_cdf(
+    reader = delta.load_cdf(
         starting_version=inc.from_version, ending_version=inc.to_version, columns=table_columns
     )
     batches: list[pa.RecordBatch] = []

@@ -86,7 +86,9 @@ class MemorySampler(threading.Thread):
                 # that retitle themselves (setproctitle: "airflow worker -- LocalExecutor",
                 # "airflow serve-logs") overwrite the memory /proc/<pid>/environ reads.
                 parent = process.info.get("ppid")
-                self._mine[key] = home.startswith(self.root) or bool(self._mine.get(parent))
+                self._mine[key] = home.startswith(self.root) or (
+                    parent is not None and bool(self._mine.get(parent))
+                )
             if not self._mine[key]:
                 return None
             return classify(process.cmdline())

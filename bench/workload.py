@@ -57,7 +57,8 @@ def produce_backlog(
     """Send ``count`` generated events to the contract topics (created with 3 partitions).
 
     :param events: the events to send (``ingestctl.replay.generator`` ``SourceEvent``s),
-        instead of ``count`` made from ``seed`` and ``start`` at :data:`BACKLOG_EVENT_RATE`.
+        instead of ``count`` made from ``seed`` and ``start`` at :data:`BACKLOG_EVENT_RATE`
+        (``count`` is then not used).
     :raises RuntimeError: a message was not acknowledged.
     """
     from ingestctl.producer import encode_value
@@ -85,7 +86,7 @@ def produce_backlog(
     if summary.produce.failed:
         reasons = dict(summary.produce.failures) or "no error reported: not flushed"
         raise RuntimeError(
-            f"{summary.produce.failed} of {count} messages not acknowledged ({reasons})"
+            f"{summary.produce.failed} of {len(events)} messages not acknowledged ({reasons})"
         )
     return Produced(summary.produce.acknowledged, summary.produce.failed, summary.wall_time_s, mean)
 

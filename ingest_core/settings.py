@@ -310,6 +310,15 @@ class SparkSettings(BaseModel):
     :param master: Spark master URL: ``local[*]`` by default, ``spark://host:7077`` on a cluster.
     :param shuffle_partitions: ``spark.sql.shuffle.partitions``; small, since a 2-core machine
         gains nothing from Spark's default of 200 and each partition costs a task per batch.
+    :param snapshot_partitions: tasks Delta rebuilds a table's snapshot state with
+        (``spark.databricks.delta.snapshotPartitions``; Delta's own default, 50, is sized for
+        clusters); ``None``: ``shuffle_partitions``. Every idempotent Delta write rebuilds the
+        state of the table's newest version to look its transaction ids up (the streaming
+        sink's batch check, ``txnAppId``/``txnVersion``): three Spark jobs per micro-batch,
+        whose every task generates code for Delta's action encoders. bronze_ingest with a 1 s
+        trigger at 5,000 events/s spent 0.54 s of each micro-batch on it with 4 tasks, 0.25 s
+        with 1; 46 % of the driver's allocations were that code generation
+        (``bench/results/REFERENCE.md``, "Delta's snapshot state in every micro-batch").
     :param driver_memory: ``spark.driver.memory`` (JVM size string, e.g. ``1g``).
     :param ui_enabled: whether the driver serves the Spark UI.
     :param executor_memory: ``spark.executor.memory`` on a cluster (ignored by ``local``).
@@ -341,6 +350,7 @@ class SparkSettings(BaseModel):
 
     master: str = "local[*]"
     shuffle_partitions: int = Field(4, ge=1)
+    snapshot_partitions: int | None = Field(None, ge=1)
     driver_memory: str = Field("1g", pattern=r"^\d+[kmgKMG]$")
     ui_enabled: bool = False
     executor_memory: str = Field("1g", pattern=r"^\d+[kmgKMG]$")

@@ -156,8 +156,10 @@ def spark_conf(app_name: str, settings: PlatformSettings | None = None) -> dict[
         "spark.sql.shuffle.partitions": str(spark.shuffle_partitions),
         "spark.default.parallelism": str(spark.shuffle_partitions),
         # Delta rebuilds a table's snapshot with 50 tasks by default; on a small machine each
-        # task costs more than the work it does.
-        "spark.databricks.delta.snapshotPartitions": str(spark.shuffle_partitions),
+        # task costs more than the work it does (SparkSettings.snapshot_partitions).
+        "spark.databricks.delta.snapshotPartitions": str(
+            spark.snapshot_partitions or spark.shuffle_partitions
+        ),
         "spark.driver.memory": (application and application.driver_memory) or spark.driver_memory,
         "spark.executor.memory": spark.executor_memory,
         "spark.ui.enabled": str(spark.ui_enabled).lower(),

@@ -307,3 +307,17 @@ def test_every_way_of_importing_testing_utils_works_with_the_stand_in(code: str)
         check=False,
     )
     assert done.returncode == 0, done.stderr[-3000:]
+
+
+def test_delta_rebuilds_snapshots_with_the_profiles_task_count() -> None:
+    """``spark.snapshot_partitions`` sets Delta's ``snapshotPartitions``; unset, the shuffle's
+    partitions; the local profile asks for one task (an idempotent write's state rebuild)."""
+    key = "spark.databricks.delta.snapshotPartitions"
+    assert get_settings().spark.snapshot_partitions == 1
+    assert spark_conf("bronze_ingest")[key] == "1"
+    unset = PlatformSettings.model_validate({"spark": {"snapshot_partitions": None}})
+    assert spark_conf("silver_refine", unset)[key] == str(unset.spark.shuffle_partitions)
+    two = PlatformSettings.model_validate({"spark": {"snapshot_partitions": 2}})
+    assert spark_conf("silver_refine", two)[key] == "2"
+    with pytest.raises(ValueError, match="snapshot_partitions"):
+        PlatformSettings.model_validate({"spark": {"snapshot_partitions": 0}})

@@ -315,9 +315,10 @@ class SparkSettings(BaseModel):
         clusters); ``None``: ``shuffle_partitions``. Every idempotent Delta write rebuilds the
         state of the table's newest version to look its transaction ids up (the streaming
         sink's batch check, ``txnAppId``/``txnVersion``): three Spark jobs per micro-batch,
-        whose every task generates code for Delta's action encoders. bronze_ingest with a 1 s
-        trigger at 5,000 events/s spent 0.54 s of each micro-batch on it with 4 tasks, 0.25 s
-        with 1; 46 % of the driver's allocations were that code generation
+        whose every task generates code for Delta's action encoders (46 % of the bytes
+        bronze_ingest's driver allocated, in a JFR profile). With a 1 s trigger at 5,000
+        events/s it took 0.41 s of each micro-batch with 4 tasks, 0.26 s with 1, and the
+        driver made 30 % fewer young collections
         (``bench/results/REFERENCE.md``, "Delta's snapshot state in every micro-batch").
     :param driver_memory: ``spark.driver.memory`` (JVM size string, e.g. ``1g``).
     :param ui_enabled: whether the driver serves the Spark UI.

@@ -32,6 +32,8 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
+    import pyarrow as pa
+
     from bench.run import Bench
 
 #: Days of event time the events are meant to span (four times the id horizon of 30 days;
@@ -83,22 +85,16 @@ def ids_within_horizon(events: Iterable[tuple[str, datetime]], cutoff: datetime 
     return {event_id for event_id, when in events if cutoff is None or when >= cutoff}
 
 
-def table_size(path: Path) -> tuple[int, int]:
-    """The Delta table at ``path``, read with delta-rs: its rows and the bytes of its current
+def table_ids(path: Path) -> tuple[pa.ChunkedArray, int]:
+    """The Delta table at ``path``, read with delta-rs: its ``event_id`` column (one value per
+    row, as Arrow: no Python object per id until a caller asks), and the bytes of its current
     snapshot's data files."""
     from deltalake import DeltaTable
 
     from ingest_core.table_maintenance import file_stats
 
-    rows = DeltaTable(str(path)).to_pyarrow_table(columns=["event_id"]).num_rows
-    return rows, file_stats(path).bytes
-
-
-def table_ids(path: Path) -> set[str]:
-    """The distinct ``event_id`` values of the Delta table at ``path`` (delta-rs)."""
-    from deltalake import DeltaTable
-
-    return set(DeltaTable(str(path)).to_pyarrow_table(columns=["event_id"]).column(0).to_pylist())
+    ids = DeltaTable(str(path)).to_pyarrow_table(columns=["event_id"]).column(0)
+    return ids, file_stats(path).bytes
 
 
 def round_events(count: int, rounds: int, span_days: float) -> Iterator[list[Any]]:
@@ -155,12 +151,12 @@ def measure_rounds(
             jobs.run_job(
                 bench.env, job, ["--trigger", "available-now"], f"id-history-{job}-{number}"
             )
-        rows_before, bytes_before = table_size(path)
+        before, bytes_before = table_ids(path)
         began = time.monotonic()
         maintain_table(TABLE, settings=settings)
         took = time.monotonic() - began
-        rows_after, bytes_after = table_size(path)
-        after = table_ids(path)
+        kept, bytes_after = table_ids(path)
+        after = set(kept.to_pylist())
         mark = silver_watermark(settings)
         cutoff = mark - keep.keep_delta if mark is not None else None
         expected = ids_within_horizon(sent, cutoff)
@@ -168,9 +164,9 @@ def measure_rounds(
             RoundSize(
                 round=number + 1,
                 events_sent=len(sent),
-                rows_before=rows_before,
+                rows_before=len(before),
                 bytes_before=bytes_before,
-                rows_after=rows_after,
+                rows_after=len(kept),
                 bytes_after=bytes_after,
                 expected_rows=len(expected),
                 missing=len(expected - after),

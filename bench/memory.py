@@ -26,6 +26,8 @@ from typing import Any
 import psutil
 
 GROUPS = ("broker", "postgres", "airflow", "spark", "bench_tools")
+#: The bench's own Spark applications: their Python drivers are Spark drivers, not tools.
+BENCH_APPLICATIONS = ("bench/passthrough.py", "bench/shared_always_on.py")
 
 
 def classify(cmdline: list[str]) -> str:
@@ -42,6 +44,7 @@ def classify(cmdline: list[str]) -> str:
         or "pyspark" in text
         or "spark_jobs" in text
         or "spark-submit" in text
+        or any(application in text for application in BENCH_APPLICATIONS)
     ):
         return "spark"
     # An always-on job's launcher (``python -m ingest_platform.hooks submit <job>``): the

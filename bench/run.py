@@ -27,7 +27,10 @@ Order of one run (one isolated platform under ``<workdir>/<run id>``, see :mod:`
    horizon, computed from the generated events;
 10. **memory**: ``--full`` runs ``ingestctl demo`` (own home, ports, Airflow on
    ``--airflow-port``) and samples every platform process every second; the small run
-   reports the peaks sampled during the whole bench instead (broker, Airflow CLI, drivers).
+   reports the peaks sampled during the whole bench instead (broker, Airflow CLI, drivers);
+11. (``--only shared_driver`` alone, no target) **one driver for the always-on jobs**
+   (:mod:`bench.shared_driver`): the three always-on applications against their queries in
+   one driver, memory, Bronze freshness and real-time alert latency.
 
 Each measurement is one JSON line in ``bench/results/<run id>.jsonl``; a table is printed at
 the end. Benchmarks never fail a build: a failed step is recorded (``value`` null, the error
@@ -830,7 +833,18 @@ def demo_memory_by_database(bench: Bench) -> None:
 
 
 # -- the run -------------------------------------------------------------------------------
-PARTS = ("startup", "throughput", "cycles", "freshness", "alerts", "id_history", "memory")
+PARTS = (
+    "startup",
+    "throughput",
+    "cycles",
+    "freshness",
+    "alerts",
+    "id_history",
+    "memory",
+    "shared_driver",
+)
+#: Parts a run measures only when ``--only`` names them (a decision's input, no target).
+OPT_IN = ("shared_driver",)
 
 
 def _positive(kind: type[int] | type[float]) -> Callable[[str], Any]:
@@ -929,9 +943,14 @@ def profile_from(args: argparse.Namespace) -> Profile:
 
 def parts_to_run(only: str, profile: Profile) -> set[str]:
     """The parts a run measures: those ``--only`` names, else every part of :data:`PARTS`
-    (``id_history`` only when the profile has it: ``--full``)."""
+    (``id_history`` only when the profile has it: ``--full``; :data:`OPT_IN` parts only by
+    name)."""
     named = {part.strip() for part in only.split(",") if part.strip()}
-    return named or {part for part in PARTS if part != "id_history" or profile.id_history}
+    return named or {
+        part
+        for part in PARTS
+        if part not in OPT_IN and (part != "id_history" or profile.id_history)
+    }
 
 
 def main(argv: Sequence[str] | None = None) -> int:
@@ -985,6 +1004,10 @@ def main(argv: Sequence[str] | None = None) -> int:
                 )
             if "id_history" in only:
                 id_history(bench)
+            if "shared_driver" in only:
+                from bench.shared_driver import shared_driver
+
+                shared_driver(bench, profile.fresh_warmup_s, profile.fresh_window_s)
             sampler.stop()
             if "memory" in only and not profile.demo:
                 loads = {"start": report.load_avg(), "end": report.load_avg()}

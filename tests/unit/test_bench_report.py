@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import json
 import os
+from pathlib import Path
 
 import pytest
 
@@ -186,6 +187,9 @@ def test_the_memory_groups_know_the_embedded_postgres() -> None:
     assert classify(["postgres: airflow airflow [local] idle"]) == "postgres"
     assert classify(["postgres: checkpointer "]) == "postgres"
     assert classify(["java", "kafka.Kafka", "server.properties"]) == "broker"
+    shared = ["python3", "/repo/bench/shared_always_on.py", "--master", "local[5]"]
+    assert classify(shared) == "spark"  # the bench's own application's Python driver
+    assert classify(["python", "-m", "bench", "--only", "memory"]) == "bench_tools"
     assert classify(["python", "-m", "airflow", "scheduler"]) == "airflow"
     launcher = [
         "python",
@@ -337,11 +341,55 @@ def test_the_id_history_part_runs_in_the_full_bench_or_when_named() -> None:
 
     small = bench_run.profile_from(bench_run.parse_args([]))
     full = bench_run.profile_from(bench_run.parse_args(["--full"]))
+    opt_in = {"shared_driver"}
     assert "id_history" not in bench_run.parts_to_run("", small)  # ~7 more minutes
-    assert bench_run.parts_to_run("", small) == set(bench_run.PARTS) - {"id_history"}
-    assert bench_run.parts_to_run("", full) == set(bench_run.PARTS)
+    assert bench_run.parts_to_run("", small) == set(bench_run.PARTS) - {"id_history"} - opt_in
+    assert bench_run.parts_to_run("", full) == set(bench_run.PARTS) - opt_in
     assert bench_run.parts_to_run("id_history", small) == {"id_history"}
     assert bench_run.parts_to_run(" cycles, memory ", full) == {"cycles", "memory"}
+    assert bench_run.parts_to_run("shared_driver", small) == {"shared_driver"}
+
+
+def test_each_layout_runs_its_unshared_jobs_alone_and_the_rest_in_one_application() -> None:
+    from bench.shared_driver import LAYOUTS, commands
+
+    def applications(layout: str) -> list[list[str]]:
+        return [command[command.index("--name") + 2 :] for _, command in commands(layout, 3)]
+
+    assert LAYOUTS[0] == "separate"  # the baseline runs first
+    assert [a[0].rsplit("/", 1)[-1] for a in applications("separate")] == [
+        "bronze_ingest.py",
+        "payment_alerts.py",
+        "payment_alerts_rt.py",
+    ]
+    shared = applications("shared")
+    assert len(shared) == 1
+    assert shared[0][0].endswith("bench/shared_always_on.py")
+    assert shared[0][1:] == [
+        "--master",
+        "local[5]",
+        "--jobs",
+        "bronze_ingest,payment_alerts,payment_alerts_rt",
+    ]
+    alerts_shared = applications("alerts_shared")
+    assert alerts_shared[0][:3] == applications("separate")[0][:3]  # bronze_ingest alone
+    assert alerts_shared[1][-2:] == ["--jobs", "payment_alerts,payment_alerts_rt"]
+
+
+def test_gc_pauses_sums_young_and_full_pauses_of_every_driver_log(tmp_path: Path) -> None:
+    from bench.shared_driver import gc_pauses
+
+    (tmp_path / "gc-1.log").write_text(
+        "[0.012s] Using Serial\n"
+        "[1.500s] GC(0) Pause Young (Allocation Failure) 17M->5M(61M) 12.500ms\n"
+        "[3.000s] GC(1) Pause Full (Allocation Failure) 90M->40M(120M) 210.000ms\n"
+    )
+    (tmp_path / "gc-2.log").write_text(
+        "[2.000s] GC(0) Pause Young (Allocation Failure) 17M->6M(61M) 7.5ms\n"
+    )
+    (tmp_path / "driver.log").write_text("Pause Young 999ms\n")  # not a GC log: ignored
+    assert gc_pauses(tmp_path) == {"young": 2, "young_s": 0.02, "full": 1, "full_s": 0.21}
+    assert gc_pauses(tmp_path / "none") == {"young": 0, "young_s": 0, "full": 0, "full_s": 0}
 
 
 def test_the_id_history_rounds_span_the_horizon_four_times_with_new_ids() -> None:

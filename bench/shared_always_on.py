@@ -28,7 +28,8 @@ JOBS = ("bronze_ingest", "payment_alerts", "payment_alerts_rt")
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    """Start the three jobs' queries in one session; run until stopped (SIGTERM)."""
+    """Start the ``--jobs``' queries in one session; run until stopped (SIGTERM or the first
+    job's stop request); exit 2 on a bad argument."""
     from ingest_core.settings import get_settings
     from spark_jobs import bronze_ingest, payment_alerts, payment_alerts_rt
     from spark_jobs.session import build_spark_session

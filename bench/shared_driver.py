@@ -40,6 +40,8 @@ SHARED_JOBS = {
     "shared": ("bronze_ingest", "payment_alerts", "payment_alerts_rt"),
     "alerts_shared": ("payment_alerts", "payment_alerts_rt"),
 }
+#: Partitions of every topic a layout creates (the real-time query holds a task slot for each).
+PARTITIONS = 3
 #: Every this many messages of the steady workload, one payment of :func:`alerts.payments`.
 PAYMENT_EVERY = 50
 #: The always-on jobs' applications in the ``separate`` layout, with their arguments.
@@ -111,9 +113,9 @@ def run_layout(bench: Bench, layout: str, warmup_s: float, window_s: float) -> d
         with env.use(home, prefix):
             settings = get_settings()
             alerts_topic = settings.kafka.topic(settings.alerts.topic)
-            alerts.create_topics(env.bootstrap, prefix, alerts_topic)
-            ensure_topics(env.bootstrap, [prefix + t for t in TOPICS], partitions=3)
-            for log, command in commands(layout, real_time_partitions=3):
+            alerts.create_topics(env.bootstrap, prefix, alerts_topic, PARTITIONS)
+            ensure_topics(env.bootstrap, [prefix + t for t in TOPICS], partitions=PARTITIONS)
+            for log, command in commands(layout, real_time_partitions=PARTITIONS):
                 drivers.append(env.spawn(command, f"{name}-{log}.log", env=job_environment()))
             table = get_catalog().table("bronze_events").path()
 

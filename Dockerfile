@@ -21,7 +21,7 @@ WORKDIR /build
 COPY include/maven/ include/maven/
 # The Spark jars and the platform's java.nio local file system (spark.local_file_system), not
 # the broker's: the compose stack and clusters run their own Kafka brokers.
-RUN mvn -B -q -Dstyle.color=never -f include/maven/pom.xml -pl spark,localfs -am package \
+RUN mvn -B -q -Dstyle.color=never -f include/maven/pom.xml -pl spark,localfs,logstore -am package \
         -Djars.dir=/build/jars
 
 # --- requirements: every Python dependency, pinned and hashed, from uv.lock ----------------

@@ -16,9 +16,11 @@ JARS_STAMP := $(STATE)/jars/.complete
 # time: a failed recording is printed, set-up goes on, and it is tried again with the next
 # venv or jars.
 CDS_STAMP  := $(STATE)/jars/cds/.attempted
-# What `make jars` builds from: the POMs and the platform's own Java (include/maven/localfs).
+# What `make jars` builds from: the POMs and the platform's own Java (include/maven/localfs,
+# include/maven/logstore).
 POMS       := include/maven/pom.xml include/maven/spark/pom.xml include/maven/kafka/pom.xml \
-              include/maven/localfs/pom.xml $(wildcard include/maven/localfs/src/main/java/io/ingest/hadoop/*.java)
+              include/maven/localfs/pom.xml $(wildcard include/maven/localfs/src/main/java/io/ingest/hadoop/*.java) \
+              include/maven/logstore/pom.xml $(wildcard include/maven/logstore/src/main/java/io/ingest/delta/*.java)
 PYTEST_ARGS ?=
 # Two pytest workers, one per core: the suite is CPU-bound (JVMs), and three workers took 22:19
 # against two's 20:36 (bench/results/REFERENCE.md, 2026-12-04). --dist loadfile keeps a file's

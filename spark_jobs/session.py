@@ -34,6 +34,15 @@ if TYPE_CHECKING:
     from ingest_core.catalog import BatchJobSpec, JobSpec
 
 
+#: The platform's Delta log store for ``file:`` paths (``include/maven/logstore``, built by
+#: ``make jars`` into the Spark jars' folder): each commit an atomic put-if-absent. Delta's
+#: default there (``HDFSLogStore``) checks that ``_delta_log/<version>.json`` is absent, then
+#: renames over it: a writer paused between the two silently replaces another writer's commit
+#: (tests/integration/test_delta_log_store.py). Other schemes keep Delta's own log stores.
+DELTA_LOG_STORE = {"spark.delta.logStore.file.impl": "io.ingest.delta.LocalPutIfAbsentLogStore"}
+DELTA_LOG_STORE_JAR = "ingest-delta-logstore"
+
+
 class MissingJarsError(RuntimeError):
     """The Maven-fetched jars are not where the platform expects them."""
 
@@ -52,7 +61,7 @@ def spark_jar_paths() -> list[Path]:
     folder = spark_jars_dir()
     jars = sorted(folder.glob("*.jar")) if folder.is_dir() else []
     names = " ".join(jar.name for jar in jars)
-    for needed in ("spark-sql-kafka-0-10_", "delta-spark_"):
+    for needed in ("spark-sql-kafka-0-10_", "delta-spark_", DELTA_LOG_STORE_JAR):
         if needed not in names:
             raise MissingJarsError(
                 f"no {needed}*.jar in {folder}: run `make jars` "
@@ -153,6 +162,7 @@ def spark_conf(app_name: str, settings: PlatformSettings | None = None) -> dict[
         "spark.jars": ",".join(str(jar) for jar in spark_jar_paths()),
         "spark.sql.extensions": "io.delta.sql.DeltaSparkSessionExtension",
         "spark.sql.catalog.spark_catalog": "org.apache.spark.sql.delta.catalog.DeltaCatalog",
+        **DELTA_LOG_STORE,
         "spark.sql.shuffle.partitions": str(spark.shuffle_partitions),
         "spark.default.parallelism": str(spark.shuffle_partitions),
         # Delta rebuilds a table's snapshot with 50 tasks by default; on a small machine each

@@ -44,6 +44,20 @@ def test_connectors_are_present_and_versions_match_pyspark() -> None:
     assert any(n.startswith("commons-pool2-") for n in names)
 
 
+def test_every_profile_commits_delta_with_the_put_if_absent_log_store(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """Whatever the profile and its local file system, ``file:`` Delta commits go through the
+    platform's log store (tests/integration/test_delta_log_store.py), and its jar is in
+    ``spark.jars`` beside Delta's, whose class loader must find it."""
+    for profile in ("local", "compose", "cluster"):
+        monkeypatch.setenv("INGEST_PROFILE", profile)
+        conf = spark_conf("silver_refine", PlatformSettings())
+        assert conf["spark.delta.logStore.file.impl"] == "io.ingest.delta.LocalPutIfAbsentLogStore"
+        jars = [Path(jar).name for jar in conf["spark.jars"].split(",")]
+        assert "ingest-delta-logstore.jar" in jars, profile
+
+
 def test_spark_gets_local_files_and_never_downloads() -> None:
     conf = spark_conf("t")
     assert "spark.jars.packages" not in conf
@@ -74,7 +88,7 @@ def test_the_profile_chooses_the_local_file_system(
     assert conf["spark.hadoop.fs.file.impl"] == "io.ingest.hadoop.NioLocalFileSystem"
     assert conf["spark.hadoop.fs.AbstractFileSystem.file.impl"] == "io.ingest.hadoop.NioLocalFs"
     plain = spark_conf("silver_refine", hadoop)
-    assert not {key for key in plain if ".file.impl" in key}
+    assert not {key for key in plain if key.startswith("spark.hadoop.") and ".file.impl" in key}
     assert jar not in plain["spark.jars"]
     # The same class path either way: the class-data archive maps into both.
     assert plain["spark.driver.extraClassPath"] == jar

@@ -2,6 +2,7 @@ package io.ingest.hadoop;
 
 import java.io.FileNotFoundException;
 import java.io.IOException;
+import java.io.InterruptedIOException;
 import java.nio.file.Files;
 import java.nio.file.NoSuchFileException;
 import java.nio.file.attribute.PosixFilePermission;
@@ -34,9 +35,33 @@ import org.apache.hadoop.fs.permission.FsPermission;
  *       target).
  * </ul>
  *
- * <p>Everything else is Hadoop's.
+ * <p>Everything else is Hadoop's, but for a test seam in {@link #rename}.
  */
 public class NioRawLocalFileSystem extends RawLocalFileSystem {
+
+  /**
+   * Hadoop configuration key (milliseconds, default 0; tests only): pause before each
+   * {@link #rename}, after Hadoop's check that the target is absent ({@code
+   * FileContext.rename(src, dst, Rename.NONE)} and {@code FileSystem.rename} check first), so
+   * a test can widen that window as a GC pause would and show the commit Delta's {@code
+   * HDFSLogStore} then loses (tests/integration/test_delta_log_store.py).
+   */
+  public static final String RENAME_PAUSE_KEY = "io.ingest.test.renamePauseMs";
+
+  /** Hadoop's rename, after {@link #RENAME_PAUSE_KEY} milliseconds when that is set. */
+  @Override
+  public boolean rename(Path src, Path dst) throws IOException {
+    long millis = getConf() == null ? 0 : getConf().getLong(RENAME_PAUSE_KEY, 0);
+    if (millis > 0) {
+      try {
+        Thread.sleep(millis);
+      } catch (InterruptedException e) {
+        Thread.currentThread().interrupt();
+        throw new InterruptedIOException("interrupted in the rename pause");
+      }
+    }
+    return super.rename(src, dst);
+  }
 
   /** Sets {@code permission}'s nine bits on {@code p}, as {@code chmod} would. */
   @Override

@@ -34,13 +34,15 @@ import argparse
 import json
 import os
 import sys
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
+from contextlib import contextmanager
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from ingest_core.catalog import get_catalog
+from ingest_core.locks import file_lock
 from ingest_core.settings import PlatformSettings, get_settings
 from spark_jobs.delta_io import append_idempotent, read_table
 from spark_jobs.local_frames import local_frame
@@ -104,7 +106,8 @@ class TableOutcome:
 
 def gx_context(settings: PlatformSettings) -> Any:
     """The file-backed GX project in ``<storage.state_dir>/gx`` (suites, results, Data Docs),
-    with progress bars and usage statistics off."""
+    with progress bars and usage statistics off. Not safe beside another process using the
+    project: the gates open it through :func:`gx_project`."""
     os.environ.setdefault("GX_ANALYTICS_ENABLED", "false")
     import great_expectations as gx
     from great_expectations.data_context.types.base import ProgressBarsConfig
@@ -114,6 +117,25 @@ def gx_context(settings: PlatformSettings) -> Any:
     context = gx.get_context(mode="file", project_root_dir=str(root))
     context.variables.progress_bars = ProgressBarsConfig(globally=False)
     return context
+
+
+@contextmanager
+def gx_project(settings: PlatformSettings) -> Iterator[Any]:
+    """:func:`gx_context`, with the project's lock (``<state_dir>/gx/.project.lock``, an
+    exclusive ``flock``) held for the ``with`` block; gates of other processes wait for it.
+
+    Why: GX's file stores are not safe for concurrent writers. Every gate rewrites its
+    tables' suites and validation definitions (``add_or_update``) and builds the Data Docs;
+    four gates started together (a backfill beside a scheduled run) crashed three times in
+    four with "ExpectationSuite ... not found", "Store already has the following key" or a
+    ``ValidationDefinition`` error, and recorded nothing (issue 50;
+    tests/unit/spark_jobs/test_gate_concurrency.py). A validation takes seconds, so waiting
+    costs little; the lock dies with its holder.
+    """
+    root = settings.storage.state_path / "gx"
+    root.mkdir(parents=True, exist_ok=True)
+    with file_lock(root / ".project.lock"):
+        yield gx_context(settings)
 
 
 def docs_index(settings: PlatformSettings | None = None) -> Path:
@@ -423,29 +445,29 @@ def _validate_increments(
     """Validate each increment (``load`` gives its rows, their count and a release), then
     build the Data Docs once."""
     history = gate_results(settings)
-    context = gx_context(settings)
     outcomes = []
-    for inc in increments:
-        rows, count, release = load(inc)
-        try:
-            if count == 0:
-                outcomes.append(TableOutcome(inc, 0, "empty"))
-                continue
-            ok, failed, _ = _validate(
-                context,
-                rules_by_table[inc.table],
-                rows,
-                settings,
-                engine=engine,
-                band=_band(history, inc.table, settings),
-                now=now,
-                collect_ids=False,
-            )
-            outcomes.append(TableOutcome(inc, count, "passed" if ok else "failed", failed))
-        finally:
-            release()
-    if any(o.status != "empty" for o in outcomes):
-        context.build_data_docs()
+    with gx_project(settings) as context:
+        for inc in increments:
+            rows, count, release = load(inc)
+            try:
+                if count == 0:
+                    outcomes.append(TableOutcome(inc, 0, "empty"))
+                    continue
+                ok, failed, _ = _validate(
+                    context,
+                    rules_by_table[inc.table],
+                    rows,
+                    settings,
+                    engine=engine,
+                    band=_band(history, inc.table, settings),
+                    now=now,
+                    collect_ids=False,
+                )
+                outcomes.append(TableOutcome(inc, count, "passed" if ok else "failed", failed))
+            finally:
+                release()
+        if any(o.status != "empty" for o in outcomes):
+            context.build_data_docs()
     return outcomes
 
 
@@ -602,7 +624,6 @@ def quarantine(
     failures = _unresolved(layer, reason, by, settings).drop_duplicates("table", keep="last")
     catalog = get_catalog()
     rules_by_table = {rules.table: rules for rules in layer_rules(layer)}
-    context = gx_context(settings)
     history = gate_results(settings)
     now = datetime.now(UTC)
     plans = []
@@ -610,16 +631,17 @@ def quarantine(
         table = str(failure["table"])
         inc = Increment(table, int(failure["from_version"]), int(failure["to_version"]))
         rows = increment(spark, rules_by_table[table], inc, settings).cache()
-        _, failed, ids = _validate(
-            context,
-            rules_by_table[table],
-            rows,
-            settings,
-            engine="spark",
-            band=_band(history, table, settings),
-            now=now,
-            collect_ids=True,
-        )
+        with gx_project(settings) as context:
+            _, failed, ids = _validate(
+                context,
+                rules_by_table[table],
+                rows,
+                settings,
+                engine="spark",
+                band=_band(history, table, settings),
+                now=now,
+                collect_ids=True,
+            )
         whole = [f["expectation"] for f in failed if f.get("row_wise") is False]
         if whole:
             raise RemedyError(

@@ -19,6 +19,7 @@ Spark provider's :class:`~airflow.providers.apache.spark.hooks.spark_submit.Spar
 from __future__ import annotations
 
 import argparse
+import contextlib
 import json
 import logging
 import os
@@ -27,7 +28,10 @@ from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, NoReturn
 
+import psutil
 from airflow.sdk import BaseHook
+
+from ingest_core.processes import stop_processes
 
 if TYPE_CHECKING:
     from airflow.providers.apache.spark.hooks.spark_submit import SparkSubmitHook
@@ -39,29 +43,29 @@ LAUNCHER_MODULE = "ingest_platform.hooks"
 
 
 def job_environment() -> dict[str, str]:
-    """Environment of a job's driver: the interpreter that has this project installed (for
-    the driver and the Python workers), loopback for Spark, UTC."""
+    """Environment of a job's spark-submit and driver: the interpreter that has this project
+    installed (for the driver and the Python workers), loopback for Spark, UTC, and ``PATH``
+    with this interpreter's ``bin`` first.
+
+    ``PATH``: the provider runs "spark-submit" by name, and it must be the one beside this
+    interpreter (pyspark's, the jobs' version), not whatever else ``PATH`` offers. It is given
+    to the one process (``subprocess`` and ``os.execvpe`` look the command up on the ``PATH`` of
+    the environment they are given), never set on this process's own environment.
+    """
+    bin_dir = str(Path(sys.executable).parent)
+    path = os.environ.get("PATH", "")
     return {
         "PYSPARK_PYTHON": sys.executable,
         "PYSPARK_DRIVER_PYTHON": sys.executable,
         "SPARK_LOCAL_IP": os.environ.get("SPARK_LOCAL_IP", "127.0.0.1"),
         "TZ": "UTC",
+        "PATH": bin_dir if not path else f"{bin_dir}{os.pathsep}{path}",
     }
 
 
 #: The metadata database of the always-on launcher: none it uses (see
 #: :meth:`StreamingJobHook.environment`).
 LAUNCHER_DATABASE = "sqlite://"
-
-
-def use_project_spark_submit() -> None:
-    """Put this interpreter's ``bin`` first on ``PATH``: the provider runs "spark-submit"
-    from ``PATH``, and it must be the one beside this interpreter (pyspark's, same version as
-    the jobs), not whatever else ``PATH`` offers."""
-    bin_dir = str(Path(sys.executable).parent)
-    path = os.environ.get("PATH", "")
-    if not path.startswith(bin_dir + os.pathsep):
-        os.environ["PATH"] = bin_dir + os.pathsep + path
 
 
 def inputs_snapshot(
@@ -157,6 +161,9 @@ class PlatformJobHook(BaseHook):
         self.input_jobs = list(input_jobs)
         self.manage_checkpoint = manage_checkpoint
         self.submit_options = dict(submit_options or {})
+        #: The provider hook of the running (or last) spark-submit, for :meth:`on_kill`.
+        self._submit_hook: SparkSubmitHook | None = None
+        self._killed = False
 
     def get_conn(self) -> Any:
         """The Spark connection (:class:`airflow.sdk.Connection`).
@@ -177,7 +184,6 @@ class PlatformJobHook(BaseHook):
 
         from spark_jobs.session import spark_submit_conf
 
-        use_project_spark_submit()
         return SparkSubmitHook(
             **self.submit_options,
             conf={**spark_submit_conf(self.job), **self.conf},
@@ -192,9 +198,51 @@ class PlatformJobHook(BaseHook):
 
         :returns: the driver id the provider reports (None in client mode).
         :raises airflow.exceptions.AirflowException: spark-submit failed (the provider's
-            message: the masked command, the exit code, the log's tail).
+            message: the masked command, the exit code, the log's tail), or :meth:`on_kill`
+            was called before it started.
         """
-        return self.spark_submit_hook().submit(self.application)
+        from airflow.exceptions import AirflowException
+
+        if self._killed:
+            raise AirflowException(f"{self.job}: the task was killed; spark-submit not started")
+        self._submit_hook = self.spark_submit_hook()
+        return self._submit_hook.submit(self.application)
+
+    def on_kill(self, grace_s: float = 10) -> None:
+        """Stop this hook's spark-submit and everything it started, and start no other.
+
+        The provider hook's ``on_kill`` kills spark-submit (in client mode, the driver JVM;
+        on a cluster, also the driver it submitted) and its ``submit`` reaps it. The job's
+        Python driver, a child of that JVM which holds the job's checkpoint lock, and its
+        Python workers are not the provider's to know: they are found before the kill, as the
+        descendants of this process's spark-submit child (its command line names the job's
+        application file), then sent SIGTERM, and SIGKILL after ``grace_s`` seconds. The
+        kernel frees the checkpoint lock with its holder. Airflow calls this through the
+        operator's ``on_kill`` on SIGTERM to the task and past its ``execution_timeout``; a
+        task marked failed is signalled as a process group, which reaches these processes too.
+        """
+        self._killed = True
+        started = self._spark_submit_descendants()
+        if self._submit_hook is not None:
+            self._submit_hook.on_kill()
+        if started:
+            self.log.info(
+                "%s: stopping what spark-submit started (pids %s)",
+                self.job,
+                [p.pid for p in started],
+            )
+            stop_processes(started, grace_s=grace_s)
+
+    def _spark_submit_descendants(self) -> list[psutil.Process]:
+        """The descendants of this process's spark-submit children that run this job's
+        application (not the children themselves: the provider's ``submit`` waits for those,
+        and a second waiter would take its exit status)."""
+        found: list[psutil.Process] = []
+        for child in psutil.Process().children():
+            with contextlib.suppress(psutil.Error):
+                if self.application in child.cmdline():
+                    found += child.children(recursive=True)
+        return found
 
     def launch(self) -> NoReturn:
         """Replace this process by the job's ``spark-submit`` (:func:`os.execvpe`): the command

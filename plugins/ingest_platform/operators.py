@@ -194,6 +194,8 @@ class SparkJobOperator(SparkSubmitOperator):
         self.job_args = list(job_args)
         self.inputs = list(inputs)
         self.input_jobs = list(input_jobs)
+        #: The hook of the running execute(), for :meth:`on_kill`.
+        self._job_hook: PlatformJobHook | None = None
 
     def get_hook(self) -> PlatformJobHook:
         """The job's :class:`~ingest_platform.hooks.PlatformJobHook`, from this task's
@@ -246,9 +248,20 @@ class SparkJobOperator(SparkSubmitOperator):
         :func:`ingest_core.recovery.recover` repairs crash leftovers (logged, audited);
         after a successful run, a verified backup is taken and retention applied.
 
-        :raises airflow.sdk.exceptions.AirflowException: spark-submit failed.
+        :raises airflow.sdk.exceptions.AirflowException: spark-submit failed, or the task
+            was killed (:meth:`on_kill`).
         """
-        self.get_hook().run()
+        self._job_hook = self.get_hook()
+        self._job_hook.run()
+
+    def on_kill(self) -> None:
+        """Stop the running spark-submit and its driver, which frees the job's checkpoint
+        lock (:meth:`ingest_platform.hooks.PlatformJobHook.on_kill`). Airflow calls it on
+        SIGTERM to the task and past the task's ``execution_timeout``. Replaces the provider
+        operator's ``on_kill``, which reaches only a hook of its own ``execute`` (not run
+        here)."""
+        if self._job_hook is not None:
+            self._job_hook.on_kill()
 
 
 #: Arguments of SparkSubmitHook that PlatformJobHook sets itself (application and Spark

@@ -75,6 +75,63 @@ def test_a_failed_spark_submit_propagates(
         PlatformJobHook("silver_refine").submit()
 
 
+#: Stands in for a client-mode spark-submit whose driver holds the job's checkpoint lock: the
+#: "driver" is a Python child (as pyspark's driver is the JVM's child) that takes the lock.
+FAKE_SPARK_SUBMIT_WITH_DRIVER = """#!/bin/sh
+printf '%s\\n' "$@" > "$FAKE_ARGS"
+"$FAKE_PYTHON" -c "
+import sys, time
+from pathlib import Path
+from ingest_core.locks import checkpoint_lock
+with checkpoint_lock(Path(sys.argv[1])):
+    time.sleep(600)
+" "$FAKE_CHECKPOINT" &
+wait
+"""
+
+
+def test_on_kill_stops_spark_submit_and_its_driver_and_frees_the_lock(
+    fake_spark_submit: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """What Airflow's on_kill (SIGTERM to the task, execution_timeout) must do: spark-submit
+    and the driver it started stop, the checkpoint lock is free, and the hook starts no other
+    spark-submit afterwards."""
+    import threading
+
+    from airflow.sdk.exceptions import AirflowException
+
+    from ingest_core.locks import lock_holder
+    from ingest_core.processes import is_alive
+    from ingest_core.waiting import wait_until
+    from ingest_platform.hooks import PlatformJobHook
+
+    checkpoint = tmp_path / "checkpoint"
+    (tmp_path / "bin" / "spark-submit").write_text(FAKE_SPARK_SUBMIT_WITH_DRIVER)
+    monkeypatch.setenv("FAKE_PYTHON", str(Path(sys.prefix) / "bin" / "python"))
+    monkeypatch.setenv("FAKE_CHECKPOINT", str(checkpoint))
+    hook = PlatformJobHook("silver_refine")
+    errors: list[BaseException] = []
+
+    def submit() -> None:
+        try:
+            hook.submit()
+        except BaseException as error:
+            errors.append(error)
+
+    running = threading.Thread(target=submit)
+    running.start()
+    driver = wait_until(lambda: lock_holder(checkpoint), 60, 0.2, what="the driver's lock")
+    hook.on_kill(grace_s=5)
+    running.join(timeout=30)
+    assert not running.is_alive()
+    assert not is_alive(driver)
+    assert lock_holder(checkpoint) is None
+    assert len(errors) == 1
+    assert isinstance(errors[0], AirflowException)  # spark-submit was killed
+    with pytest.raises(AirflowException, match="killed"):
+        hook.submit()
+
+
 def test_the_launcher_becomes_spark_submit(fake_spark_submit: Path, tmp_path: Path) -> None:
     """The detached launcher of an always-on job execs spark-submit: the process the
     supervisor started is spark-submit itself (same pid; no Python process holding Airflow's
@@ -89,7 +146,7 @@ def test_the_launcher_becomes_spark_submit(fake_spark_submit: Path, tmp_path: Pa
     script.write_text(
         FAKE_SPARK_SUBMIT.replace("#!/bin/sh\n", f"#!/bin/sh\necho $$ > {pid_file}\n")
     )
-    # The launcher runs spark-submit from beside its interpreter (use_project_spark_submit):
+    # The launcher runs spark-submit from beside its interpreter (job_environment's PATH):
     # point it at the fake one's folder.
     launcher = (
         f"import sys; sys.executable = {sys.executable!r}; "

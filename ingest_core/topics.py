@@ -109,3 +109,37 @@ def _partition_counts(admin: Any, topics: list[str], timeout_s: float = 30.0) ->
             f"no metadata for topics {pending} after {timeout_s:.0f} s"
         ) from None
     return {meta["name"]: len(meta["partitions"]) for meta in described}
+
+
+def broker_problem(kafka: KafkaSettings | None = None, timeout_s: float = 5.0) -> str | None:
+    """Whether the Kafka cluster answers: None when it lists its topics within ``timeout_s``
+    seconds, else one line naming the bootstrap servers and kafka-python's error.
+
+    The streaming supervisor asks this before it restarts an always-on job: a job that died
+    because the broker is down would only die again (``ingest_platform.supervisor``).
+
+    :param kafka: the connection and security settings; the current profile's when None.
+    """
+    from kafka import KafkaAdminClient
+    from kafka.errors import KafkaError
+
+    from ingest_core.settings import get_settings
+
+    kafka = kafka or get_settings().kafka
+    config = {**kafka.client_config(), "bootstrap_timeout_ms": round(timeout_s * 1000)}
+    try:
+        admin = KafkaAdminClient(
+            **config,
+            client_id="ingest-supervisor-probe",
+            request_timeout_ms=round(timeout_s * 1000),
+        )
+        try:
+            admin.list_topics()
+        finally:
+            admin.close()
+    except (KafkaError, OSError) as error:
+        reason = str(error)
+        if not reason.startswith(type(error).__name__):
+            reason = f"{type(error).__name__}: {reason}"
+        return f"Kafka at {kafka.bootstrap_servers} ({reason})"
+    return None

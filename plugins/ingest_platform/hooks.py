@@ -413,15 +413,19 @@ class StreamingJobHook(BaseHook):
 
     def supervise(self, echo: Callable[[str], None] = print) -> str:
         """One supervision round (:func:`ingest_platform.supervisor.supervise`): healthy,
-        starting, restarted, or backed off.
+        starting, restarted, backed off, or waiting for the Kafka cluster
+        (:func:`ingest_core.topics.broker_problem`) before a restart.
 
         :returns: what was done, one line.
         :raises ingest_platform.supervisor.SupervisorError: the job keeps failing, or a
             start failed.
         """
+        from ingest_core.topics import broker_problem
         from ingest_platform import supervisor
 
-        return supervisor.supervise(self.job, self.command(), env=self.environment(), echo=echo)
+        return supervisor.supervise(
+            self.job, self.command(), env=self.environment(), echo=echo, probe=broker_problem
+        )
 
     def start(self, wait_s: float | None = None) -> int:
         """Start the job detached and wait (``wait_s`` seconds, see

@@ -13,11 +13,20 @@ job disabled by an operator           leave it alone (``action=start`` re-enable
 running, heartbeat fresh              healthy: report its last progress
 running, no heartbeat yet             starting, within ``startup_grace_s`` of its start
 running, heartbeat stale              stuck: stop its process group, then restart
+not running, a dependency down        wait: no start, nothing counted against the budget;
+                                      says what it waits for and since when
 not running                           restart, after an exponential back-off
                                       (``backoff_base_s * 2**(starts in window - 1)``)
 ``max_restarts`` starts in window     refuse and raise :class:`SupervisorError` with the
                                       driver log's tail: an operator must look
 ====================================  ====================================================
+
+The dependency check (``probe``: the Kafka cluster, :func:`ingest_core.topics.
+broker_problem`) keeps an outage of the broker from spending the restart budget: a job that
+died because the broker is down would die again after each start (~190 s each, while the
+Kafka source retries), and after ``max_restarts`` starts the supervisor gave up until the
+window passed. While the probe fails the job waits; once it answers again, the starts before
+the outage no longer count (a fresh budget: the job failed for the outage, not for itself).
 
 A start launches the job's ``spark-submit`` command in a session of its own (it outlives
 the Airflow task) with its output in ``driver.log``, and waits until the driver holds its
@@ -237,10 +246,13 @@ def supervise(
     env: Mapping[str, str] | None = None,
     settings: PlatformSettings | None = None,
     echo: Callable[[str], None] = print,
+    probe: Callable[[], str | None] | None = None,
 ) -> str:
     """One supervision round for ``job`` (see the module docstring's table).
 
     :param command: the job's spark-submit command, used when it must (re)start.
+    :param probe: asked before a (re)start: None when the job's dependencies answer, else
+        what is down, one line (``StreamingJobHook`` passes the Kafka cluster's probe).
     :returns: what was done, one line (also passed to ``echo`` with the job's status).
     :raises SupervisorError: ``max_restarts`` starts in ``failure_window_s`` and the job is
         down again, or a start failed.
@@ -248,7 +260,35 @@ def supervise(
     """
     settings = settings or get_settings()
     with _acting_on(job, settings):
-        return _supervise(job, command, env, settings, echo)
+        return _supervise(job, command, env, settings, echo, probe)
+
+
+def _waiting_for(
+    job: str,
+    probe: Callable[[], str | None],
+    files: RuntimeFiles,
+    record: dict[str, Any],
+    now: float,
+    echo: Callable[[str], None],
+) -> str | None:
+    """Ask ``probe``; record an outage (its start) or its end (a fresh restart budget from
+    then: ``budget_from``). :returns: what the job waits for, or None to go on."""
+    problem = probe()
+    since = record.get("outage_since")
+    if problem:
+        if since is None:
+            record["outage_since"] = since = now
+            write_json(files.supervisor, record)
+        return f"waiting for {problem}, down for {now - float(since):.0f} s"
+    if since is not None:
+        echo(
+            f"{job}: its dependencies answer again after {now - float(since):.0f} s: "
+            "restarting with a fresh restart budget"
+        )
+        record.pop("outage_since")
+        record["budget_from"] = now
+        write_json(files.supervisor, record)
+    return None
 
 
 def _supervise(
@@ -257,6 +297,7 @@ def _supervise(
     env: Mapping[str, str] | None,
     settings: PlatformSettings,
     echo: Callable[[str], None],
+    probe: Callable[[], str | None] | None,
 ) -> str:
     limits = settings.supervisor
     now = time.time()
@@ -296,7 +337,12 @@ def _supervise(
         )
         echo(f"{job}: stuck ({reason}): stopping pid {current.pid}")
         _terminate(record.get("process_group"), current.pid, job)
-    recent = [t for t in starts if now - t < limits.failure_window_s]
+    if probe is not None:
+        waiting = _waiting_for(job, probe, files, record, now, echo)
+        if waiting:
+            return f"{job}: down ({reason}); {waiting}; not started"
+    budget_from = float(record.get("budget_from", 0))
+    recent = [t for t in starts if now - t < limits.failure_window_s and t >= budget_from]
     if len(recent) >= limits.max_restarts:
         raise SupervisorError(
             f"{job} is down ({reason}) after {len(recent)} starts in the last "

@@ -114,6 +114,43 @@ def test_back_off_then_loud_failure_after_repeated_crashes(home: Path, monkeypat
         supervisor.supervise("bronze_ingest", command(), echo=lambda _: None)
 
 
+def test_an_outage_longer_than_the_budget_waits_then_resumes(home: Path, monkeypatch) -> None:
+    """A dependency down (the broker, here a probe that says so) makes the supervisor wait
+    instead of spending its restart budget; once it answers, the job starts again with a
+    fresh budget, even though it crashed ``max_restarts`` times during the outage."""
+    monkeypatch.setenv("INGEST_SUPERVISOR__MAX_RESTARTS", "2")
+    get_settings.cache_clear()
+    quiet = lambda _: None  # noqa: E731
+    for _ in range(2):  # the job dies while the broker goes away (the probe not asked yet)
+        with pytest.raises(supervisor.SupervisorError, match="exited with code 3"):
+            supervisor.supervise("bronze_ingest", command("crash"), echo=quiet)
+    with pytest.raises(supervisor.SupervisorError, match="after 2 starts"):
+        supervisor.supervise("bronze_ingest", command(), echo=quiet)  # today's loud failure
+    down = lambda: "Kafka at 127.0.0.1:9 (NoBrokersAvailable)"  # noqa: E731
+    for _ in range(3):
+        outcome = supervisor.supervise("bronze_ingest", command(), echo=quiet, probe=down)
+        assert "waiting for Kafka at 127.0.0.1:9" in outcome
+        assert "not started" in outcome
+        assert supervisor.driver_pid("bronze_ingest") is None
+    said: list[str] = []
+    outcome = supervisor.supervise("bronze_ingest", command(), echo=said.append, probe=lambda: None)
+    assert outcome.startswith("bronze_ingest: started (pid ")
+    assert any("answer again" in line for line in said)
+    assert supervisor.driver_pid("bronze_ingest") is not None
+
+
+def test_the_broker_probe_names_an_unreachable_cluster(home: Path, monkeypatch) -> None:
+    from ingest_core.topics import broker_problem
+    from tests.conftest import free_ports
+
+    (port,) = free_ports(1)  # nothing listens there
+    monkeypatch.setenv("INGEST_KAFKA__PORT", str(port))
+    get_settings.cache_clear()
+    problem = broker_problem(timeout_s=1)
+    assert problem is not None
+    assert f"Kafka at 127.0.0.1:{port}" in problem
+
+
 def test_graceful_stop_disables_until_started_again(home: Path) -> None:
     supervisor.start("bronze_ingest", command())
     assert "stopped gracefully" in supervisor.stop("bronze_ingest")

@@ -168,6 +168,16 @@ def lineage_environment(environ: Mapping[str, str] | None = None) -> dict[str, s
     return out
 
 
+#: How many heartbeats in a row a task's supervisor may fail before it kills the task
+#: (``[workers] max_failed_heartbeats``; Airflow's default 3). A heartbeat is tried at most
+#: every ``[workers] min_heartbeat_interval`` (5 s) and each try retries a failed request
+#: for a few seconds more, so 24 failures take over two minutes: tasks ride through a
+#: metadata-database outage of that length (Airflow's 3 killed a running ``table_maintenance``
+#: 40 s into one, issue 50). Longer outages still end the task, and the scheduler marks a task
+#: without a heartbeat for ``[scheduler] task_instance_heartbeat_timeout`` (300 s) failed, for
+#: its retry.
+MAX_FAILED_HEARTBEATS = 24
+
 #: Airflow's default ports of the worker and triggerer log servers ([logging] section).
 LOG_SERVER_PORTS: tuple[int, int] = (8793, 8794)
 
@@ -209,6 +219,7 @@ def airflow_environment(
         "AIRFLOW__LOGGING__WORKER_LOG_SERVER_PORT": str(log_ports[0]),
         "AIRFLOW__LOGGING__TRIGGER_LOG_SERVER_PORT": str(log_ports[1]),
         "AIRFLOW__SCHEDULER__MIN_FILE_PROCESS_INTERVAL": "60",
+        "AIRFLOW__WORKERS__MAX_FAILED_HEARTBEATS": str(MAX_FAILED_HEARTBEATS),
         "AIRFLOW_CONN_SPARK_DEFAULT": os.environ.get(
             "AIRFLOW_CONN_SPARK_DEFAULT", LOCAL_SPARK_CONNECTION
         ),
@@ -230,8 +241,10 @@ def airflow_environment(
         env["AIRFLOW__DATABASE__SQL_ALCHEMY_CONNECT_ARGS"] = (
             "ingestctl.airflow_runtime.SQLITE_CONNECT_ARGS"
         )
-    # Settings the user exported win over the embedded defaults (log-server ports, connect args).
+    # Settings the user exported win over the embedded defaults (heartbeat failures, log-server
+    # ports, connect args).
     for key in (
+        "AIRFLOW__WORKERS__MAX_FAILED_HEARTBEATS",
         "AIRFLOW__LOGGING__WORKER_LOG_SERVER_PORT",
         "AIRFLOW__LOGGING__TRIGGER_LOG_SERVER_PORT",
         "AIRFLOW__DATABASE__SQL_ALCHEMY_CONNECT_ARGS",

@@ -260,6 +260,15 @@ class SparkJobOperator(SparkSubmitOperator):
         SIGTERM to the task and past the task's ``execution_timeout``. Replaces the provider
         operator's ``on_kill``, which reaches only a hook of its own ``execute`` (not run
         here)."""
+        # The task's log is often the only place a user looks: say what can end a task
+        # this way (Airflow's supervisor logs a lost metadata database only in its own log).
+        self.log.warning(
+            "%s: Airflow is stopping this task (SIGTERM or execution_timeout): it was marked "
+            "failed or cleared, ran past its execution_timeout, its worker is stopping, or its "
+            "supervisor failed [workers] max_failed_heartbeats heartbeats in a row (metadata "
+            "database or API server unreachable; see the scheduler's log)",
+            self.task_id,
+        )
         if self._job_hook is not None:
             self._job_hook.on_kill()
 

@@ -74,6 +74,25 @@ def test_embedded_airflow_sets_the_sqlite_timeout_only_for_its_own_sqlite(monkey
     assert key not in airflow_environment()
 
 
+def test_tasks_ride_through_a_two_minute_metadata_database_outage(monkeypatch) -> None:
+    """Airflow kills a task whose supervisor failed ``max_failed_heartbeats`` heartbeats in a
+    row, tried at most every ``min_heartbeat_interval`` seconds: the embedded Airflow and the
+    compose file allow two minutes at least; a value the user exported wins."""
+    import yaml
+    from airflow.configuration import conf
+
+    from ingestctl.airflow_runtime import MAX_FAILED_HEARTBEATS, airflow_environment
+
+    key = "AIRFLOW__WORKERS__MAX_FAILED_HEARTBEATS"
+    monkeypatch.delenv(key, raising=False)
+    interval = conf.getint("workers", "min_heartbeat_interval")
+    assert int(airflow_environment()[key]) * interval >= 120
+    compose = yaml.safe_load((Path(__file__).parents[3] / "docker-compose.yaml").read_text())
+    assert compose["x-airflow-env"][key] == str(MAX_FAILED_HEARTBEATS)
+    monkeypatch.setenv(key, "5")
+    assert key not in airflow_environment()
+
+
 def test_log_server_ports_exported_by_the_user_win(monkeypatch, tmp_path: Path) -> None:
     from ingestctl.airflow_runtime import airflow_environment
 

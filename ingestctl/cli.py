@@ -352,6 +352,68 @@ def demo(
         raise _fail(str(error)) from None
 
 
+@app.command("soak")
+def soak(
+    minutes: Annotated[
+        float, typer.Option(min=1, max=24 * 60, help="How long the stream runs, in minutes.")
+    ] = 20,
+    faults: Annotated[int, typer.Option(min=1, max=5000, help="Faults to inject.")] = 40,
+    seed: Annotated[int, typer.Option(help="Seed of the fault schedule and the stream.")] = 1,
+    rate: Annotated[
+        float, typer.Option(min=0.5, max=5000, help="Events per second (wall clock).")
+    ] = 8,
+    kinds: Annotated[
+        str | None,
+        typer.Option(help="Comma-separated fault kinds (default: all; see docs/soak.md)."),
+    ] = None,
+    longest_outage: Annotated[
+        float,
+        typer.Option(min=10, max=3600, help="Longest broker or database outage, in seconds."),
+    ] = 180,
+    cadence: Annotated[
+        float,
+        typer.Option(min=30, max=3600, help="Seconds between triggered medallion runs."),
+    ] = 180,
+    recovery_timeout: Annotated[
+        float,
+        typer.Option(
+            min=60, max=24 * 3600, help="Seconds after a fault's end before it needed a human."
+        ),
+    ] = 900,
+    home: Annotated[
+        Path | None,
+        typer.Option(help="The soak's platform home (default <INGEST_HOME>/soak/<run id>)."),
+    ] = None,
+    keep: Annotated[bool, typer.Option(help="Leave the soak's platform running.")] = False,
+) -> None:
+    """Run the platform under a steady stream and seeded infrastructure faults, then judge
+    it against an independent computation (docs/soak.md). Exit 0 when it passed, 1 when not."""
+    from ingestctl.soak.plan import parse_kinds
+    from ingestctl.soak.runner import SoakOptions, run_soak
+
+    try:
+        chosen = parse_kinds(kinds)
+    except ValueError as error:
+        raise _fail(str(error)) from None
+    if home is not None and home.exists() and (not home.is_dir() or any(home.iterdir())):
+        raise _fail(f"--home {home} is not an empty folder: a soak judges a platform from nothing")
+    options = SoakOptions(
+        duration_s=minutes * 60,
+        faults=faults,
+        seed=seed,
+        rate=rate,
+        kinds=chosen,
+        longest_outage_s=longest_outage,
+        cadence_s=cadence,
+        recovery_timeout_s=recovery_timeout,
+        home=home,
+        keep=keep,
+    )
+    result = run_soak(options)
+    typer.echo(Path(result.home, "soak", "report.md").read_text())
+    raise typer.Exit(code=0 if result.passed else 1)
+
+
 @app.command(
     "airflow",
     context_settings={"allow_extra_args": True, "ignore_unknown_options": True},

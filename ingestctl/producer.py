@@ -102,6 +102,7 @@ def produce(
     raise_on_failure: bool = True,
     batch_flush: int = 2000,
     on_resolved: Callable[[ProduceResult], None] | None = None,
+    on_acknowledged: Callable[[Message, Any], None] | None = None,
     kafka: KafkaSettings | None = None,
     **producer_config: Any,
 ) -> ProduceResult:
@@ -113,6 +114,9 @@ def produce(
     :param batch_flush: resolve pending futures every this many records (bounds memory).
     :param on_resolved: called with the running result after each group of futures resolves
         (progress bars).
+    :param on_acknowledged: called with each acknowledged message and kafka-python's
+        ``RecordMetadata`` (``topic``, ``partition``, ``offset``), in send order within a group
+        (the soak's log of what Kafka holds).
     :param kafka: the security settings (SASL, TLS) to connect with; the current profile's
         when ``None``.
     :param producer_config: extra ``KafkaProducer`` settings (e.g. ``linger_ms``).
@@ -138,15 +142,18 @@ def produce(
     kafka = kafka or get_settings().kafka
     producer = KafkaProducer(**kafka.client_config(bootstrap_servers) | config)
     result = ProduceResult()
-    pending: list[tuple[str, Any]] = []
+    pending: list[tuple[Message, Any]] = []
 
     def resolve() -> None:
-        for tag, future in pending:
+        for message, future in pending:
+            tag = message.tag
             try:
                 metadata = future.get(timeout=DELIVERY_TIMEOUT_MS / 1000 + 30)
             except KafkaError as error:
                 result._failure(tag, error)
                 continue
+            if on_acknowledged is not None:
+                on_acknowledged(message, metadata)
             result.acknowledged += 1
             result.acknowledged_by_tag[tag] += 1
             result.acknowledged_by_topic[metadata.topic] += 1
@@ -169,7 +176,7 @@ def produce(
             except KafkaError as error:  # refused before sending, e.g. record too large
                 result._failure(message.tag, error)
                 continue
-            pending.append((message.tag, future))
+            pending.append((message, future))
             if len(pending) >= batch_flush:
                 producer.flush(timeout=DELIVERY_TIMEOUT_MS / 1000 + 30)
                 resolve()

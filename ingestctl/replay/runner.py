@@ -102,7 +102,9 @@ def validate_topic_prefix(prefix: str) -> str:
         raise SourceError(str(error)) from None
 
 
-def _paced(items: Iterable[Scheduled], pace: Pace) -> Iterator[Scheduled]:
+def paced(items: Iterable[Scheduled], pace: Pace) -> Iterator[Scheduled]:
+    """``items`` as they fall due: each ``send_time`` after the first is waited for, at
+    ``pace.speed`` source seconds per wall second (no wait with ``speed=None``)."""
     wall_start = time.monotonic()
     first: datetime | None = None
     for item in items:
@@ -210,7 +212,7 @@ def run(
     if first is not None:
         shift = datetime.now(UTC) - first.event_time
     counts = FaultCounts()
-    scheduled = _paced(inject(events, faults, counts, shift), pace)
+    scheduled = paced(inject(events, faults, counts, shift), pace)
     messages = (
         Message(topic_prefix + s.message.topic, s.message.key, s.message.value, s.message.tag)
         for s in scheduled

@@ -1,0 +1,527 @@
+"""What each fault kind (:mod:`ingestctl.soak.plan`) does to the running platform, and how
+the soak recognises that the platform recovered from it without a human.
+
+An injector returns a :class:`Recovery`: what it did, and a check that answers None once the
+platform is whole again (else what is still wrong). Injectors find their targets the way an
+operator would (the checkpoint lock's holder, the standalone's processes, Airflow's REST API)
+and never change the platform's code or configuration. The Kafka broker and the metadata
+database are external services in production: after a kill -9 the soak plays their service
+manager and starts them again after the drawn pause.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import signal
+import subprocess
+import sys
+import threading
+import time
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from datetime import UTC, datetime, timedelta
+from typing import TYPE_CHECKING, Any
+
+import psutil
+
+from ingest_core.waiting import wait_until
+from ingestctl.soak.plan import ALWAYS_ON, PlannedFault
+
+if TYPE_CHECKING:
+    from ingest_core.settings import PlatformSettings
+    from ingestctl.airflow_runtime import AirflowClient, Standalone
+
+MEDALLION = "medallion_incremental"
+#: The Spark tasks of medallion_incremental (task id -> job).
+SPARK_TASKS = {
+    "refine_silver": "silver_refine",
+    "aggregate_gold": "gold_aggregate",
+    "correct_late": "late_corrections",
+    "recompute_gold": "gold_backfill",
+}
+
+
+class FaultNotInjectedError(RuntimeError):
+    """The fault's target was not there in time (no run to hit); nothing was done."""
+
+
+@dataclass
+class Recovery:
+    """What an injector did, and how recovery is recognised.
+
+    :param detail: what was done, one line.
+    :param check: None once the platform is whole again, else what is still wrong.
+    """
+
+    detail: str
+    check: Callable[[], str | None]
+
+
+@dataclass
+class SoakPlatform:
+    """The running platform the faults hit.
+
+    :param settings: the soak's platform settings (its own home, ports and topic prefix).
+    :param standalone: the embedded Airflow.
+    :param started_at: when the stream started (UTC), for backfill intervals.
+    :param stream_span: event time the stream covers (its first event to now).
+    """
+
+    settings: PlatformSettings
+    standalone: Standalone
+    started_at: datetime
+    stream_span: timedelta
+    _client: AirflowClient | None = field(default=None, repr=False)
+    _lock: threading.Lock = field(default_factory=threading.Lock, repr=False)
+
+    def api(self, call: Callable[[AirflowClient], Any], timeout_s: float = 300) -> Any:
+        """``call(client)``, retried (a new login each time) while the API server or the
+        metadata database is down, up to ``timeout_s`` seconds.
+
+        :raises TimeoutError: it kept failing; the message has the last error.
+        """
+        last: list[str] = []
+
+        def attempt() -> Any:
+            try:
+                with self._lock:
+                    if self._client is None:
+                        self._client = self.standalone.client()
+                    client = self._client
+                return ("ok", call(client))
+            except Exception as error:  # the API answers again after the fault
+                with self._lock:
+                    self._client = None
+                last[:] = [f"{type(error).__name__}: {error}"[:300]]
+                return None
+
+        try:
+            return wait_until(attempt, timeout_s, 5, what="the Airflow API")[1]
+        except TimeoutError:
+            raise TimeoutError(f"Airflow API: {last[0] if last else 'no answer'}") from None
+
+    def medallion_runs(self) -> list[dict[str, Any]]:
+        """medallion_incremental's runs (newest 100)."""
+        return list(self.api(lambda c: c.runs(MEDALLION)))
+
+    def active_medallion_run(self) -> str | None:
+        """The id of a queued or running medallion run, or None."""
+        for run in self.medallion_runs():
+            if run.get("state") in ("queued", "running"):
+                return str(run["dag_run_id"])
+        return None
+
+    def trigger(self, dag_id: str, conf: dict[str, Any] | None = None) -> str:
+        """Trigger ``dag_id`` (retried through outages); :returns: the run id."""
+        return str(self.api(lambda c: c.trigger(dag_id, conf)))
+
+    def wait_for_run(self, dag_id: str, run_id: str, timeout_s: float = 1800) -> str:
+        """The final state of a run, polled through outages."""
+
+        def final() -> str | None:
+            state = self.api(lambda c: c.run_state(dag_id, run_id))
+            return state if state in ("success", "failed") else None
+
+        return str(wait_until(final, timeout_s, 5, what=f"{dag_id} run {run_id}"))
+
+
+def _is_jvm(process: psutil.Process) -> bool:
+    with contextlib.suppress(psutil.Error):
+        return "org.apache.spark.deploy.SparkSubmit" in process.cmdline()
+    return False
+
+
+def spark_submits(job: str) -> list[psutil.Process]:
+    """The spark-submit JVMs (client mode: the drivers) running ``job``'s application."""
+    needle = f"spark_jobs/{job}.py"
+    found = []
+    for process in psutil.process_iter():
+        with contextlib.suppress(psutil.Error):
+            if _is_jvm(process) and any(part.endswith(needle) for part in process.cmdline()):
+                found.append(process)
+    return found
+
+
+def _kill(process: psutil.Process) -> None:
+    with contextlib.suppress(psutil.NoSuchProcess):
+        process.send_signal(signal.SIGKILL)
+
+
+def _always_on_whole(settings: PlatformSettings, fresh_s: float = 90) -> str | None:
+    """None when every always-on job runs with a heartbeat younger than ``fresh_s``."""
+    from ingest_platform import supervisor
+
+    for job in ALWAYS_ON:
+        status = supervisor.status(job, settings)
+        if not status.running:
+            return f"{job} not running"
+        if status.heartbeat_age_s is None or status.heartbeat_age_s > fresh_s:
+            return f"{job}'s heartbeat is {status.heartbeat_age_s} s old"
+    return None
+
+
+def _medallion_success_since(platform: SoakPlatform, since: datetime) -> Callable[[], str | None]:
+    """A check: a medallion run that started after ``since`` ended in success."""
+
+    def check() -> str | None:
+        for run in platform.medallion_runs():
+            started = run.get("start_date")
+            if (
+                run.get("state") == "success"
+                and started
+                and datetime.fromisoformat(started) > since
+            ):
+                return None
+        return f"no medallion_incremental run started after {since:%H:%M:%S} has succeeded"
+
+    return check
+
+
+def _airflow_whole(platform: SoakPlatform) -> str | None:
+    health = platform.standalone.health()
+    if health is None:
+        return "the API server does not answer"
+    for component in ("metadatabase", "scheduler", "dag_processor"):
+        state = (health.get(component) or {}).get("status")
+        if state not in ("healthy", None):
+            return f"{component} {state}"
+    return None
+
+
+def _wait_for_target(find: Callable[[], Any], platform: SoakPlatform, wait_s: float) -> Any:
+    """Wait up to ``wait_s`` for ``find()``; trigger a medallion run when none is active.
+
+    :raises FaultNotInjectedError: nothing found in time.
+    """
+
+    def found() -> Any:
+        target = find()
+        if target:
+            return target
+        if platform.active_medallion_run() is None:
+            platform.trigger(MEDALLION)
+        return None
+
+    try:
+        return wait_until(found, wait_s, 2, what="a target")
+    except TimeoutError:
+        raise FaultNotInjectedError(f"no target within {wait_s:.0f} s") from None
+
+
+# --- the injectors --------------------------------------------------------------------------
+
+
+def kill_always_on_driver(platform: SoakPlatform, fault: PlannedFault) -> Recovery:
+    from ingest_platform import supervisor
+
+    job = fault.params["job"]
+    pid = wait_until(lambda: supervisor.driver_pid(job, platform.settings), 300, 2, what=f"{job}")
+    jvm = psutil.Process(pid).parent()
+    target = jvm if jvm is not None and _is_jvm(jvm) else psutil.Process(pid)
+    _kill(target)
+
+    def check() -> str | None:
+        now = supervisor.driver_pid(job, platform.settings)
+        if now is None or now == pid:
+            return f"{job} not restarted"
+        return _always_on_whole(platform.settings)
+
+    return Recovery(f"kill -9 {job}'s driver JVM (pid {target.pid})", check)
+
+
+def kill_scheduled_driver(platform: SoakPlatform, fault: PlannedFault) -> Recovery:
+    job = fault.params["job"]
+    jvms = _wait_for_target(lambda: spark_submits(job), platform, 600)
+    since = datetime.now(UTC)
+    for jvm in jvms:
+        _kill(jvm)
+    return Recovery(
+        f"kill -9 {job}'s driver JVM mid-run (pids {[p.pid for p in jvms]})",
+        _medallion_success_since(platform, since),
+    )
+
+
+def kill_airflow_component(platform: SoakPlatform, fault: PlannedFault) -> Recovery:
+    component = fault.params["component"]
+
+    def find() -> list[psutil.Process]:
+        found = []
+        for process in platform.standalone.processes():
+            with contextlib.suppress(psutil.Error):
+                line = process.cmdline()
+                if "airflow" in " ".join(line[:2]) and component in line[1:3]:
+                    found.append(process)
+        return found
+
+    targets = wait_until(find, 60, 2, what=f"the {component}")
+    old = {p.pid for p in targets}
+    for process in targets:
+        _kill(process)
+
+    def check() -> str | None:
+        again = [p for p in find() if p.pid not in old]
+        if not again:
+            return f"the {component} has not been started again"
+        return _airflow_whole(platform)
+
+    return Recovery(f"kill -9 the {component} (pids {sorted(old)})", check)
+
+
+def _outage(stop: Callable[[], object], start: Callable[[], object], seconds: float) -> None:
+    stop()
+    time.sleep(seconds)
+    start()
+
+
+def stop_metadata_db(platform: SoakPlatform, fault: PlannedFault) -> Recovery:
+    from ingestctl.postgres_cluster import EmbeddedPostgres
+
+    postgres = EmbeddedPostgres()
+    seconds = float(fault.params["seconds"])
+    _outage(lambda: postgres.down(), postgres.up, seconds)
+    return Recovery(f"stopped PostgreSQL for {seconds:.0f} s", lambda: _airflow_whole(platform))
+
+
+def kill_metadata_db(platform: SoakPlatform, fault: PlannedFault) -> Recovery:
+    from ingestctl.postgres_cluster import EmbeddedPostgres
+
+    postgres = EmbeddedPostgres()
+    seconds = float(fault.params["seconds"])
+    pid = postgres.status().pid
+
+    def kill() -> None:
+        if pid:
+            _kill(psutil.Process(pid))
+
+    _outage(kill, postgres.up, seconds)
+    return Recovery(
+        f"kill -9 PostgreSQL (pid {pid}), started again {seconds:.0f} s later",
+        lambda: _airflow_whole(platform),
+    )
+
+
+def _broker_whole(platform: SoakPlatform) -> str | None:
+    from ingest_core.topics import broker_problem
+
+    return broker_problem(platform.settings.kafka) or _always_on_whole(platform.settings)
+
+
+def stop_broker(platform: SoakPlatform, fault: PlannedFault) -> Recovery:
+    from ingestctl.kafka_broker import KafkaBroker
+
+    broker = KafkaBroker(platform.settings.kafka)
+    seconds = float(fault.params["seconds"])
+    _outage(lambda: broker.down(), broker.up, seconds)
+    return Recovery(f"stopped the broker for {seconds:.0f} s", lambda: _broker_whole(platform))
+
+
+def kill_broker(platform: SoakPlatform, fault: PlannedFault) -> Recovery:
+    from ingestctl.kafka_broker import KafkaBroker
+
+    broker = KafkaBroker(platform.settings.kafka)
+    seconds = float(fault.params["seconds"])
+    pid = broker.status().pid
+
+    def kill() -> None:
+        if pid:
+            _kill(psutil.Process(pid))
+
+    _outage(kill, broker.up, seconds)
+    return Recovery(
+        f"kill -9 the broker (pid {pid}), started again {seconds:.0f} s later",
+        lambda: _broker_whole(platform),
+    )
+
+
+def mark_task_failed(platform: SoakPlatform, fault: PlannedFault) -> Recovery:
+    def running_spark_task() -> tuple[str, str] | None:
+        for run in platform.medallion_runs():
+            if run.get("state") != "running":
+                continue
+            run_id = str(run["dag_run_id"])
+
+            def tasks(client: AirflowClient, r: str = run_id) -> list[dict[str, Any]]:
+                return client.task_instances(MEDALLION, r)
+
+            for ti in platform.api(tasks):
+                task = str(ti["task_id"])
+                if (
+                    task in SPARK_TASKS
+                    and ti["state"] == "running"
+                    and spark_submits(SPARK_TASKS[task])
+                ):
+                    return run_id, task
+        return None
+
+    run_id, task_id = _wait_for_target(running_spark_task, platform, 600)
+    since = datetime.now(UTC)
+    platform.api(
+        lambda c: c._call(
+            "PATCH",
+            f"/dags/{MEDALLION}/dagRuns/{run_id}/taskInstances/{task_id}",
+            json={"new_state": "failed"},
+        )
+    )
+    return Recovery(
+        f"marked {task_id} of {run_id} failed", _medallion_success_since(platform, since)
+    )
+
+
+def _run_ok(done: subprocess.CompletedProcess[str]) -> str | None:
+    text = done.stdout + done.stderr
+    if "Traceback" in text or done.returncode not in (0, 1):
+        return f"exit {done.returncode}: {text.strip().splitlines()[-1:] or ''}"
+    return None
+
+
+def gates_at_once(platform: SoakPlatform, fault: PlannedFault) -> Recovery:
+    command = [sys.executable, "-m", "spark_jobs.quality.gate", "validate", "--layer", "silver"]
+    gates = [
+        subprocess.Popen(
+            [*command, "--run-id", f"soak-{fault.number}-{n}", "--engine", "pandas"],
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+            text=True,
+        )
+        for n in range(3)
+    ]
+    outcomes = []
+    for gate in gates:
+        out, err = gate.communicate(timeout=900)
+        outcomes.append(_run_ok(subprocess.CompletedProcess(gate.args, gate.returncode, out, err)))
+    crashed = [o for o in outcomes if o]
+    return Recovery(
+        f"three Silver gates at once (exit codes {[g.returncode for g in gates]})",
+        lambda: "; ".join(crashed) or None,
+    )
+
+
+def backfill(platform: SoakPlatform, fault: PlannedFault) -> Recovery:
+    from ingestctl.airflow_runtime import run_cli
+
+    end = (datetime.now(UTC) - platform.stream_span / 3).replace(second=0, microsecond=0)
+    end -= timedelta(minutes=end.minute % 15)
+    start = end - timedelta(minutes=30)
+    since = datetime.now(UTC)
+    done = run_cli(
+        [
+            "backfill",
+            "create",
+            "--dag-id",
+            MEDALLION,
+            "--from-date",
+            start.isoformat(),
+            "--to-date",
+            end.isoformat(),
+        ],
+        check=False,
+    )
+    if done.returncode != 0:
+        text = (done.stdout + done.stderr).strip().splitlines()[-1:]
+        return Recovery(f"airflow backfill create failed: {text}", lambda: f"refused: {text}")
+
+    def check() -> str | None:
+        backfills = [
+            r
+            for r in platform.medallion_runs()
+            if r.get("run_type") == "backfill"
+            and r.get("run_after")
+            and datetime.fromisoformat(r["run_after"]) >= since - timedelta(hours=24)
+        ]
+        mine = [r for r in backfills if r.get("data_interval_start", "") >= start.isoformat()[:16]]
+        if not mine:
+            return "no backfill run yet"
+        open_ = [r for r in mine if r.get("state") not in ("success", "failed")]
+        failed = [r for r in mine if r.get("state") == "failed"]
+        if failed:
+            return f"backfill runs failed: {[r['dag_run_id'] for r in failed]}"
+        return f"{len(open_)} backfill runs not finished" if open_ else None
+
+    return Recovery(f"backfill {start:%H:%M}..{end:%H:%M} beside the scheduled runs", check)
+
+
+def checkpoint_backup(platform: SoakPlatform, fault: PlannedFault) -> Recovery:
+    job = fault.params["job"]
+    ingestctl = os.path.join(os.path.dirname(sys.executable), "ingestctl")
+    done = subprocess.run(
+        [ingestctl, "checkpoints", "backup", job], capture_output=True, text=True, timeout=600
+    )
+    problem = None if done.returncode == 0 else _run_ok(done) or f"exit {done.returncode}"
+    return Recovery(f"checkpoint backup of {job} while it runs", lambda: problem)
+
+
+def checkpoint_restore(platform: SoakPlatform, fault: PlannedFault) -> Recovery:
+    from ingest_core.checkpoints import list_backups
+
+    job = "bronze_ingest"
+    stop = platform.trigger("streaming_supervisor", {"action": "stop", "jobs": [job]})
+    stopped = platform.wait_for_run("streaming_supervisor", stop, 600)
+    backups = list_backups(job, platform.settings)
+    restored = "no backup"
+    if stopped == "success" and backups:
+        run = platform.trigger(
+            "checkpoint_restore", {"job": job, "backup_id": backups[0].backup_id}
+        )
+        restored = platform.wait_for_run("checkpoint_restore", run, 900)
+    start = platform.trigger("streaming_supervisor", {"action": "start", "jobs": [job]})
+    started = platform.wait_for_run("streaming_supervisor", start, 600)
+
+    def check() -> str | None:
+        if restored != "success":
+            return f"the restore ended {restored}"
+        return _always_on_whole(platform.settings)
+
+    return Recovery(
+        f"stopped {job} ({stopped}), restored {backups[0].backup_id if backups else '-'} "
+        f"({restored}), started ({started})",
+        check,
+    )
+
+
+def _triggered(platform: SoakPlatform, dag_id: str, conf: dict[str, Any] | None = None) -> Recovery:
+    run = platform.trigger(dag_id, conf)
+    state: dict[str, str] = {}
+
+    def wait() -> None:
+        with contextlib.suppress(Exception):
+            state["final"] = platform.wait_for_run(dag_id, run, 3600)
+
+    threading.Thread(target=wait, daemon=True).start()
+
+    def check() -> str | None:
+        if "final" not in state:
+            return f"{dag_id} run {run} not finished"
+        if state["final"] != "success":
+            return f"{dag_id} run {run} {state['final']}"
+        return _always_on_whole(platform.settings)
+
+    return Recovery(f"triggered {dag_id} ({run})", check)
+
+
+def table_maintenance(platform: SoakPlatform, fault: PlannedFault) -> Recovery:
+    return _triggered(platform, "table_maintenance")
+
+
+def layer_full_refresh(platform: SoakPlatform, fault: PlannedFault) -> Recovery:
+    wait_until(lambda: platform.active_medallion_run() is None, 900, 5, what="no medallion run")
+    return _triggered(platform, "layer_full_refresh", {"layer": "gold"})
+
+
+#: Fault kind -> injector.
+INJECTORS: dict[str, Callable[[SoakPlatform, PlannedFault], Recovery]] = {
+    "kill_always_on_driver": kill_always_on_driver,
+    "kill_scheduled_driver": kill_scheduled_driver,
+    "kill_airflow_component": kill_airflow_component,
+    "stop_metadata_db": stop_metadata_db,
+    "kill_metadata_db": kill_metadata_db,
+    "stop_broker": stop_broker,
+    "kill_broker": kill_broker,
+    "mark_task_failed": mark_task_failed,
+    "gates_at_once": gates_at_once,
+    "backfill": backfill,
+    "checkpoint_backup": checkpoint_backup,
+    "checkpoint_restore": checkpoint_restore,
+    "table_maintenance": table_maintenance,
+    "layer_full_refresh": layer_full_refresh,
+}

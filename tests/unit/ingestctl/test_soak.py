@@ -1,0 +1,232 @@
+"""The soak's pure parts: the seeded fault schedule, the soak's log, and the verdict's checks
+on small hand-made frames (each check must fail on the fault it names)."""
+
+from __future__ import annotations
+
+import json
+from datetime import UTC, datetime, timedelta
+from pathlib import Path
+
+import pandas as pd
+import pytest
+
+from ingestctl.soak import verdict
+from ingestctl.soak.plan import KINDS, KINDS_BY_NAME, parse_kinds, schedule
+from ingestctl.soak.runner import FaultOutcome, summarise
+from ingestctl.soak.stream import SoakLog, read_log, value_hash
+
+pytestmark = pytest.mark.unit
+
+
+def test_the_schedule_is_reproducible_covers_every_kind_and_stays_in_its_window() -> None:
+    first = schedule(7, 1200, 40, longest_outage_s=120, start_s=60)
+    assert first == schedule(7, 1200, 40, longest_outage_s=120, start_s=60)
+    assert first != schedule(8, 1200, 40, longest_outage_s=120, start_s=60)
+    assert {f.kind for f in first} == {k.name for k in KINDS}
+    times = [f.at_s for f in first]
+    assert times == sorted(times)
+    assert times[0] >= 60
+    assert times[-1] < 1260
+    for fault in first:
+        assert fault.params.get("seconds", 0) <= 120
+    drivers = [f.params["job"] for f in first if f.kind == "kill_always_on_driver"]
+    assert set(drivers) <= {"bronze_ingest", "payment_alerts", "payment_alerts_rt"}
+
+
+def test_kinds_are_parsed_and_an_unknown_one_is_refused() -> None:
+    assert parse_kinds(None) == KINDS
+    assert parse_kinds("stop_broker, backfill") == (
+        KINDS_BY_NAME["stop_broker"],
+        KINDS_BY_NAME["backfill"],
+    )
+    with pytest.raises(ValueError, match="unknown fault kinds \\['stop_brokr'\\]"):
+        parse_kinds("stop_brokr")
+    with pytest.raises(ValueError, match="positive"):
+        schedule(1, 0, 3)
+
+
+def test_the_log_reads_back_tags_and_acknowledgements(tmp_path: Path) -> None:
+    path = tmp_path / "sent.jsonl"
+    lines = [
+        {"sent": ["event", "payments", "e1", value_hash(b"{}")]},
+        {"sent": ["malformed:malformed_json", "payments", None, value_hash(b"{")]},
+        {"ack": ["payments", 0, 7, "event", "e1"]},
+    ]
+    path.write_text("".join(json.dumps(line) + "\n" for line in lines))
+    log = read_log(path)
+    assert log.tags == {value_hash(b"{}"): "event", value_hash(b"{"): "malformed:malformed_json"}
+    assert log.acknowledged == {("payments", 0, 7): ("event", "e1")}
+    assert read_log(tmp_path / "missing.jsonl") == SoakLog({}, {})
+
+
+def _records(*rows: tuple[str, int, int, bytes | None]) -> pd.DataFrame:
+    frame = pd.DataFrame(rows, columns=["topic", "partition", "offset", "value"])
+    return frame.assign(hash=[value_hash(v) for v in frame.value])
+
+
+def test_bronze_checks_find_a_lost_a_doubled_and_a_changed_record() -> None:
+    kafka = _records(("payments", 0, 0, b"a"), ("payments", 0, 1, b"b"), ("payments", 1, 0, b"c"))
+    log = SoakLog({}, {("payments", 0, 0): ("event", "x"), ("payments", 0, 1): ("event", "y")})
+    whole = verdict.bronze_checks(kafka, kafka.copy(), log)
+    assert all(c.ok for c in whole)
+    broken = _records(("payments", 0, 0, b"a"), ("payments", 0, 0, b"a"), ("payments", 1, 0, b"X"))
+    failures = {c.name: c.failures for c in verdict.bronze_checks(kafka, broken, log)}
+    assert failures["bronze: every acknowledged record is in Kafka and in Bronze"] == 1
+    assert failures["bronze: no record twice"] == 1
+    assert failures["bronze: every Kafka record landed"] == 1
+    assert failures["bronze: each record's bytes as Kafka holds them"] == 1
+
+
+def _event(event_id: str, event_type: str = "payment", **payload: object) -> bytes:
+    return json.dumps({"event_id": event_id, "event_type": event_type, **payload}).encode()
+
+
+def test_silver_checks_find_a_lost_event_a_duplicate_and_a_wrong_quarantine() -> None:
+    kafka = _records(
+        ("payments", 0, 0, _event("p1")),
+        ("payments", 0, 1, _event("p2")),
+        ("payments", 0, 2, _event("p2")),  # a copy (producer retry)
+        ("payments", 0, 3, b"{bad"),
+    ).assign(tag=["event", "event", "duplicate", "malformed:malformed_json"])
+    events = verdict.well_formed_events(kafka)
+    tables = {"payment": "silver_payments"}
+    malformed = kafka[kafka.tag.str.startswith("malformed:")]
+    quarantine = pd.DataFrame(
+        [("payments", 0, 3, "malformed_json")], columns=["topic", "partition", "offset", "reason"]
+    )
+    late = pd.DataFrame([("p2", "payment")], columns=["event_id", "event_type"])
+    silver = {"silver_payments": pd.DataFrame({"event_id": ["p1", "p2"]})}
+    # p2 on time and late: allowed, Kafka holds two copies of it.
+    assert all(
+        c.ok for c in verdict.silver_checks(events, silver, late, quarantine, malformed, tables)
+    )
+    lost = {"silver_payments": pd.DataFrame({"event_id": ["p2", "p2"]})}
+    wrong = quarantine.assign(reason="invalid_utf8")
+    failed = {
+        c.name: c.failures
+        for c in verdict.silver_checks(events, lost, late.iloc[:0], wrong, malformed, tables)
+    }
+    assert failed["silver: silver_payments holds each event id once"] == 1
+    assert failed["silver: every payment event in silver_payments or silver_late_events"] == 1
+    assert failed["silver: every malformed record quarantined with its reason"] == 1
+
+
+def _payments(*rows: tuple[str, str, str, float, str, str]) -> pd.DataFrame:
+    frame = pd.DataFrame(
+        rows, columns=["event_id", "event_time", "currency", "amount", "status", "method"]
+    )
+    return frame.assign(event_time=pd.to_datetime(frame.event_time).astype("datetime64[us]"))
+
+
+def test_payment_windows_by_hand_tumbling_sliding_and_success_rates() -> None:
+    payments = _payments(
+        ("a", "2026-01-01 10:01", "BRL", 10.0, "authorized", "card"),
+        ("b", "2026-01-01 10:04", "BRL", 5.5, "authorized", "card"),
+        ("c", "2026-01-01 10:06", "BRL", 1.0, "declined", "boleto"),
+        ("d", "2026-01-01 10:07", "BRL", 2.0, "authorized", "boleto"),
+    )
+    watermark = datetime(2026, 1, 1, 10, 10, tzinfo=UTC)
+    at = pd.Timestamp
+    assert verdict.expected_payment_totals(payments, 5, None, watermark) == {
+        (at("2026-01-01 10:00"), "BRL", 2, 15.5),
+        (at("2026-01-01 10:05"), "BRL", 1, 2.0),
+    }
+    # 10-minute windows every 5: those that end by 10:10 are final (not 10:05-10:15).
+    assert verdict.expected_payment_totals(payments, 10, 5, watermark) == {
+        (at("2026-01-01 09:55"), "BRL", 2, 15.5),
+        (at("2026-01-01 10:00"), "BRL", 3, 17.5),
+    }
+    assert verdict.expected_success_rates(payments, 15, watermark) == set()
+    later = datetime(2026, 1, 1, 10, 15, tzinfo=UTC)
+    assert verdict.expected_success_rates(payments, 15, later) == {
+        (at("2026-01-01 10:00"), "card", 2, 2),
+        (at("2026-01-01 10:00"), "boleto", 2, 1),
+    }
+    gold = pd.DataFrame(
+        {
+            "window_start": ["2026-01-01T10:00:00Z", "2026-01-01T10:05:00Z"],
+            "window_end": ["2026-01-01T10:05:00Z", "2026-01-01T10:10:00Z"],
+            "currency": ["BRL", "BRL"],
+            "payment_count": [2, 1],
+            "amount_total": [15.5, 2.5],
+        }
+    )
+    check = verdict.compare(
+        "t",
+        verdict.expected_payment_totals(payments, 5, None, watermark),
+        verdict.actual_payment_totals(gold, watermark),
+    )
+    assert check.failures == 2  # one window differs: missing the right one, an extra wrong one
+
+
+def test_sessions_by_hand_split_after_the_gap_and_join_at_exactly_the_gap() -> None:
+    activity = pd.DataFrame(
+        {
+            "customer_id": ["c1", "c1", "c1", "c2"],
+            "activity": ["page_view", "checkout", "page_view", "page_view"],
+            "event_time": pd.to_datetime(
+                ["2026-01-01 10:00", "2026-01-01 10:10", "2026-01-01 10:21", "2026-01-01 10:00"]
+            ).astype("datetime64[us]"),
+        }
+    )
+    gap = timedelta(minutes=10)
+    at = pd.Timestamp
+    assert verdict.expected_sessions(activity, gap, datetime(2026, 1, 1, 10, 40, tzinfo=UTC)) == {
+        ("c1", at("2026-01-01 10:00"), at("2026-01-01 10:20"), 2, True),
+        ("c1", at("2026-01-01 10:21"), at("2026-01-01 10:31"), 1, False),
+        ("c2", at("2026-01-01 10:00"), at("2026-01-01 10:10"), 1, False),
+    }
+
+
+def test_alerts_and_reconciliation_checks() -> None:
+    payments = pd.DataFrame({"event_id": ["big", "small"], "amount": [9000.0, 5.0]})
+    alerts = pd.DataFrame(
+        {"alert_id": ["a1", "a1"], "rule": ["amount_above_threshold"] * 2, "event_id": ["big"] * 2}
+    )
+    failed = {c.name: c.failures for c in verdict.alert_checks(payments, alerts, 5000)}
+    assert failed == {
+        "alerts: every payment above the threshold alerted": 0,
+        "alerts: every alert landed once": 1,
+    }
+    missing = verdict.alert_checks(payments, alerts.iloc[:0], 5000)
+    assert missing[0].failures == 1
+    counts = pd.DataFrame(
+        {
+            "batch_id": [1, 2],
+            "read": [10, 10],
+            "written": [7, 7],
+            "quarantined": [1, 1],
+            "duplicates": [1, 1],
+            "late": [1, 0],
+        }
+    )
+    assert verdict.reconciliation_check(counts).failures == 1
+
+
+def test_the_summary_counts_recoveries_per_kind_and_fails_on_any_failed_check() -> None:
+    outcomes = [
+        FaultOutcome(
+            1, "stop_broker", "stop_broker (30 s)", 10, True, recovered=True, recovery_s=40
+        ),
+        FaultOutcome(
+            2, "stop_broker", "stop_broker (20 s)", 20, True, recovered=True, recovery_s=20
+        ),
+        FaultOutcome(3, "backfill", "backfill", 30, True, recovered=False, still_wrong="failed"),
+        FaultOutcome(4, "backfill", "backfill", 40, False),
+    ]
+    ok = verdict.Check("x", 0, 5, "lost")
+    by_kind, totals = summarise(outcomes, [ok])
+    assert by_kind["stop_broker"] == {
+        "planned": 2,
+        "injected": 2,
+        "recovered": 2,
+        "human": [],
+        "recovery_p50_s": 30.0,
+        "recovery_max_s": 40,
+    }
+    assert by_kind["backfill"]["human"] == ["#3: failed"]
+    assert totals["passed"] is False  # a fault needed a human
+    _, totals = summarise(outcomes[:2], [ok, verdict.Check("y", 2, 5, "duplicated")])
+    assert (totals["duplicated"], totals["passed"]) == (2, False)
+    _, totals = summarise(outcomes[:2], [ok])
+    assert totals["passed"] is True

@@ -8,7 +8,8 @@ The Spark-side writers are in :mod:`spark_jobs.delta_io`. Imports neither pyspar
 from __future__ import annotations
 
 import json
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -28,6 +29,116 @@ def delta_version(path: Path | str) -> int | None:
     log = Path(path) / "_delta_log"
     versions = [int(p.stem) for p in log.glob("*.json") if p.stem.isdigit()] if log.is_dir() else []
     return max(versions) if versions else None
+
+
+#: Delta operations that change no row: compaction, vacuum, table properties and other
+#: metadata (Delta's and delta-rs's ``commitInfo.operation`` names). Any other operation
+#: counts as a data change unless its metrics say it touched no row.
+MAINTENANCE_OPERATIONS = frozenset(
+    {
+        "OPTIMIZE",
+        "VACUUM START",
+        "VACUUM END",
+        "SET TBLPROPERTIES",
+        "UNSET TBLPROPERTIES",
+        "REORG",
+        "UPGRADE PROTOCOL",
+        "ADD CONSTRAINT",
+        "DROP CONSTRAINT",
+    }
+)
+#: Row counts of a commit's ``operationMetrics`` (Spark's names, then delta-rs's).
+ROW_METRICS = (
+    "numOutputRows",
+    "numDeletedRows",
+    "numUpdatedRows",
+    "numTargetRowsInserted",
+    "numTargetRowsUpdated",
+    "numTargetRowsDeleted",
+    "num_added_rows",
+    "num_deleted_rows",
+    "num_updated_rows",
+    "num_target_rows_inserted",
+    "num_target_rows_updated",
+    "num_target_rows_deleted",
+)
+#: Operations that may commit without touching a row (an empty micro-batch, a MERGE or
+#: DELETE that matched nothing); a WRITE only in append mode (an empty overwrite truncates).
+_MAY_TOUCH_NO_ROW = frozenset({"WRITE", "STREAMING UPDATE", "MERGE", "DELETE", "UPDATE"})
+
+
+def changes_data(info: Mapping[str, Any]) -> bool:
+    """Whether a Delta commit (its ``commitInfo``, as delta-rs's ``history()`` returns it)
+    changed the table's rows: not a maintenance or metadata operation
+    (:data:`MAINTENANCE_OPERATIONS`), and not a commit whose row metrics are all zero (an
+    empty streaming batch, an append of nothing, a MERGE or DELETE that matched no row). An
+    operation this does not know counts as a change (a needless run, never a missed one)."""
+    operation = str(info.get("operation") or "").upper()
+    if operation in MAINTENANCE_OPERATIONS:
+        return False
+    metrics = info.get("operationMetrics") or {}
+    rows = [int(metrics[key]) for key in ROW_METRICS if key in metrics]
+    if operation in _MAY_TOUCH_NO_ROW and rows and not any(rows):
+        mode = str((info.get("operationParameters") or {}).get("mode", "")).strip('"').lower()
+        return operation == "WRITE" and mode not in ("append", "")
+    return True
+
+
+@dataclass(frozen=True)
+class DataCommit:
+    """The newest commit of a table that changed its rows (:func:`changes_data`).
+
+    :param version: its Delta version; when log retention removed every data commit, the
+        version before the oldest commit left (no data changed since).
+    :param timestamp_ms: its commit time (epoch milliseconds); None when it was removed.
+    :param operation: ``WRITE``, ``STREAMING UPDATE``, ``MERGE``...; None when removed.
+    :param rows: rows it added (``numOutputRows``/``num_added_rows``...), when recorded.
+    """
+
+    version: int
+    timestamp_ms: int | None
+    operation: str | None
+    rows: int | None
+
+
+def last_data_commit(path: Path | str) -> DataCommit | None:
+    """The newest commit of the Delta table at ``path`` that changed its rows, read with
+    delta-rs (commit infos only, not the file list); None when there is no table.
+
+    Maintenance (``table_maintenance``'s OPTIMIZE, VACUUM, table properties) and empty
+    batches change no row: the scheduled jobs' input check, the gates' pending increments and
+    the Streaming page's freshness all ask this instead of the newest version.
+    """
+    from deltalake import DeltaTable
+
+    if not table_exists(path):
+        return None
+    table = DeltaTable(str(path), without_files=True)
+    oldest: int | None = None
+    for limit in (50, None):
+        history = table.history(limit) if limit else table.history()
+        for info in history:  # newest first
+            if "version" not in info:
+                continue
+            oldest = int(info["version"]) if oldest is None else min(oldest, int(info["version"]))
+            if changes_data(info):
+                metrics = info.get("operationMetrics") or {}
+                added = metrics.get("numOutputRows", metrics.get("num_added_rows"))
+                return DataCommit(
+                    int(info["version"]),
+                    int(info["timestamp"]) if info.get("timestamp") is not None else None,
+                    str(info.get("operation")),
+                    int(added) if added is not None else None,
+                )
+        if limit and len(history) < limit:
+            break
+    return DataCommit((oldest or 0) - 1, None, None, None)
+
+
+def last_data_version(path: Path | str) -> int | None:
+    """:attr:`DataCommit.version` of :func:`last_data_commit`; None when there is no table."""
+    commit = last_data_commit(path)
+    return None if commit is None else commit.version
 
 
 def read_pandas(path: Path | str) -> pd.DataFrame:

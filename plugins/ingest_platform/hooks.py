@@ -71,8 +71,10 @@ LAUNCHER_DATABASE = "sqlite://"
 def inputs_snapshot(
     job: str, inputs: Sequence[str], input_jobs: Sequence[str] = ()
 ) -> dict[str, Any]:
-    """What a scheduled job's run depends on, cheaply read without Spark: the Delta version
-    of each input table, the newest committed batch of each of the job's checkpoint folders
+    """What a scheduled job's run depends on, cheaply read without Spark: the newest Delta
+    version of each input table that changed its rows (:func:`ingest_core.delta_tables.
+    last_data_commit`: maintenance's OPTIMIZE, VACUUM and property commits and empty batches
+    give a job nothing to do), the newest committed batch of each of the job's checkpoint folders
     (a restore or reset changes it), and for ``silver_refine`` the landing files (name,
     size, modification time) it loads customers from.
 
@@ -83,12 +85,12 @@ def inputs_snapshot(
     """
     from ingest_core.catalog import get_catalog
     from ingest_core.checkpoint_health import query_dirs
-    from ingest_core.delta_tables import delta_version, last_committed_batch
+    from ingest_core.delta_tables import last_committed_batch, last_data_version
     from ingest_core.settings import get_settings
 
     settings, catalog = get_settings(), get_catalog()
     snapshot: dict[str, Any] = {
-        "tables": {t: delta_version(catalog.table(t).path(settings)) for t in inputs}
+        "tables": {t: last_data_version(catalog.table(t).path(settings)) for t in inputs}
     }
     if job in catalog.jobs:
         folders = query_dirs(catalog.job(job).checkpoint(settings))

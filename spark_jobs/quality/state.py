@@ -14,7 +14,7 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
 from ingest_core.catalog import get_catalog
-from ingest_core.delta_tables import delta_version, read_pandas, table_exists
+from ingest_core.delta_tables import last_data_version, read_pandas, table_exists
 from ingest_core.settings import PlatformSettings, get_settings
 from spark_jobs.quality.suites import layer_rules
 
@@ -66,7 +66,10 @@ def validated_through(results: pd.DataFrame, table: str) -> int:
 
 
 def pending(layer: str, settings: PlatformSettings | None = None) -> list[Increment]:
-    """The increments of ``layer``'s gated tables that no cleared gate has covered.
+    """The increments of ``layer``'s gated tables that no cleared gate has covered, up to
+    each table's newest commit that changed rows: versions of maintenance alone (OPTIMIZE,
+    VACUUM, table properties) or of empty batches are nothing to validate
+    (:func:`ingest_core.delta_tables.last_data_commit`).
 
     :raises ValueError: ``layer`` has no gate.
     """
@@ -75,7 +78,7 @@ def pending(layer: str, settings: PlatformSettings | None = None) -> list[Increm
     catalog = get_catalog()
     increments = []
     for rules in layer_rules(layer):
-        current = delta_version(catalog.table(rules.table).path(settings))
+        current = last_data_version(catalog.table(rules.table).path(settings))
         done = validated_through(results, rules.table)
         if current is not None and current > done:
             increments.append(Increment(rules.table, done + 1, current))

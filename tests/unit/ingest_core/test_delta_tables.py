@@ -1,0 +1,93 @@
+"""Which Delta commits change data (issue 51): maintenance (OPTIMIZE, VACUUM, table
+properties) and empty batches do not, so they neither start a scheduled job's Spark nor make
+a gate's increment. On real tables written and maintained with delta-rs, and on the commit
+infos Spark writes."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pyarrow as pa
+import pytest
+from deltalake import DeltaTable, write_deltalake
+
+from ingest_core.catalog import get_catalog
+from ingest_core.delta_tables import changes_data, delta_version, last_data_commit
+
+pytestmark = pytest.mark.unit
+
+ROWS = pa.table({"event_id": ["a", "b"], "n": [1, 2]})
+
+
+def _maintain(path: Path) -> None:
+    """What table_maintenance commits: compaction, vacuum, a table property."""
+    DeltaTable(str(path)).optimize.compact()
+    DeltaTable(str(path)).vacuum(retention_hours=0, enforce_retention_duration=False, dry_run=False)
+    DeltaTable(str(path)).alter.set_table_properties(
+        {"delta.logRetentionDuration": "interval 30 days"}
+    )
+
+
+def test_maintenance_and_empty_appends_are_not_data(tmp_path: Path) -> None:
+    path = tmp_path / "t"
+    assert last_data_commit(path) is None
+    write_deltalake(str(path), ROWS)
+    write_deltalake(str(path), ROWS, mode="append")
+    _maintain(path)
+    write_deltalake(str(path), ROWS.slice(0, 0), mode="append")  # an empty batch
+    assert delta_version(path) == 6
+    commit = last_data_commit(path)
+    assert commit is not None
+    assert (commit.version, commit.operation, commit.rows) == (1, "WRITE", 2)
+    write_deltalake(str(path), ROWS.slice(0, 1), mode="append")
+    assert last_data_commit(path).version == 7  # type: ignore[union-attr]
+
+
+def test_spark_commit_infos() -> None:
+    def info(operation: str, mode: str | None = None, **metrics: str) -> dict:
+        return {
+            "operation": operation,
+            "operationParameters": {"mode": f'"{mode}"'} if mode else {},
+            "operationMetrics": metrics,
+        }
+
+    assert changes_data(info("STREAMING UPDATE", numOutputRows="5"))
+    assert not changes_data(info("STREAMING UPDATE", numOutputRows="0"))
+    assert not changes_data(info("WRITE", "Append", numOutputRows="0", numFiles="0"))
+    assert changes_data(
+        info("WRITE", "Overwrite", numOutputRows="0")
+    )  # an empty overwrite truncates
+    assert not changes_data(
+        info("MERGE", numTargetRowsInserted="0", numTargetRowsUpdated="0", numTargetRowsDeleted="0")
+    )
+    assert changes_data(info("MERGE", numTargetRowsInserted="0", numTargetRowsUpdated="3"))
+    assert changes_data(info("DELETE", numDeletedRows="4"))
+    assert not changes_data(info("OPTIMIZE", numAddedFiles="1", numRemovedFiles="9"))
+    assert not changes_data(info("VACUUM END"))
+    assert not changes_data(info("SET TBLPROPERTIES"))
+    assert changes_data(info("RESTORE"))  # unknown here: counted as a change
+    assert changes_data(info("CREATE TABLE AS SELECT"))
+
+
+def test_the_inputs_check_and_the_gates_ignore_maintenance(ingest_home: Path) -> None:
+    """A scheduled job's inputs snapshot and a gate's pending increment stay as they were
+    after maintenance commits, and move with the next data commit."""
+    from ingest_platform.hooks import inputs_snapshot
+    from spark_jobs.quality.state import pending
+
+    bronze = get_catalog().table("bronze_events").path()
+    payments = get_catalog().table("silver_payments").path()
+    for path in (bronze, payments):
+        write_deltalake(str(path), ROWS)
+    before = inputs_snapshot("silver_refine", ["bronze_events"])
+    gated = {inc.table: (inc.from_version, inc.to_version) for inc in pending("silver")}
+    assert gated["silver_payments"] == (0, 0)
+    for path in (bronze, payments):
+        _maintain(path)
+    assert inputs_snapshot("silver_refine", ["bronze_events"]) == before
+    assert {inc.table: (inc.from_version, inc.to_version) for inc in pending("silver")} == gated
+    for path in (bronze, payments):
+        write_deltalake(str(path), ROWS, mode="append")
+    assert inputs_snapshot("silver_refine", ["bronze_events"]) != before
+    moved = {inc.table: (inc.from_version, inc.to_version) for inc in pending("silver")}
+    assert moved["silver_payments"] == (0, delta_version(payments))

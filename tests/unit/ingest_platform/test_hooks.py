@@ -271,9 +271,10 @@ def test_run_recovers_submits_backs_up_and_skips_unchanged_inputs(home, monkeypa
 
     monkeypatch.setattr(checkpoints, "backup", backup)
     monkeypatch.setattr(PlatformJobHook, "submit", lambda self: calls.append("submit"))
-    log = get_catalog().table("bronze_events").path() / "_delta_log"
-    log.mkdir(parents=True)
-    (log / f"{0:020d}.json").write_text("{}")
+    import pyarrow as pa
+    from deltalake import write_deltalake
+
+    write_deltalake(str(get_catalog().table("bronze_events").path()), pa.table({"n": [1]}))
     hook = PlatformJobHook("silver_refine", inputs=["bronze_events"])
     assert hook.run() is True
     assert calls == ["recover silver_refine", "submit", "backup silver_refine"]

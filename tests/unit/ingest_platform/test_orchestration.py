@@ -296,13 +296,15 @@ def test_inputs_snapshot_changes_with_a_new_delta_version_or_checkpoint_batch(
     monkeypatch.setenv("INGEST_HOME", str(tmp_path))
     get_settings.cache_clear()
     try:
-        log = get_catalog().table("bronze_events").path() / "_delta_log"
-        log.mkdir(parents=True)
-        (log / f"{0:020d}.json").write_text("{}")
+        import pyarrow as pa
+        from deltalake import write_deltalake
+
+        bronze = str(get_catalog().table("bronze_events").path())
+        write_deltalake(bronze, pa.table({"n": [1]}))
         first = inputs_snapshot("silver_refine", ["bronze_events"])
         assert first["tables"] == {"bronze_events": 0}
         assert inputs_snapshot("silver_refine", ["bronze_events"]) == first
-        (log / f"{1:020d}.json").write_text("{}")  # Bronze got a commit
+        write_deltalake(bronze, pa.table({"n": [2]}), mode="append")  # Bronze got a commit
         second = inputs_snapshot("silver_refine", ["bronze_events"])
         assert second != first
         commits = get_catalog().job("silver_refine").checkpoint() / "commits"

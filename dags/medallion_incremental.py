@@ -5,7 +5,7 @@ Every 15 minutes (a real 15-minute data interval), refine what Bronze received i
 and Silver into Gold with **AvailableNow** Spark jobs, with a **Great Expectations gate**
 after each layer. `choose_path` sends each run down one of two paths:
 
-* **incremental** (scheduled runs; manual runs of the current interval):
+* **incremental** (scheduled runs; manual runs of the current interval): `incremental_path` →
   `refine_silver` → `gate_silver` → `aggregate_gold` → `gate_gold` → `correct_late` →
   `publish_assets`. The AvailableNow jobs process whatever arrived, whatever the interval.
 * **backfill** (`airflow backfill create`, the UI's backfill form, and manual runs of an
@@ -18,9 +18,11 @@ Every task that writes or gates Gold runs in the `gold_layer` pool (one slot), s
 runs (which have their own `max_active_runs`) and scheduled runs never write Gold at once;
 `refine_silver` runs in the `silver_layer` pool.
 
-* A Spark task whose input tables have no new Delta version since its last successful run
-  does not start Spark ("inputs unchanged"), and a gate with nothing pending passes
-  without Spark: a cycle with no new data costs no JVM.
+* A Spark task whose input tables have no new data since its last successful run does not
+  start Spark and shows as **skipped** ("inputs unchanged"; maintenance commits are not new
+  data), and a gate with nothing pending passes without Spark: a cycle with no new data
+  costs no JVM. The steps after it still run (they depend on `incremental_path` too, with
+  the trigger rule `none_failed_min_one_success`): each decides from its own inputs.
 * Spark tasks run `spark-submit` on the `spark_default` connection (`local[*]` embedded;
   point it at `spark://host:7077` to run on a cluster).
 * A gate validates only the Delta versions its layer produced since the last gate that
@@ -45,6 +47,8 @@ from ingest_platform.operators import LayerGateOperator, SparkJobOperator
 from ingest_platform.orchestration import GOLD_POOL, SILVER_POOL
 
 AVAILABLE_NOW = ["--trigger", "available-now"]
+#: Trigger rule of the incremental steps after the first (see ``incremental_path``).
+AFTER_A_STEP = "none_failed_min_one_success"
 INTERVAL = timedelta(minutes=15)
 #: The run's data interval, as the gold_backfill job reads it (ISO 8601 with offset).
 DATA_INTERVAL = [
@@ -98,7 +102,12 @@ with DAG(
             f"{context.get('data_interval_start')} .. {context.get('data_interval_end')}: "
             f"{path} path"
         )
-        return "recompute_gold" if path == "backfill" else "refine_silver"
+        return "recompute_gold" if path == "backfill" else "incremental_path"
+
+    # The branch's marker for the incremental steps: a step runs when its predecessor
+    # succeeded or was skipped for unchanged inputs, and never on the backfill path (where
+    # this marker is skipped too); a failure upstream still stops it.
+    incremental_path = EmptyOperator(task_id="incremental_path")
 
     refine_silver = SparkJobOperator(
         task_id="refine_silver",
@@ -109,7 +118,11 @@ with DAG(
     )
     # A failed gate is a data problem, not a flaky task: no retry.
     gate_silver = LayerGateOperator(
-        task_id="gate_silver", layer="silver", retries=0, outlets=_assets("silver")
+        task_id="gate_silver",
+        layer="silver",
+        retries=0,
+        outlets=_assets("silver"),
+        trigger_rule=AFTER_A_STEP,
     )
     aggregate_gold = SparkJobOperator(
         task_id="aggregate_gold",
@@ -117,8 +130,11 @@ with DAG(
         job_args=AVAILABLE_NOW,
         pool=GOLD_POOL,
         inputs=_new_data("gold_aggregate"),
+        trigger_rule=AFTER_A_STEP,
     )
-    gate_gold = LayerGateOperator(task_id="gate_gold", layer="gold", retries=0, pool=GOLD_POOL)
+    gate_gold = LayerGateOperator(
+        task_id="gate_gold", layer="gold", retries=0, pool=GOLD_POOL, trigger_rule=AFTER_A_STEP
+    )
     correct_late = SparkJobOperator(
         task_id="correct_late",
         job="late_corrections",
@@ -126,6 +142,7 @@ with DAG(
         # Gold's watermark moves with gold_aggregate's batches; Gold itself is its output.
         inputs=_new_data("late_corrections"),
         input_jobs=["gold_aggregate"],
+        trigger_rule=AFTER_A_STEP,
     )
     recompute_gold = SparkJobOperator(
         task_id="recompute_gold", job="gold_backfill", job_args=DATA_INTERVAL, pool=GOLD_POOL
@@ -140,6 +157,8 @@ with DAG(
     )
 
     route = choose_path()
-    route >> refine_silver >> gate_silver >> aggregate_gold >> gate_gold >> correct_late
+    route >> incremental_path >> refine_silver >> gate_silver >> aggregate_gold >> gate_gold
+    gate_gold >> correct_late
+    incremental_path >> [gate_silver, aggregate_gold, gate_gold, correct_late, publish_assets]
     route >> recompute_gold >> gate_backfill
     [correct_late, gate_backfill] >> publish_assets

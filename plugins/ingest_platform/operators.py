@@ -138,8 +138,10 @@ class SparkJobOperator(SparkSubmitOperator):
         ``["--trigger", "available-now"]``.
     :param inputs: catalog tables the job reads. When given, the task does not start Spark
         if :func:`inputs_snapshot` equals the one taken at the start of the job's last
-        successful run (nothing was committed since: an AvailableNow run would find
-        nothing), and logs "inputs unchanged". The empty 15-minute cycle then costs no JVM.
+        successful run (no data was committed since: an AvailableNow run would find
+        nothing), and ends *skipped* ("inputs unchanged"). The empty 15-minute cycle then
+        costs no JVM. Downstream tasks that must still run use a trigger rule that accepts a
+        skipped upstream (``medallion_incremental``).
         Never list a table the job writes itself: its own commit would count as new input.
     :param input_jobs: jobs whose checkpoint progress counts as input (see
         :func:`inputs_snapshot`).
@@ -248,11 +250,19 @@ class SparkJobOperator(SparkSubmitOperator):
         :func:`ingest_core.recovery.recover` repairs crash leftovers (logged, audited);
         after a successful run, a verified backup is taken and retention applied.
 
+        :raises airflow.sdk.exceptions.AirflowSkipException: its inputs are unchanged since
+            its last successful run (``inputs``): the task shows as skipped, Spark not started.
         :raises airflow.sdk.exceptions.AirflowException: spark-submit failed, or the task
             was killed (:meth:`on_kill`).
         """
+        from airflow.sdk.exceptions import AirflowSkipException
+
         self._job_hook = self.get_hook()
-        self._job_hook.run()
+        if not self._job_hook.run():
+            raise AirflowSkipException(
+                f"{self.job}: no new data in {self.inputs} since its last successful run: "
+                "skipped, Spark not started"
+            )
 
     def on_kill(self) -> None:
         """Stop the running spark-submit and its driver, which frees the job's checkpoint

@@ -211,6 +211,20 @@ def test_olist_end_to_end_equals_pandas_and_a_rerun_changes_nothing(
     ]
     assert sum("inputs unchanged" in line for line in skipped) == 3, skipped
     assert platform.versions() == before
+    # Airflow's own state: the three Spark tasks skipped, the steps after each still ran.
+    output = (second.stdout + second.stderr).splitlines()
+    finished = next(line for line in output if "DagRun Finished" in line)
+    run_id = finished.split("run_id=")[1].split(",")[0].strip()
+    states = platform.airflow(
+        "tasks", "states-for-dag-run", "medallion_incremental", run_id, "-o", "json"
+    )
+    by_task = {t["task_id"]: t["state"] for t in json.loads(states.stdout)}
+    assert {t: by_task[t] for t in ("refine_silver", "aggregate_gold", "correct_late")} == {
+        "refine_silver": "skipped",
+        "aggregate_gold": "skipped",
+        "correct_late": "skipped",
+    }
+    assert {by_task[t] for t in ("gate_silver", "gate_gold", "publish_assets")} == {"success"}
 
 
 def _payment(event_id: str, when: str, amount: float) -> dict:

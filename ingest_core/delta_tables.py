@@ -149,11 +149,12 @@ def read_pandas(path: Path | str) -> pd.DataFrame:
     Reading through delta-rs' own scanner sometimes aborts the process at interpreter exit
     ("terminate called without an active exception", exit 134; delta-io/delta-rs#2184), after
     the work is done, which an operator's script would see as a crash. Listing files does
-    not. Valid for unpartitioned tables without deletion vectors or column mapping (the
-    platform's tables are created with Delta's defaults, which have neither).
+    not. A partitioned table is read through the pyarrow dataset delta-rs describes (its
+    files with their partition values; pyarrow reads them). Valid for tables without
+    deletion vectors or column mapping (the platform's tables are created with Delta's
+    defaults, which have neither).
 
     :raises deltalake.exceptions.TableNotFoundError: no table at ``path``.
-    :raises ValueError: the table is partitioned (partition values are not in the files).
     """
     import pandas as pd
     import pyarrow.parquet as pq
@@ -161,7 +162,7 @@ def read_pandas(path: Path | str) -> pd.DataFrame:
 
     table = DeltaTable(str(path))
     if table.metadata().partition_columns:
-        raise ValueError(f"read_pandas reads unpartitioned tables; {path} is partitioned")
+        return table.to_pyarrow_dataset().to_table().to_pandas()
     files = [uri.removeprefix("file://") for uri in table.file_uris()]
     del table
     return pq.read_table(files).to_pandas() if files else pd.DataFrame()

@@ -124,13 +124,15 @@ def free_port() -> int:
 
 def soak_environment(home: Path) -> dict[str, str]:
     """The soak's platform settings: its own home, broker ports and Airflow log ports, so
-    that it runs beside a demo without touching it."""
+    that it runs beside a demo without touching it; an alert threshold its stream reaches."""
     return {
         "INGEST_HOME": str(home),
         "INGEST_KAFKA__PORT": str(free_port()),
         "INGEST_KAFKA__CONTROLLER_PORT": str(free_port()),
         "AIRFLOW__LOGGING__WORKER_LOG_SERVER_PORT": str(free_port()),
         "AIRFLOW__LOGGING__TRIGGER_LOG_SERVER_PORT": str(free_port()),
+        # The generated payments are 70-2,500 (BRL): about 1 in 20 above 2,000 is alerted.
+        "INGEST_ALERTS__AMOUNT_THRESHOLD": "2000",
     }
 
 

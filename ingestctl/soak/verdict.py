@@ -428,19 +428,38 @@ def alert_checks(payments: pd.DataFrame, alerts: pd.DataFrame, threshold: float)
     ]
 
 
-def reconciliation_check(reconciliation: pd.DataFrame) -> Check:
-    """``silver_reconciliation``: read = written + quarantined + duplicates + late per batch."""
+def reconciliation_check(reconciliation: pd.DataFrame, bronze_rows: int) -> list[Check]:
+    """``silver_reconciliation``: per batch, records read = written + quarantined +
+    duplicates + late; and the newest Silver query (a refresh starts a new one) read every
+    Bronze record once."""
     if reconciliation.empty:
-        return Check("silver: reconciliation balanced", 0, 0)
+        return [Check("silver: reconciliation balanced", 0, 0)]
     frame = reconciliation.fillna(0)
-    accounted = frame.written + frame.quarantined + frame.duplicates + frame.late
-    bad = frame[accounted != frame.read]
-    return _check(
-        "silver: reconciliation balanced",
-        [f"batch {r.batch_id}: read {r.read}" for r in bad.itertuples()],
-        len(frame),
-        "other",
+    accounted = (
+        frame.records_written
+        + frame.records_quarantined
+        + frame.duplicates_dropped
+        + frame.late_events
     )
+    bad = frame[accounted != frame.records_read]
+    newest = frame.sort_values("batch_time").query_id.iloc[-1]
+    read = int(frame[frame.query_id == newest].records_read.sum())
+    return [
+        _check(
+            "silver: reconciliation balanced",
+            [f"batch {r.batch_id}: read {r.records_read}" for r in bad.itertuples()],
+            len(frame),
+            "other",
+        ),
+        _check(
+            "silver: every Bronze record read once",
+            [f"Silver read {read} records, Bronze holds {bronze_rows}"]
+            if read != bronze_rows
+            else [],
+            bronze_rows,
+            "other",
+        ),
+    ]
 
 
 # --- reading the platform (services) -------------------------------------------------------
@@ -561,7 +580,9 @@ def judge_data(settings: PlatformSettings, log: SoakLog) -> DataVerdict:
         quarantine = quarantine.assign(topic=quarantine["topic"].str.removeprefix(prefix))
     malformed = kafka[kafka.tag.str.startswith("malformed:")]
     verdict.checks += silver_checks(events, silver, late, quarantine, malformed, tables)
-    verdict.checks.append(reconciliation_check(read_table(settings, "silver_reconciliation")))
+    verdict.checks += reconciliation_check(
+        read_table(settings, "silver_reconciliation"), len(bronze)
+    )
 
     payments = unique_events(events, ("payment",))
     for table, minutes, slide in (

@@ -192,15 +192,19 @@ def test_alerts_and_reconciliation_checks() -> None:
     assert missing[0].failures == 1
     counts = pd.DataFrame(
         {
+            "query_id": ["q", "q"],
             "batch_id": [1, 2],
-            "read": [10, 10],
-            "written": [7, 7],
-            "quarantined": [1, 1],
-            "duplicates": [1, 1],
-            "late": [1, 0],
+            "batch_time": pd.to_datetime(["2026-01-01 10:00", "2026-01-01 10:01"]),
+            "records_read": [10, 10],
+            "records_written": [7, 7],
+            "records_quarantined": [1, 1],
+            "duplicates_dropped": [1, 1],
+            "late_events": [1, 0],
         }
     )
-    assert verdict.reconciliation_check(counts).failures == 1
+    balanced, read_once = verdict.reconciliation_check(counts, 20)
+    assert (balanced.failures, read_once.failures) == (1, 0)
+    assert verdict.reconciliation_check(counts, 21)[1].failures == 1
 
 
 def test_the_summary_counts_recoveries_per_kind_and_fails_on_any_failed_check() -> None:

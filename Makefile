@@ -41,7 +41,7 @@ export UV_COMPILE_BYTECODE := 1
 
 .PHONY: help setup prereqs jars browser demo demo-down test lint typecheck unit integration clean-kafka \
         kafka-up kafka-down kafka-status postgres-up postgres-down postgres-status clean-data \
-        bench docs
+        bench docs soak
 
 help: ## List the targets
 	@grep -E '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | awk -F':.*## ' '{printf "  make %-14s %s\n", $$1, $$2}'
@@ -124,6 +124,10 @@ postgres-status: $(VENV_STAMP) ## Is the embedded PostgreSQL running?
 ARGS ?=
 bench: setup ## Benchmarks: small (<10 min); ARGS=--full for 1M events and the demo's memory
 	-$(BIN)/python -m bench $(ARGS)
+
+# The soak (docs/soak.md): about 30 minutes by default; exits 1 when its verdict fails.
+soak: setup ## The platform under seeded faults, judged (ARGS=--minutes 120 --faults 200; docs/soak.md)
+	$(BIN)/ingestctl soak $(ARGS)
 
 docs: $(VENV_STAMP) ## Build the documentation (docs/, mkdocs.yml) into build/site, strict
 	$(BIN)/mkdocs build --strict --site-dir build/site

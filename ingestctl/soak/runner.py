@@ -413,6 +413,16 @@ class Soak:
             Check("no task left running", len(tasks), 0, "orphan", tuple(tasks[:5])),
         ]
 
+    @staticmethod
+    def restore_environment(saved: dict[str, str]) -> None:
+        """Give this process its environment back (the soak's home and ports were set on it
+        for the platform it started)."""
+        from ingest_core.settings import get_settings
+
+        os.environ.clear()
+        os.environ.update(saved)
+        get_settings.cache_clear()
+
     def teardown(self) -> None:
         from ingestctl.demo import stop_demo
 
@@ -440,6 +450,7 @@ class Soak:
         self.outcomes = [FaultOutcome(f.number, f.kind, f.label(), f.at_s) for f in plan]
         result.faults = self.outcomes
         with ExitStack() as stack:
+            stack.callback(self.restore_environment, dict(os.environ))
             if not options.keep:
                 stack.callback(self.teardown)
             platform = self.start_platform()

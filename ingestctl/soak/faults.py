@@ -283,18 +283,23 @@ def stop_metadata_db(platform: SoakPlatform, fault: PlannedFault) -> Recovery:
     return Recovery(f"stopped PostgreSQL for {seconds:.0f} s", lambda: _airflow_whole(platform))
 
 
-def kill_metadata_db(platform: SoakPlatform, fault: PlannedFault) -> Recovery:
-    from ingestctl.postgres_cluster import EmbeddedPostgres
-
-    postgres = EmbeddedPostgres()
-    seconds = float(fault.params["seconds"])
-    pid = postgres.status().pid
+def _kill_and_restart(pid: int | None, start: Callable[[], object], seconds: float) -> None:
+    """kill -9 ``pid`` (a service), then ``start`` it again ``seconds`` later, as its service
+    manager would."""
 
     def kill() -> None:
         if pid:
             _kill(psutil.Process(pid))
 
-    _outage(kill, postgres.up, seconds)
+    _outage(kill, start, seconds)
+
+
+def kill_metadata_db(platform: SoakPlatform, fault: PlannedFault) -> Recovery:
+    from ingestctl.postgres_cluster import EmbeddedPostgres
+
+    postgres = EmbeddedPostgres()
+    seconds, pid = float(fault.params["seconds"]), postgres.status().pid
+    _kill_and_restart(pid, postgres.up, seconds)
     return Recovery(
         f"kill -9 PostgreSQL (pid {pid}), started again {seconds:.0f} s later",
         lambda: _airflow_whole(platform),
@@ -320,14 +325,8 @@ def kill_broker(platform: SoakPlatform, fault: PlannedFault) -> Recovery:
     from ingestctl.kafka_broker import KafkaBroker
 
     broker = KafkaBroker(platform.settings.kafka)
-    seconds = float(fault.params["seconds"])
-    pid = broker.status().pid
-
-    def kill() -> None:
-        if pid:
-            _kill(psutil.Process(pid))
-
-    _outage(kill, broker.up, seconds)
+    seconds, pid = float(fault.params["seconds"]), broker.status().pid
+    _kill_and_restart(pid, broker.up, seconds)
     return Recovery(
         f"kill -9 the broker (pid {pid}), started again {seconds:.0f} s later",
         lambda: _broker_whole(platform),

@@ -342,33 +342,32 @@ def compare(name: str, expected: set[tuple], actual: set[tuple]) -> Check:
     return _check(f"gold: {name} equals pandas", bad, max(len(expected), len(actual)), "differing")
 
 
-def actual_payment_totals(frame: pd.DataFrame, watermark: datetime | None) -> set[tuple]:
-    """``gold_payment_totals_*`` rows as :func:`expected_payment_totals` tuples (windows
-    ending at or before ``watermark``)."""
+def _final_windows(frame: pd.DataFrame, watermark: datetime | None) -> pd.DataFrame:
+    """A Gold window table's rows whose window ends at or before ``watermark`` (times as
+    naive UTC); none without a watermark."""
     limit = _limit(watermark)
     if limit is None or frame.empty:
-        return set()
+        return frame.iloc[:0]
     frame = frame.assign(
         window_start=_naive_utc(frame.window_start), window_end=_naive_utc(frame.window_end)
     )
-    frame = frame[frame.window_end <= limit]
+    return frame[frame.window_end <= limit]
+
+
+def actual_payment_totals(frame: pd.DataFrame, watermark: datetime | None) -> set[tuple]:
+    """``gold_payment_totals_*`` rows as :func:`expected_payment_totals` tuples (windows
+    ending at or before ``watermark``)."""
     return {
         (r.window_start, r.currency, int(r.payment_count), round(float(r.amount_total), 2))
-        for r in frame.itertuples()
+        for r in _final_windows(frame, watermark).itertuples()
     }
 
 
 def actual_success_rates(frame: pd.DataFrame, watermark: datetime | None) -> set[tuple]:
     """``gold_payment_success_rate_15m`` rows as :func:`expected_success_rates` tuples."""
-    limit = _limit(watermark)
-    if limit is None or frame.empty:
-        return set()
-    frame = frame.assign(
-        window_start=_naive_utc(frame.window_start), window_end=_naive_utc(frame.window_end)
-    )
-    frame = frame[frame.window_end <= limit]
     return {
-        (r.window_start, r.method, int(r.attempts), int(r.successes)) for r in frame.itertuples()
+        (r.window_start, r.method, int(r.attempts), int(r.successes))
+        for r in _final_windows(frame, watermark).itertuples()
     }
 
 

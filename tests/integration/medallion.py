@@ -168,27 +168,14 @@ def naive_utc(column: pd.Series) -> pd.Series:
 
 
 def expected_sessions(events: list[dict], watermark: datetime) -> set[tuple]:
-    """Independent sessionisation: per customer, in time order, an event more than ``GAP``
-    after the previous one starts a new session (exactly ``GAP`` joins, as Spark's
-    session_window does); a session ends ``GAP`` after its last event. Only sessions the
-    stream has finalised (end at or before ``watermark``)."""
-    limit = pd.Timestamp(watermark)
-    limit = limit.tz_convert(None) if limit.tzinfo else limit
+    """Independent sessionisation (:func:`ingestctl.soak.verdict.expected_sessions`: per
+    customer, an event more than ``GAP`` after the previous one starts a new session) of
+    the distinct ``events``; only sessions the stream has finalised (end at or before
+    ``watermark``)."""
+    from ingestctl.soak.verdict import expected_sessions as by_hand
+
     frame = pd.DataFrame(events).drop_duplicates("event_id", keep="first")
-    frame = frame.assign(event_time=naive_utc(frame.event_time))
-    sessions = set()
-    for customer, rows in frame.sort_values("event_time").groupby("customer_id"):
-        times, kinds = list(rows.event_time), list(rows.activity)
-        start = 0
-        for i in range(1, len(times) + 1):
-            if i == len(times) or times[i] - times[i - 1] > GAP:
-                end = times[i - 1] + GAP
-                if end <= limit:
-                    sessions.add(
-                        (customer, times[start], end, i - start, "checkout" in kinds[start:i])
-                    )
-                start = i
-    return sessions
+    return by_hand(frame.assign(event_time=naive_utc(frame.event_time)), GAP, watermark)
 
 
 def actual_sessions(platform: Platform) -> set[tuple]:

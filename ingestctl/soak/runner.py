@@ -260,18 +260,20 @@ class Soak:
         standalone.up()
         span = timedelta(seconds=self.options.duration_s * self.options.speed)
         platform = SoakPlatform(settings, standalone, datetime.now(UTC), span)
-        for dag_id in UNPAUSED:
 
-            def ready(client: AirflowClient, dag: str = dag_id) -> bool:
+        def unpause(client: AirflowClient, dags: tuple[str, ...]) -> bool:
+            for dag in dags:
                 client.wait_for_dag(dag)
                 client.unpause(dag)
-                return True
+            return True
 
-            platform.api(ready)
+        # The always-on jobs first, as make demo does: the layers above start from Bronze.
+        platform.api(lambda c: unpause(c, UNPAUSED[:1]))
         run = platform.trigger("streaming_supervisor")
         self.say("starting the always-on jobs ...")
         if platform.wait_for_run("streaming_supervisor", run, 900) != "success":
             raise RuntimeError(f"streaming_supervisor run {run} failed: the platform did not start")
+        platform.api(lambda c: unpause(c, UNPAUSED[1:]))
         return platform
 
     def run_fault(self, platform: SoakPlatform, fault: PlannedFault, outcome: FaultOutcome) -> None:

@@ -284,13 +284,23 @@ class PlatformJobHook(BaseHook):
         and retention applied. With ``inputs``, Spark is not started when nothing changed
         since the last successful run ("inputs unchanged" is logged).
 
-        :returns: False when skipped (inputs unchanged), True when the job ran.
+        :returns: False when skipped (inputs unchanged, or none of them exists yet), True
+            when the job ran.
         :raises airflow.exceptions.AirflowException: spark-submit failed (no backup, no
             inputs record: the next run tries again).
         """
         from ingest_core.catalog import get_catalog
 
         snapshot = inputs_snapshot(self.job, self.inputs, self.input_jobs) if self.inputs else None
+        if snapshot is not None and all(v is None for v in snapshot["tables"].values()):
+            # A new platform: the layer below has not written yet. Nothing to process, and
+            # the job would only fail with "no <table>: run <job> first".
+            self.log.info(
+                "%s: none of its input tables %s exists yet: nothing to process, Spark not started",
+                self.job,
+                sorted(snapshot["tables"]),
+            )
+            return False
         recorded = self._inputs_file()
         if (
             snapshot is not None

@@ -260,8 +260,8 @@ class SparkJobOperator(SparkSubmitOperator):
         self._job_hook = self.get_hook()
         if not self._job_hook.run():
             raise AirflowSkipException(
-                f"{self.job}: no new data in {self.inputs} since its last successful run: "
-                "skipped, Spark not started"
+                f"{self.job}: no new data in {self.inputs} since its last successful run (or "
+                "none of them exists yet): skipped, Spark not started"
             )
 
     def on_kill(self) -> None:

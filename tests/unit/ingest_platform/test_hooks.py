@@ -287,6 +287,20 @@ def test_run_recovers_submits_backs_up_and_skips_unchanged_inputs(home, monkeypa
     assert calls[3:] == ["submit"]  # no recovery, no backup
 
 
+def test_a_job_whose_input_tables_do_not_exist_yet_starts_no_spark(home, monkeypatch) -> None:
+    """A new platform: medallion_incremental's first run may come before Bronze's first
+    batch; silver_refine then has nothing to do (it would fail with "run bronze_ingest
+    first")."""
+    from ingest_core import recovery
+    from ingest_platform.hooks import PlatformJobHook
+
+    calls: list[str] = []
+    monkeypatch.setattr(recovery, "recover", lambda job: calls.append("recover") or [])
+    monkeypatch.setattr(PlatformJobHook, "submit", lambda self: calls.append("submit"))
+    assert PlatformJobHook("silver_refine", inputs=["bronze_events"]).run() is False
+    assert calls == []
+
+
 def test_a_failed_run_takes_no_backup_and_records_no_inputs(home, monkeypatch) -> None:
     from airflow.sdk.exceptions import AirflowException
 

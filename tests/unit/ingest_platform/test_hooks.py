@@ -314,6 +314,12 @@ def test_a_failed_run_takes_no_backup_and_records_no_inputs(home, monkeypatch) -
         raise AirflowException("Cannot execute: spark-submit. Error code is: 1.")
 
     monkeypatch.setattr(PlatformJobHook, "submit", fail)
+    import pyarrow as pa
+    from deltalake import write_deltalake
+
+    from ingest_core.catalog import get_catalog
+
+    write_deltalake(str(get_catalog().table("bronze_events").path()), pa.table({"n": [1]}))
     hook = PlatformJobHook("silver_refine", inputs=["bronze_events"])
     with pytest.raises(AirflowException, match="Error code is: 1"):
         hook.run()

@@ -8,7 +8,8 @@ pyproject.toml) adds, on Airflow 3's plugin interface:
   :func:`ingest_platform.streaming_status.snapshot`) and ``/streaming/metrics`` (the same in
   the Prometheus text format). Every route requires Airflow's login like the rest of the API
   (the UI's session cookie or ``Authorization: Bearer <token>`` from ``POST /auth/token``)
-  and the ``PLUGINS`` view permission; an anonymous request gets 401;
+  and the ``PLUGINS`` view permission; an anonymous request gets 401, except a browser's
+  visit (it accepts HTML), which is sent to the login page and back;
 * an external view ``Streaming`` in the UI's navigation that shows ``/streaming/`` inside
   the UI (``/plugin/streaming``).
 
@@ -29,8 +30,10 @@ from typing import Any
 from airflow.api_fastapi.auth.managers.models.resource_details import AccessView
 from airflow.api_fastapi.core_api.security import requires_access_view
 from airflow.plugins_manager import AirflowPlugin
-from fastapi import Depends, FastAPI, Response
-from fastapi.responses import HTMLResponse
+from fastapi import Depends, FastAPI, Request, Response
+from fastapi.exception_handlers import http_exception_handler
+from fastapi.responses import HTMLResponse, RedirectResponse
+from starlette.exceptions import HTTPException
 
 #: Where the app is mounted on Airflow's API server.
 URL_PREFIX = "/streaming"
@@ -94,6 +97,16 @@ def create_app() -> FastAPI:
         openapi_url=None,
         dependencies=[Depends(requires_access_view(AccessView.PLUGINS))],
     )
+
+    @app.exception_handler(HTTPException)
+    async def login_first(request: Request, error: HTTPException) -> Response:
+        """A browser's anonymous visit goes to the UI's login page, which brings it back; an
+        API client (no HTML in ``Accept``) keeps the 401."""
+        if error.status_code == 401 and "text/html" in request.headers.get("accept", ""):
+            from airflow.api_fastapi.app import get_auth_manager
+
+            return RedirectResponse(get_auth_manager().get_url_login(next_url=str(request.url)))
+        return await http_exception_handler(request, error)
 
     @app.get("/", response_class=HTMLResponse, include_in_schema=False)
     def page() -> HTMLResponse:

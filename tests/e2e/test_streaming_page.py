@@ -146,6 +146,11 @@ def test_anonymous_requests_are_refused(api_server: ApiServer) -> None:
         assert response.status_code == 401, (route, response.text[:200])
     for route in ("/streaming/docs", "/streaming/openapi.json"):
         assert httpx.get(f"{api_server.url}{route}", timeout=30).status_code == 404, route
+    # An anonymous browser visit lands on the login page, which brings it back afterwards.
+    visit = httpx.get(f"{api_server.url}/streaming/", headers={"Accept": "text/html"}, timeout=30)
+    assert visit.status_code == 307
+    assert "/login" in visit.headers["location"]
+    assert "streaming" in visit.headers["location"]
     forged = httpx.get(
         f"{api_server.url}/streaming/api/status",
         headers={"Authorization": "Bearer not-a-token"},

@@ -9,6 +9,7 @@ import json
 import math
 from pathlib import Path
 from types import SimpleNamespace
+from unittest import mock
 
 import pandas as pd
 import pytest
@@ -295,7 +296,8 @@ def test_heartbeat_keeps_a_bounded_history_and_commits_kafka_offsets(home: Path)
     assert len(committed) == HISTORY + 5
 
 
-def test_plugin_routes_refuse_anonymous_requests() -> None:
+def test_plugin_routes_refuse_anonymous_requests(monkeypatch: pytest.MonkeyPatch) -> None:
+    from airflow.api_fastapi import app as api_app
     from fastapi.testclient import TestClient
 
     from ingest_platform.streaming_page import IngestPlatformPlugin, create_app
@@ -303,6 +305,15 @@ def test_plugin_routes_refuse_anonymous_requests() -> None:
     client = TestClient(create_app())
     for route in ("/", "/api/status", "/metrics"):
         assert client.get(route).status_code == 401, route
+    # A browser's visit (it accepts HTML) is sent to the UI's login page, and back after it
+    # (the auth manager of the API server; tests/e2e/test_streaming_page.py uses the real one).
+    login = mock.Mock()
+    login.get_url_login.side_effect = lambda next_url: f"/auth/login?next={next_url}"
+    monkeypatch.setattr(api_app, "get_auth_manager", lambda: login)
+    visit = client.get("/", headers={"Accept": "text/html"}, follow_redirects=False)
+    assert visit.status_code == 307
+    assert "login" in visit.headers["location"]
+    assert "next=" in visit.headers["location"]
     for route in ("/docs", "/redoc", "/openapi.json"):  # FastAPI's own, outside the login
         assert client.get(route).status_code == 404, route
     (view,) = IngestPlatformPlugin.external_views

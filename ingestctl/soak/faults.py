@@ -451,9 +451,13 @@ def checkpoint_backup(platform: SoakPlatform, fault: PlannedFault) -> Recovery:
 
 
 def checkpoint_restore(platform: SoakPlatform, fault: PlannedFault) -> Recovery:
-    from ingest_core.checkpoints import list_backups
+    from ingest_core.checkpoints import backup, list_backups
 
     job = "bronze_ingest"
+    # The operator's way: a backup now (beside the running job), then stop, restore, start.
+    # The restored checkpoint is behind what the job committed meanwhile: the batches it
+    # re-plans must be skipped by the Delta sink (the rule every rollback keeps).
+    backup(job, platform.settings)
     stop = platform.trigger("streaming_supervisor", {"action": "stop", "jobs": [job]})
     stopped = platform.wait_for_run("streaming_supervisor", stop, 600)
     backups = list_backups(job, platform.settings)

@@ -88,7 +88,7 @@ KINDS: tuple[FaultKind, ...] = (
     FaultKind(
         "checkpoint_restore",
         1,
-        "bronze_ingest stopped, its newest backup restored, started again (the operator's way)",
+        "bronze_ingest backed up, stopped, that backup restored, started (the operator's way)",
     ),
     FaultKind(
         "table_maintenance",

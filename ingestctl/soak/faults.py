@@ -245,14 +245,18 @@ def kill_scheduled_driver(platform: SoakPlatform, fault: PlannedFault) -> Recove
 def kill_airflow_component(platform: SoakPlatform, fault: PlannedFault) -> Recovery:
     component = fault.params["component"]
 
+    # As the command line or the process title (setproctitle) names it.
+    names = (component, component.replace("-", "_"))
+
     def find() -> list[psutil.Process]:
-        found = []
+        """The component's main process (its forked workers and children left out)."""
+        found = {}
         for process in platform.standalone.processes():
             with contextlib.suppress(psutil.Error):
-                line = process.cmdline()
-                if "airflow" in " ".join(line[:2]) and component in line[1:3]:
-                    found.append(process)
-        return found
+                head = " ".join(process.cmdline()[:3])
+                if "airflow" in head and any(name in head.split() for name in names):
+                    found[process.pid] = process
+        return [p for p in found.values() if p.ppid() not in found]
 
     targets = wait_until(find, 60, 2, what=f"the {component}")
     old = {p.pid for p in targets}

@@ -46,6 +46,22 @@ class FaultNotInjectedError(RuntimeError):
     """The fault's target was not there in time (no run to hit); nothing was done."""
 
 
+class NotRecoverableError(RuntimeError):
+    """Raised by a recovery check whose answer is final (a restore that failed, a crashed
+    gate): waiting longer cannot make the platform whole; a human must look."""
+
+
+def _final(problem: str | None) -> Callable[[], str | None]:
+    """A check whose answer is known now: None, or a :class:`NotRecoverableError`."""
+
+    def check() -> str | None:
+        if problem:
+            raise NotRecoverableError(problem)
+        return None
+
+    return check
+
+
 @dataclass
 class Recovery:
     """What an injector did, and how recovery is recognised.
@@ -396,7 +412,7 @@ def gates_at_once(platform: SoakPlatform, fault: PlannedFault) -> Recovery:
     crashed = [o for o in outcomes if o]
     return Recovery(
         f"three Silver gates at once (exit codes {[g.returncode for g in gates]})",
-        lambda: "; ".join(crashed) or None,
+        _final("; ".join(crashed) or None),
     )
 
 
@@ -406,7 +422,24 @@ def backfill(platform: SoakPlatform, fault: PlannedFault) -> Recovery:
     end = (datetime.now(UTC) - platform.stream_span / 3).replace(second=0, microsecond=0)
     end -= timedelta(minutes=end.minute % 15)
     start = end - timedelta(minutes=30)
-    since = datetime.now(UTC)
+    # One backfill per DAG at a time (Airflow refuses a second: AlreadyRunningBackfill), so
+    # an operator waits for the running one, as here.
+    wait_until(
+        lambda: (
+            not any(
+                r.get("run_type") == "backfill" and r.get("state") in ("queued", "running")
+                for r in platform.medallion_runs()
+            )
+        ),
+        1800,
+        10,
+        what="the running backfill to finish",
+    )
+
+    def backfills() -> list[dict[str, Any]]:
+        return [r for r in platform.medallion_runs() if r.get("run_type") == "backfill"]
+
+    before = {r["dag_run_id"] for r in backfills()}
     done = run_cli(
         [
             "backfill",
@@ -422,23 +455,16 @@ def backfill(platform: SoakPlatform, fault: PlannedFault) -> Recovery:
     )
     if done.returncode != 0:
         text = (done.stdout + done.stderr).strip().splitlines()[-1:]
-        return Recovery(f"airflow backfill create failed: {text}", lambda: f"refused: {text}")
+        return Recovery(f"airflow backfill create failed: {text}", _final(f"refused: {text}"))
 
     def check() -> str | None:
-        backfills = [
-            r
-            for r in platform.medallion_runs()
-            if r.get("run_type") == "backfill"
-            and r.get("run_after")
-            and datetime.fromisoformat(r["run_after"]) >= since - timedelta(hours=24)
-        ]
-        mine = [r for r in backfills if r.get("data_interval_start", "") >= start.isoformat()[:16]]
+        mine = [r for r in backfills() if r["dag_run_id"] not in before]
         if not mine:
             return "no backfill run yet"
-        open_ = [r for r in mine if r.get("state") not in ("success", "failed")]
-        failed = [r for r in mine if r.get("state") == "failed"]
+        failed = [r["dag_run_id"] for r in mine if r.get("state") == "failed"]
         if failed:
-            return f"backfill runs failed: {[r['dag_run_id'] for r in failed]}"
+            raise NotRecoverableError(f"backfill runs failed: {failed}")
+        open_ = [r for r in mine if r.get("state") != "success"]
         return f"{len(open_)} backfill runs not finished" if open_ else None
 
     return Recovery(f"backfill {start:%H:%M}..{end:%H:%M} beside the scheduled runs", check)
@@ -451,7 +477,7 @@ def checkpoint_backup(platform: SoakPlatform, fault: PlannedFault) -> Recovery:
         [ingestctl, "checkpoints", "backup", job], capture_output=True, text=True, timeout=600
     )
     problem = None if done.returncode == 0 else _run_ok(done) or f"exit {done.returncode}"
-    return Recovery(f"checkpoint backup of {job} while it runs", lambda: problem)
+    return Recovery(f"checkpoint backup of {job} while it runs", _final(problem))
 
 
 def checkpoint_restore(platform: SoakPlatform, fault: PlannedFault) -> Recovery:
@@ -476,7 +502,7 @@ def checkpoint_restore(platform: SoakPlatform, fault: PlannedFault) -> Recovery:
 
     def check() -> str | None:
         if restored != "success":
-            return f"the restore ended {restored}"
+            raise NotRecoverableError(f"the restore ended {restored}")
         return _always_on_whole(platform.settings)
 
     return Recovery(

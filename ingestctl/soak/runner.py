@@ -21,6 +21,7 @@ from ingestctl.soak.faults import (
     INJECTORS,
     MEDALLION,
     FaultNotInjectedError,
+    NotRecoverableError,
     SoakPlatform,
     spark_submits,
 )
@@ -301,6 +302,9 @@ class Soak:
         while time.monotonic() < deadline:
             try:
                 wrong = recovery.check()
+            except NotRecoverableError as error:  # final: waiting cannot help
+                wrong = str(error)
+                break
             except Exception as error:  # a check that cannot answer yet (API down)
                 wrong = f"{type(error).__name__}: {error}"[:300]
             if wrong is None:

@@ -181,16 +181,6 @@ def expected_sessions(events: list[dict], watermark: datetime) -> set[tuple]:
 def actual_sessions(platform: Platform) -> set[tuple]:
     """``gold_customer_sessions`` as :func:`expected_sessions` tuples (every row there is
     final: appended once the watermark passed its end, or corrected when final)."""
-    frame = platform.read("gold_customer_sessions")
-    return {
-        (
-            r.customer_id,
-            r.session_start,
-            r.session_end,
-            int(r.event_count),
-            bool(r.reached_checkout),
-        )
-        for r in frame.assign(
-            session_start=naive_utc(frame.session_start), session_end=naive_utc(frame.session_end)
-        ).itertuples()
-    }
+    from ingestctl.soak.verdict import actual_sessions as as_tuples
+
+    return as_tuples(platform.read("gold_customer_sessions"))

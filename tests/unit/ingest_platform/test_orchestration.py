@@ -30,23 +30,21 @@ def test_medallion_incremental_runs_the_layers_in_order_behind_gates(dagbag) -> 
     assert dag.timetable.delta == timedelta(minutes=15)
     assert dag.max_active_runs == 1
     assert dag.catchup is False
-    order = [
-        "choose_path",
-        "refine_silver",
-        "gate_silver",
-        "aggregate_gold",
-        "gate_gold",
-        "correct_late",
-    ]
+    assert dag.get_task("incremental_path").upstream_task_ids == {"choose_path"}
+    assert dag.get_task("refine_silver").upstream_task_ids == {"incremental_path"}
+    order = ["refine_silver", "gate_silver", "aggregate_gold", "gate_gold", "correct_late"]
     for upstream, downstream in itertools.pairwise(order):
-        assert dag.get_task(downstream).upstream_task_ids == {upstream}
-        # A failed (or upstream-failed) gate stops everything after it.
-        assert dag.get_task(downstream).trigger_rule == "all_success", downstream
+        # After its predecessor and the branch's marker: it runs when the predecessor
+        # succeeded or was skipped for unchanged inputs (the marker succeeded), never when a
+        # task before it failed (a failed gate stops everything after it), never on the
+        # backfill path (the marker is skipped too).
+        assert dag.get_task(downstream).upstream_task_ids == {upstream, "incremental_path"}
+        assert dag.get_task(downstream).trigger_rule == "none_failed_min_one_success", downstream
     backfill = ["choose_path", "recompute_gold", "gate_backfill"]
     for upstream, downstream in itertools.pairwise(backfill):
         assert dag.get_task(downstream).upstream_task_ids == {upstream}
     publish = dag.get_task("publish_assets")
-    assert publish.upstream_task_ids == {"correct_late", "gate_backfill"}
+    assert publish.upstream_task_ids == {"correct_late", "gate_backfill", "incremental_path"}
     assert publish.trigger_rule == "none_failed_min_one_success"
     # Gold's writers and gates share one pool slot, whatever run (backfill or not) they are in.
     gold_writers = {t.task_id for t in dag.tasks if t.pool == "gold_layer"}

@@ -155,7 +155,8 @@ def silver_checks(
     for table in sorted(set(tables.values())):
         types = [t for t, name in tables.items() if name == table]
         wanted = events[events.event_type.isin(types)]
-        on_time = list(silver.get(table, pd.DataFrame({"event_id": []}))["event_id"])
+        rows = silver.get(table, pd.DataFrame())
+        on_time = list(rows["event_id"]) if "event_id" in rows.columns else []  # none yet
         late_ids = list(late[late.event_type.isin(types)]["event_id"]) if len(late) else []
         sent_ids = set(wanted.event_id)
         copies = dict(zip(wanted.event_id, wanted.copies, strict=False))

@@ -100,6 +100,19 @@ def test_silver_checks_find_a_lost_event_a_duplicate_and_a_wrong_quarantine() ->
     assert all(
         c.ok for c in verdict.silver_checks(events, silver, late, quarantine, malformed, tables)
     )
+    # A Silver table not written yet reads as a frame without columns: every event is lost.
+    never = {
+        c.name: c.failures
+        for c in verdict.silver_checks(
+            events,
+            {"silver_payments": pd.DataFrame()},
+            late.iloc[:0],
+            quarantine,
+            malformed,
+            tables,
+        )
+    }
+    assert never["silver: every payment event in silver_payments or silver_late_events"] == 2
     lost = {"silver_payments": pd.DataFrame({"event_id": ["p2", "p2"]})}
     wrong = quarantine.assign(reason="invalid_utf8")
     failed = {

@@ -52,5 +52,5 @@ def test_a_short_soak_loses_nothing_and_heals_itself(
     }, text
     assert summary["checks_failed"] == 0, text
     assert result.drain == [], text
-    assert result.stream["acknowledged"] > 400, text
+    assert result.stream["acknowledged"] > 200, text  # the stream flowed (an outage eats some)
     assert result.passed

@@ -431,37 +431,35 @@ def backfill(platform: SoakPlatform, fault: PlannedFault) -> Recovery:
     end = (datetime.now(UTC) - platform.stream_span / 3).replace(second=0, microsecond=0)
     end -= timedelta(minutes=end.minute % 15)
     start = end - timedelta(minutes=30)
-    # One backfill per DAG at a time (Airflow refuses a second: AlreadyRunningBackfill), so
-    # an operator waits for the running one, as here.
-    wait_until(
-        lambda: (
-            not any(
-                r.get("run_type") == "backfill" and r.get("state") in ("queued", "running")
-                for r in platform.medallion_runs()
-            )
-        ),
-        1800,
-        10,
-        what="the running backfill to finish",
-    )
 
     def backfills() -> list[dict[str, Any]]:
         return [r for r in platform.medallion_runs() if r.get("run_type") == "backfill"]
 
-    before = {r["dag_run_id"] for r in backfills()}
-    done = run_cli(
-        [
-            "backfill",
-            "create",
-            "--dag-id",
-            MEDALLION,
-            "--from-date",
-            start.isoformat(),
-            "--to-date",
-            end.isoformat(),
-        ],
-        check=False,
-    )
+    def create() -> subprocess.CompletedProcess[str] | None:
+        """``airflow backfill create``; None while Airflow refuses it because another backfill
+        of the DAG still runs (one per DAG; its runs may all have finished before Airflow
+        marks it completed): an operator waits, as here."""
+        before.clear()
+        before.update(r["dag_run_id"] for r in backfills())
+        done = run_cli(
+            [
+                "backfill",
+                "create",
+                "--dag-id",
+                MEDALLION,
+                "--from-date",
+                start.isoformat(),
+                "--to-date",
+                end.isoformat(),
+            ],
+            check=False,
+        )
+        refused = "AlreadyRunningBackfill" in done.stdout + done.stderr
+        return None if refused else done
+
+    before: set[str] = set()
+    done = wait_until(create, 1800, 30, what="the running backfill to finish")
+    assert done is not None  # wait_until returns a truthy value
     if done.returncode != 0:
         text = (done.stdout + done.stderr).strip().splitlines()[-1:]
         return Recovery(f"airflow backfill create failed: {text}", _final(f"refused: {text}"))

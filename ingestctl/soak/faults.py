@@ -173,7 +173,7 @@ def _kill(process: psutil.Process) -> None:
         process.send_signal(signal.SIGKILL)
 
 
-def _always_on_whole(settings: PlatformSettings, fresh_s: float = 90) -> str | None:
+def always_on_whole(settings: PlatformSettings, fresh_s: float = 90) -> str | None:
     """None when every always-on job runs with a heartbeat younger than ``fresh_s``."""
     from ingest_platform import supervisor
 
@@ -203,7 +203,7 @@ def _medallion_success_since(platform: SoakPlatform, since: datetime) -> Callabl
     return check
 
 
-def _airflow_whole(platform: SoakPlatform) -> str | None:
+def airflow_whole(platform: SoakPlatform) -> str | None:
     health = platform.standalone.health()
     if health is None:
         return "the API server does not answer"
@@ -250,7 +250,7 @@ def kill_always_on_driver(platform: SoakPlatform, fault: PlannedFault) -> Recove
         now = supervisor.driver_pid(job, platform.settings)
         if now is None or now == pid:
             return f"{job} not restarted"
-        return _always_on_whole(platform.settings)
+        return always_on_whole(platform.settings)
 
     return Recovery(f"kill -9 {job}'s driver JVM (pid {target.pid})", check)
 
@@ -292,7 +292,7 @@ def kill_airflow_component(platform: SoakPlatform, fault: PlannedFault) -> Recov
         again = [p for p in find() if p.pid not in old]
         if not again:
             return f"the {component} has not been started again"
-        return _airflow_whole(platform)
+        return airflow_whole(platform)
 
     return Recovery(f"kill -9 the {component} (pids {sorted(old)})", check)
 
@@ -309,7 +309,7 @@ def stop_metadata_db(platform: SoakPlatform, fault: PlannedFault) -> Recovery:
     postgres = EmbeddedPostgres()
     seconds = float(fault.params["seconds"])
     _outage(lambda: postgres.down(), postgres.up, seconds)
-    return Recovery(f"stopped PostgreSQL for {seconds:.0f} s", lambda: _airflow_whole(platform))
+    return Recovery(f"stopped PostgreSQL for {seconds:.0f} s", lambda: airflow_whole(platform))
 
 
 def _kill_and_restart(pid: int | None, start: Callable[[], object], seconds: float) -> None:
@@ -331,14 +331,14 @@ def kill_metadata_db(platform: SoakPlatform, fault: PlannedFault) -> Recovery:
     _kill_and_restart(pid, postgres.up, seconds)
     return Recovery(
         f"kill -9 PostgreSQL (pid {pid}), started again {seconds:.0f} s later",
-        lambda: _airflow_whole(platform),
+        lambda: airflow_whole(platform),
     )
 
 
 def _broker_whole(platform: SoakPlatform) -> str | None:
     from ingest_core.topics import broker_problem
 
-    return broker_problem(platform.settings.kafka) or _always_on_whole(platform.settings)
+    return broker_problem(platform.settings.kafka) or always_on_whole(platform.settings)
 
 
 def stop_broker(platform: SoakPlatform, fault: PlannedFault) -> Recovery:
@@ -510,7 +510,7 @@ def checkpoint_restore(platform: SoakPlatform, fault: PlannedFault) -> Recovery:
     def check() -> str | None:
         if restored != "success":
             raise NotRecoverableError(f"the restore ended {restored}")
-        return _always_on_whole(platform.settings)
+        return always_on_whole(platform.settings)
 
     return Recovery(
         f"stopped {job} ({stopped}), restored {backups[0].backup_id if backups else '-'} "
@@ -534,7 +534,7 @@ def _triggered(platform: SoakPlatform, dag_id: str, conf: dict[str, Any] | None 
             return f"{dag_id} run {run} not finished"
         if state["final"] != "success":
             return f"{dag_id} run {run} {state['final']}"
-        return _always_on_whole(platform.settings)
+        return always_on_whole(platform.settings)
 
     return Recovery(f"triggered {dag_id} ({run})", check)
 

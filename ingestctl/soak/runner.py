@@ -336,7 +336,7 @@ class Soak:
         from ingestctl.demo import kafka_backlog, wait_for_bronze
         from ingestctl.kafka_broker import KafkaBroker
         from ingestctl.postgres_cluster import EmbeddedPostgres
-        from ingestctl.soak.faults import _airflow_whole, _always_on_whole
+        from ingestctl.soak.faults import airflow_whole, always_on_whole
 
         notes = []
         settings = platform.settings
@@ -348,8 +348,8 @@ class Soak:
             notes.append("PostgreSQL was down after the faults: started by the soak")
             EmbeddedPostgres().up()
         checks: list[tuple[str, Callable[[], str | None]]] = [
-            ("Airflow", lambda: _airflow_whole(platform)),
-            ("the always-on jobs", lambda: _always_on_whole(settings)),
+            ("Airflow", lambda: airflow_whole(platform)),
+            ("the always-on jobs", lambda: always_on_whole(settings)),
         ]
         for what, check in checks:
             try:

@@ -64,6 +64,11 @@ def _check(name: str, bad: Iterable[Any], checked: int, kind: str) -> Check:
 # --- Bronze -------------------------------------------------------------------------------
 
 
+def _coordinates(frame: pd.DataFrame) -> list[tuple[str, int, int]]:
+    """(topic, partition, offset) of each row, in order."""
+    return list(map(tuple, frame[COORDINATES].itertuples(index=False)))
+
+
 def bronze_checks(kafka: pd.DataFrame, bronze: pd.DataFrame, log: SoakLog) -> list[Check]:
     """Bronze against Kafka and the acknowledgements.
 
@@ -71,18 +76,15 @@ def bronze_checks(kafka: pd.DataFrame, bronze: pd.DataFrame, log: SoakLog) -> li
         ``offset``, ``hash`` (of the value bytes).
     :param bronze: ``bronze_events`` with the same columns.
     """
-    coordinates = list(map(tuple, bronze[COORDINATES].itertuples(index=False)))
+    coordinates = _coordinates(bronze)
     seen = pd.Series(coordinates, dtype=object).value_counts() if coordinates else pd.Series()
     twice = [c for c, n in seen.items() if n > 1]
     in_bronze = set(coordinates)
-    in_kafka = set(map(tuple, kafka[COORDINATES].itertuples(index=False)))
+    kafka_coordinates = _coordinates(kafka)
+    in_kafka = set(kafka_coordinates)
     acknowledged = set(log.acknowledged)
-    by_hash = dict(
-        zip(map(tuple, bronze[COORDINATES].itertuples(index=False)), bronze["hash"], strict=True)
-    )
-    kafka_hash = dict(
-        zip(map(tuple, kafka[COORDINATES].itertuples(index=False)), kafka["hash"], strict=True)
-    )
+    by_hash = dict(zip(coordinates, bronze["hash"], strict=True))
+    kafka_hash = dict(zip(kafka_coordinates, kafka["hash"], strict=True))
     changed = [c for c in in_bronze & in_kafka if by_hash[c] != kafka_hash[c]]
     return [
         _check(

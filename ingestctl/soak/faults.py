@@ -204,6 +204,8 @@ def _medallion_success_since(platform: SoakPlatform, since: datetime) -> Callabl
 
 
 def airflow_whole(platform: SoakPlatform) -> str | None:
+    """None when Airflow's health endpoint answers and calls the metadata database, the
+    scheduler and the DAG processor healthy; else what is not."""
     health = platform.standalone.health()
     if health is None:
         return "the API server does not answer"

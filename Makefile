@@ -41,7 +41,7 @@ export UV_COMPILE_BYTECODE := 1
 
 .PHONY: help setup prereqs jars browser demo demo-down test lint typecheck unit integration clean-kafka \
         kafka-up kafka-down kafka-status postgres-up postgres-down postgres-status clean-data \
-        bench docs soak
+        bench docs soak soak-smoke
 
 help: ## List the targets
 	@grep -E '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | awk -F':.*## ' '{printf "  make %-14s %s\n", $$1, $$2}'
@@ -128,6 +128,9 @@ bench: setup ## Benchmarks: small (<10 min); ARGS=--full for 1M events and the d
 # The soak (docs/soak.md): about 30 minutes by default; exits 1 when its verdict fails.
 soak: setup ## The platform under seeded faults, judged (ARGS=--minutes 120 --faults 200; docs/soak.md)
 	$(BIN)/ingestctl soak $(ARGS)
+
+soak-smoke: setup ## The short soak as a test: 100 s, three fault kinds, fixed seed (8-9 min; not in `make test`)
+	$(BIN)/pytest --run-soak tests/e2e/test_soak.py $(PYTEST_ARGS)
 
 docs: $(VENV_STAMP) ## Build the documentation (docs/, mkdocs.yml) into build/site, strict
 	$(BIN)/mkdocs build --strict --site-dir build/site

@@ -92,7 +92,7 @@ class DataCommit:
         version before the oldest commit left (no data changed since).
     :param timestamp_ms: its commit time (epoch milliseconds); None when it was removed.
     :param operation: ``WRITE``, ``STREAMING UPDATE``, ``MERGE``...; None when removed.
-    :param rows: rows it added (``numOutputRows``/``num_added_rows``...), when recorded.
+    :param rows: rows it added (:data:`ROWS_ADDED_METRICS`), when recorded.
     """
 
     version: int
@@ -101,38 +101,96 @@ class DataCommit:
     rows: int | None
 
 
-def last_data_commit(path: Path | str) -> DataCommit | None:
-    """The newest commit of the Delta table at ``path`` that changed its rows, read with
-    delta-rs (commit infos only, not the file list); None when there is no table.
+#: Operation metrics that count a commit's new rows, first found wins: Spark's writes and
+#: streaming appends, Spark's MERGE, delta-rs writes (the gates' bookkeeping).
+ROWS_ADDED_METRICS = ("numOutputRows", "numTargetRowsInserted", "num_added_rows")
 
-    Maintenance (``table_maintenance``'s OPTIMIZE, VACUUM, table properties) and empty
-    batches change no row: the scheduled jobs' input check, the gates' pending increments and
-    the Streaming page's freshness all ask this instead of the newest version.
+
+def _data_commit(info: Mapping[str, Any]) -> DataCommit:
+    metrics = info.get("operationMetrics") or {}
+    added = next((metrics[k] for k in ROWS_ADDED_METRICS if k in metrics), None)
+    return DataCommit(
+        int(info["version"]),
+        int(info["timestamp"]) if info.get("timestamp") is not None else None,
+        str(info.get("operation")),
+        int(added) if added is not None else None,
+    )
+
+
+@dataclass(frozen=True)
+class TableActivity:
+    """What the log says a Delta table's newest commits did (:func:`table_activity`).
+
+    :param version: the newest version.
+    :param data: the newest commit that changed rows (:func:`last_data_commit`).
+    :param maintenance: the newest maintenance or metadata commit
+        (:data:`MAINTENANCE_OPERATIONS`) newer than ``data``, as a :class:`DataCommit` of
+        its operation and time (``rows`` None); None when the newest commits are data.
+    :param data_versions_after: the versions after ``since`` (the argument) that changed
+        rows, oldest first (empty when ``since`` was None).
+    """
+
+    version: int
+    data: DataCommit
+    maintenance: DataCommit | None
+    data_versions_after: tuple[int, ...]
+
+
+def table_activity(path: Path | str, since: int | None = None) -> TableActivity | None:
+    """One read of the Delta log of the table at ``path`` (commit infos only, delta-rs):
+    its newest version, its newest data commit, the maintenance since, and the data
+    versions after ``since``; None when there is no table.
+
+    Reads the newest 50 commits, and the whole log only when the data commit or ``since``
+    is older. Maintenance (``table_maintenance``'s OPTIMIZE, VACUUM, table properties) and
+    empty batches change no row (:func:`changes_data`): the scheduled jobs' input check, the
+    gates' pending increments and the Streaming page all ask this, not the newest version.
     """
     from deltalake import DeltaTable
 
     if not table_exists(path):
         return None
     table = DeltaTable(str(path), without_files=True)
-    oldest: int | None = None
     for limit in (50, None):
-        history = table.history(limit) if limit else table.history()
-        for info in history:  # newest first
-            if "version" not in info:
-                continue
-            oldest = int(info["version"]) if oldest is None else min(oldest, int(info["version"]))
-            if changes_data(info):
-                metrics = info.get("operationMetrics") or {}
-                added = metrics.get("numOutputRows", metrics.get("num_added_rows"))
-                return DataCommit(
-                    int(info["version"]),
-                    int(info["timestamp"]) if info.get("timestamp") is not None else None,
-                    str(info.get("operation")),
-                    int(added) if added is not None else None,
-                )
-        if limit and len(history) < limit:
+        history = [
+            i for i in (table.history(limit) if limit else table.history()) if "version" in i
+        ]
+        history.sort(key=lambda info: -int(info["version"]))  # newest first
+        data = next((info for info in history if changes_data(info)), None)
+        oldest = int(history[-1]["version"]) if history else 0
+        complete = limit is None or len(history) < limit
+        if complete or (data is not None and (since is None or oldest <= since + 1)):
             break
-    return DataCommit((oldest or 0) - 1, None, None, None)
+    newest = int(history[0]["version"]) if history else table.version()
+    found = _data_commit(data) if data is not None else DataCommit(oldest - 1, None, None, None)
+    newer = [i for i in history if int(i["version"]) > found.version and not changes_data(i)]
+    maintenance = None
+    if newer:
+        latest = newer[0]
+        maintenance = DataCommit(
+            int(latest["version"]),
+            int(latest["timestamp"]) if latest.get("timestamp") is not None else None,
+            str(latest.get("operation")),
+            None,
+        )
+    after = (
+        tuple(
+            sorted(
+                int(i["version"]) for i in history if changes_data(i) and int(i["version"]) > since
+            )
+        )
+        if since is not None
+        else ()
+    )
+    return TableActivity(newest, found, maintenance, after)
+
+
+def last_data_commit(path: Path | str) -> DataCommit | None:
+    """The newest commit of the Delta table at ``path`` that changed its rows (see
+    :func:`table_activity`); None when there is no table. When log retention removed every
+    data commit, the version before the oldest commit left (no data changed since)."""
+    activity = table_activity(path)
+    return None if activity is None else activity.data
 
 
 def last_data_version(path: Path | str) -> int | None:

@@ -38,7 +38,7 @@ from datetime import UTC, datetime
 from typing import TYPE_CHECKING, Any
 
 from ingest_core.consumer_groups import GroupOffsetCommitter, kafka_offsets
-from ingest_core.runtime_files import RuntimeFiles, runtime_files, write_json
+from ingest_core.runtime_files import RuntimeFiles, read_json, runtime_files, write_json
 from ingest_core.settings import PlatformSettings, get_settings
 
 if TYPE_CHECKING:
@@ -90,6 +90,23 @@ def _offsets(value: Any) -> Any:
         return value
 
 
+def carried_over(previous: dict[str, Any] | None) -> dict[str, dict[str, Any]]:
+    """The part of a previous driver's heartbeat (:class:`HeartbeatListener`) a restarted
+    driver keeps: per query, ``last_progress`` and ``history``, with ``status``
+    ``"restarted"`` and ``carried_over`` true. Pure; ``{}`` for no (or a foreign) heartbeat.
+    """
+    kept: dict[str, dict[str, Any]] = {}
+    for name, query in ((previous or {}).get("queries") or {}).items():
+        if isinstance(query, dict) and query.get("last_progress"):
+            kept[str(name)] = {
+                "status": "restarted",
+                "carried_over": True,
+                "last_progress": query["last_progress"],
+                "history": list(query.get("history") or [])[-HISTORY:],
+            }
+    return kept
+
+
 class HeartbeatListener(_Listener):
     """Writes the job's heartbeat file on every query event (see the module docstring).
 
@@ -100,6 +117,11 @@ class HeartbeatListener(_Listener):
     batches: ``batch_id``, ``timestamp``, ``input_rows``, ``input_rows_per_second``,
     ``processed_rows_per_second``, ``duration_ms`` (the whole trigger, milliseconds)),
     ``exception``.
+
+    A restarted driver keeps what the previous one's heartbeat knew of each query: its
+    ``last_progress`` and ``history`` stay (marked ``carried_over``: true) until the query's
+    first batch in this run replaces them, so an idle job's page shows its last batch and
+    its age instead of nothing (issue 51).
 
     :param committer: commits each batch's Kafka end offsets to the job's consumer group;
         None commits nothing.
@@ -112,7 +134,7 @@ class HeartbeatListener(_Listener):
         self.files = files
         self.committer = committer
         self.status = "running"
-        self.queries: dict[str, dict[str, Any]] = {}
+        self.queries: dict[str, dict[str, Any]] = carried_over(read_json(files.heartbeat))
         self._terminated: set[str] = set()
         self._changed = threading.Condition()
 
@@ -134,7 +156,8 @@ class HeartbeatListener(_Listener):
             entry = known[0]
         else:
             name = getattr(event, "name", None) or query_id
-            entry = self.queries.setdefault(name, {"id": query_id})
+            entry = self.queries.setdefault(name, {})
+            entry["id"] = query_id
         if getattr(event, "runId", None) is not None:
             entry["run_id"] = str(event.runId)
         entry["last_event_at"] = datetime.now(UTC).isoformat()
@@ -167,6 +190,7 @@ class HeartbeatListener(_Listener):
         entry["status"] = "active"
         summary = progress_summary(progress)
         entry["last_progress"] = summary
+        entry.pop("carried_over", None)
         point = {
             "batch_id": summary["batch_id"],
             "timestamp": summary["timestamp"],

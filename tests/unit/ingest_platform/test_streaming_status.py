@@ -20,6 +20,7 @@ from ingest_core.runtime_files import read_json, runtime_files
 from ingest_core.settings import get_settings
 from ingest_platform.streaming_status import (
     JOB_STATES,
+    job_activity,
     job_state,
     lag_rows,
     metric_families,
@@ -164,6 +165,43 @@ def test_table_view_reads_version_freshness_and_rows_added(home: Path) -> None:
     assert absent["gate"]["pending_versions"] == 0
 
 
+def test_table_view_after_maintenance_shows_the_last_data_commit(home: Path) -> None:
+    """Issue 51: OPTIMIZE, VACUUM and property commits are maintenance, not data: freshness
+    and rows added stay those of the last write, the gate has nothing pending."""
+    import time
+
+    from deltalake import DeltaTable, write_deltalake
+
+    from ingest_core.catalog import get_catalog
+
+    path = get_catalog().table("gold_payment_alerts").path()
+    path.parent.mkdir(parents=True, exist_ok=True)
+    write_deltalake(str(path), pd.DataFrame({"alert_id": ["a", "b"]}))
+    write_deltalake(str(path), pd.DataFrame({"alert_id": ["c", "d", "e"]}), mode="append")
+    written = DeltaTable(str(path)).history(1)[0]["timestamp"] / 1000
+    time.sleep(1.1)
+    table = DeltaTable(str(path))
+    table.optimize.compact()
+    table.alter.set_table_properties({"delta.logRetentionDuration": "interval 30 days"})
+    table.vacuum(retention_hours=0, enforce_retention_duration=False, dry_run=False)
+    assert DeltaTable(str(path)).version() > 2
+    now = time.time()
+    view = table_view("gold_payment_alerts", get_settings(), now, {"validated_through": 1})
+    assert view["version"] == DeltaTable(str(path)).version()
+    assert view["operation"] == "WRITE"
+    assert view["rows_added"] == 3
+    assert view["freshness_s"] == pytest.approx(now - written, abs=0.01)
+    assert view["maintenance"]["operation"] in ("VACUUM END", "SET TBLPROPERTIES", "OPTIMIZE")
+    assert view["maintenance"]["age_s"] < view["freshness_s"]
+    assert view["gate"]["pending_versions"] == 0
+    # A write after the maintenance is pending again, and the maintenance is no longer news.
+    write_deltalake(str(path), pd.DataFrame({"alert_id": ["f"]}), mode="append")
+    later = table_view("gold_payment_alerts", get_settings(), time.time(), {"validated_through": 1})
+    assert later["rows_added"] == 1
+    assert later["maintenance"] is None
+    assert later["gate"]["pending_versions"] == 1
+
+
 def test_metric_families_parse_as_prometheus_text() -> None:
     from prometheus_client import CollectorRegistry, generate_latest
 
@@ -255,9 +293,9 @@ def test_metric_families_parse_as_prometheus_text() -> None:
     assert not any(math.isnan(v) for v in samples.values())
 
 
-def _progress(batch: int) -> SimpleNamespace:
+def _progress(batch: int, query_id: str = "q-id") -> SimpleNamespace:
     return SimpleNamespace(
-        id="q-id",
+        id=query_id,
         runId="run",
         name="bronze_ingest",
         batchId=batch,
@@ -294,6 +332,56 @@ def test_heartbeat_keeps_a_bounded_history_and_commits_kafka_offsets(home: Path)
     }
     assert committed[-1] == {"t1.orders": {0: 10 * (HISTORY + 4)}}
     assert len(committed) == HISTORY + 5
+
+
+def test_a_restarted_driver_keeps_its_last_batch_until_a_new_one(home: Path) -> None:
+    """Issue 51: after a restart with no new data, the heartbeat still has the last batch
+    (marked carried over) and its history; the first new batch replaces it."""
+    from spark_jobs.streaming_runtime import HeartbeatListener
+
+    files = runtime_files("bronze_ingest")
+    first = HeartbeatListener("bronze_ingest", files)
+    for batch in range(3):
+        first.onQueryProgress(SimpleNamespace(progress=_progress(batch)))
+    # The new driver's query has a new id; its started and idle events come first.
+    second = HeartbeatListener("bronze_ingest", files)
+    second.onQueryStarted(SimpleNamespace(id="new-id", runId="run2", name="bronze_ingest"))
+    second.onQueryIdle(SimpleNamespace(id="new-id"))
+    kept = read_json(files.heartbeat)["queries"]["bronze_ingest"]
+    assert kept["carried_over"] is True
+    assert kept["status"] == "idle"
+    assert kept["id"] == "new-id"
+    assert kept["last_progress"]["batch_id"] == 2
+    assert [p["batch_id"] for p in kept["history"]] == [0, 1, 2]
+    view = query_view("bronze_ingest", kept, now=pd.Timestamp("2026-01-01T10:10:02Z").timestamp())
+    assert view["batch_id"] == 2
+    assert view["carried_over"] is True
+    assert view["last_batch_age_s"] == pytest.approx(600.0)
+    second.onQueryProgress(SimpleNamespace(progress=_progress(3, "new-id")))
+    fresh = read_json(files.heartbeat)["queries"]
+    assert list(fresh) == ["bronze_ingest"]
+    assert "carried_over" not in fresh["bronze_ingest"]
+    assert [p["batch_id"] for p in fresh["bronze_ingest"]["history"]] == [0, 1, 2, 3]
+
+
+@pytest.mark.parametrize(
+    ("state", "lag", "age", "expected"),
+    [
+        ("running", 0, 5.0, "processing"),
+        ("running", 500, 5.0, "processing"),
+        ("running", 0, 900.0, "idle"),
+        ("running", None, 900.0, "idle"),  # a job that reads no Kafka
+        ("running", 0, None, "idle"),  # no batch since it started, nothing to read
+        ("running", 12, 900.0, "stuck"),
+        ("running", 12, None, "stuck"),
+        ("stale", 12, 900.0, None),
+        ("failed", 0, None, None),
+    ],
+)
+def test_job_activity_tells_idle_from_stuck(
+    state: str, lag: int | None, age: float | None, expected: str | None
+) -> None:
+    assert job_activity(state, lag, age, stuck_after_s=180) == expected
 
 
 def test_plugin_routes_refuse_anonymous_requests(monkeypatch: pytest.MonkeyPatch) -> None:
@@ -409,3 +497,37 @@ def test_lag_with_the_broker_down_is_a_timeout_not_a_hang(home: Path, monkeypatc
     assert time.monotonic() - started < KAFKA_TIMEOUT_MS / 1000 + 5
     time.sleep(1)
     assert threading.active_count() <= before
+
+
+def test_newest_alerts_give_iso_times_the_page_can_parse(home: Path) -> None:
+    from datetime import UTC, datetime
+    from decimal import Decimal
+
+    from deltalake import write_deltalake
+
+    from ingest_core.catalog import get_catalog
+    from ingest_platform.streaming_status import newest_alerts
+
+    path = get_catalog().table("gold_payment_alerts").path()
+    path.parent.mkdir(parents=True, exist_ok=True)
+    frame = pd.DataFrame(
+        {
+            "detected_at": [
+                datetime(2026, 12, 5, 23, 28, 25, 155000, tzinfo=UTC),
+                datetime(2026, 12, 5, 23, 30, tzinfo=UTC),
+            ],
+            "rule": ["amount_over_threshold", "amount_over_threshold"],
+            "customer_id": ["c1", None],
+            "amount": [Decimal("2500.10"), Decimal("3000.00")],
+            "currency": ["BRL", "BRL"],
+            "payment_count": [1, 2],
+        }
+    )
+    write_deltalake(str(path), frame)
+    alerts = newest_alerts(get_settings())
+    assert [a["detected_at"] for a in alerts] == [
+        "2026-12-05T23:30:00+00:00",
+        "2026-12-05T23:28:25.155000+00:00",
+    ]
+    assert alerts[0]["customer_id"] is None
+    assert alerts[1]["amount"] == "2500.10"

@@ -13,7 +13,8 @@ Order of one run (one isolated platform under ``<workdir>/<run id>``, see :mod:`
    and gold_aggregate on the same backlog (each / passthrough; the chain / passthrough),
    the gates' cost (gate / job), and the **catch-up** (Bronze + the cycle);
 5. **empty cycle** (``--empty-cycles`` times): nothing new arrived; split into process start,
-   query start, batch and gate time;
+   query start, batch and gate time; then ``table_maintenance`` and one more empty cycle,
+   whose spark-submits must be none (maintenance commits are not new data);
 6. (``--full``) ``--new-events`` new events, Bronze, and a **cycle with new events**;
 7. **freshness** of the always-on Bronze under a steady ``--rate`` with a 1 s and a 10 s
    trigger (p50 and p99 of Kafka timestamp -> Delta commit);
@@ -71,6 +72,7 @@ TARGETS = {
     "catch_up": Target("ratio", ">=", 2.0, ">= 2 x the 5,000 events/s steady rate"),
     "fresh_p99_1s": Target("value", "<=", 5.0, "p99 <= 5 s"),
     "empty_cycle": Target("value", "<=", 15.0, "under 15 s"),
+    "empty_cycle_after_maintenance_jvms": Target("value", "<=", 0.0, "no JVM (issue 51)"),
     "memory": Target("value", "<=", 4096.0, "<= 4 GB"),
     "memory_postgres_over_sqlite": Target("value", "<=", 200.0, "<= 200 MB more than SQLite"),
     "gate": Target("ratio", "<=", 0.25, "<= 0.25 x job at 100k events"),
@@ -491,6 +493,53 @@ def empty_cycles(bench: Bench) -> None:
                     },
                 },
                 profile=median_run.profile(),
+            )
+        )
+
+
+def empty_cycle_after_maintenance(bench: Bench) -> None:
+    """Issue 51: ``table_maintenance`` (``dags test``: compaction, VACUUM, properties on every
+    table), then an empty ``medallion_incremental`` cycle: maintenance commits are not new
+    data, so no task may start a JVM. Two figures: the cycle's wall time, and its
+    spark-submits (target 0)."""
+    with bench.step("empty_cycle_after_maintenance", "s") as loads:
+        maintenance = bench.env.run(
+            [str(BIN / "ingestctl"), "airflow", "dags", "test", "table_maintenance"],
+            "table-maintenance.log",
+            timeout_s=1800,
+            check=False,
+        )
+        if maintenance.returncode != 0:
+            raise BenchError(f"table_maintenance failed; log {maintenance.log}")
+        run = cycles.run_cycle(bench.env, "cycle-after-maintenance")
+        loads["end"] = report.load_avg()
+        if run.state != "success":
+            raise BenchError(f"the cycle after maintenance failed; log {run.process.log}")
+        submitted = sorted(t.task for t in run.tasks if t.submit_ms is not None)
+        params = {
+            "maintenance_s": maintenance.wall_s,
+            "spark_submits": submitted,
+            "split_s": run.split_s(),
+        }
+        bench.add(
+            Measurement(
+                "empty_cycle_after_maintenance",
+                run.wall_s,
+                "s",
+                target=TARGETS["empty_cycle"],
+                load_avg=loads,
+                params=params,
+                profile=run.profile(),
+            )
+        )
+        bench.add(
+            Measurement(
+                "empty_cycle_after_maintenance_jvms",
+                float(len(submitted)),
+                "spark-submits",
+                target=TARGETS["empty_cycle_after_maintenance_jvms"],
+                load_avg=loads,
+                params=params,
             )
         )
 
@@ -1082,6 +1131,7 @@ def backlog_parts(bench: Bench, only: set[str]) -> None:
     if "cycles" in only:
         backlog_cycle(bench, profile.events, passthrough_rate, bronze_last)
         empty_cycles(bench)
+        empty_cycle_after_maintenance(bench)
         if profile.new_events:
             new_events_cycle(bench)
 

@@ -472,9 +472,7 @@ def newest_alerts(settings: PlatformSettings, limit: int = ALERTS_SHOWN) -> list
     if frame.empty:
         return []
     newest = frame.sort_values("detected_at", ascending=False).head(limit)
-    return [
-        {c: _text(row[c]) for c in columns if c in newest} for _, row in newest.iterrows()
-    ]
+    return [{c: _text(row[c]) for c in columns if c in newest} for _, row in newest.iterrows()]
 
 
 def _text(value: Any) -> str | None:
@@ -558,15 +556,17 @@ def metric_families(snap: dict[str, Any]) -> list[Any]:
     :func:`snapshot`. Pure: the snapshot is the input. Series (units in the names):
 
     * ``ingest_job_up{job}`` 1 when running; ``ingest_job_state{job,state}`` 1 for the
-      current state; ``ingest_job_restarts_last_hour{job}``;
+      current state; ``ingest_job_activity{job,activity}`` (:func:`job_activity`);
+      ``ingest_job_restarts_last_hour{job}``;
     * ``ingest_query_input_rows_per_second``, ``ingest_query_processed_rows_per_second``,
       ``ingest_query_batch_duration_seconds``, ``ingest_query_last_batch_id``,
-      ``ingest_query_watermark_delay_seconds``, ``ingest_query_state_rows``
-      ``{job,query}``;
+      ``ingest_query_watermark_delay_seconds``, ``ingest_query_state_rows``,
+      ``ingest_query_last_batch_age_seconds`` ``{job,query}``;
     * ``ingest_kafka_lag_records{job,query,topic,partition}`` and
       ``ingest_kafka_lag_total_records{job}``;
     * ``ingest_table_version``, ``ingest_table_freshness_seconds``,
-      ``ingest_table_last_commit_rows{table,layer}``;
+      ``ingest_table_last_commit_rows`` (of the last data commit),
+      ``ingest_table_maintenance_age_seconds{table,layer}``;
     * ``ingest_gate_pending_versions``, ``ingest_gate_held{table,layer}``;
     * ``ingest_status_errors{section}``: sections the snapshot could not read.
     """
@@ -577,6 +577,7 @@ def metric_families(snap: dict[str, Any]) -> list[Any]:
 
     up = gauge("ingest_job_up", "1 when the always-on job runs with a fresh heartbeat", ["job"])
     state = gauge("ingest_job_state", "1 for the job's current state", ["job", "state"])
+    activity = gauge("ingest_job_activity", "1 for what the running job does", ["job", "activity"])
     restarts = gauge(
         "ingest_job_restarts_last_hour", "Supervisor restarts in the last hour", ["job"]
     )
@@ -597,6 +598,11 @@ def metric_families(snap: dict[str, Any]) -> list[Any]:
             "ingest_query_watermark_delay_seconds", "Now minus the watermark", ["job", "query"]
         ),
         "state_rows": gauge("ingest_query_state_rows", "Rows in state stores", ["job", "query"]),
+        "last_batch_age_s": gauge(
+            "ingest_query_last_batch_age_seconds",
+            "Seconds since the last batch (kept across a restart)",
+            ["job", "query"],
+        ),
     }
     for job in snap.get("jobs", []):
         if "state" not in job:
@@ -606,6 +612,9 @@ def metric_families(snap: dict[str, Any]) -> list[Any]:
         for one in JOB_STATES:
             state.add_metric([name, one], 1.0 if job["state"] == one else 0.0)
         restarts.add_metric([name], float(job["restarts_last_hour"]))
+        if job.get("activity"):
+            for one in JOB_ACTIVITIES:
+                activity.add_metric([name, one], 1.0 if job["activity"] == one else 0.0)
         for query in job["queries"]:
             for key, family in per_query.items():
                 value = _number(query.get(key))
@@ -625,8 +634,15 @@ def metric_families(snap: dict[str, Any]) -> list[Any]:
         lag_total.add_metric([job["job"]], float(job["total"]))
     by_table = ["table", "layer"]
     version = gauge("ingest_table_version", "Delta version", by_table)
-    freshness = gauge("ingest_table_freshness_seconds", "Seconds since the last commit", by_table)
-    added = gauge("ingest_table_last_commit_rows", "Rows added by the last commit", by_table)
+    freshness = gauge(
+        "ingest_table_freshness_seconds", "Seconds since the last data commit", by_table
+    )
+    added = gauge("ingest_table_last_commit_rows", "Rows added by the last data commit", by_table)
+    maintained = gauge(
+        "ingest_table_maintenance_age_seconds",
+        "Seconds since a maintenance commit newer than the last data commit",
+        by_table,
+    )
     pending_versions = gauge(
         "ingest_gate_pending_versions", "Delta versions no gate has validated", by_table
     )
@@ -637,6 +653,7 @@ def metric_families(snap: dict[str, Any]) -> list[Any]:
             (version, table.get("version")),
             (freshness, table.get("freshness_s")),
             (added, table.get("rows_added")),
+            (maintained, (table.get("maintenance") or {}).get("age_s")),
         ):
             if _number(value) is not None:
                 family.add_metric(table_key, float(value))
@@ -652,6 +669,7 @@ def metric_families(snap: dict[str, Any]) -> list[Any]:
     return [
         up,
         state,
+        activity,
         restarts,
         *per_query.values(),
         lag,
@@ -659,6 +677,7 @@ def metric_families(snap: dict[str, Any]) -> list[Any]:
         version,
         freshness,
         added,
+        maintained,
         pending_versions,
         held,
         errors,

@@ -93,3 +93,27 @@ def test_every_page_is_in_the_nav():
     pages = {p.name for p in _pages()}
     assert pages - nav == set(), f"pages missing from mkdocs.yml's nav: {sorted(pages - nav)}"
     assert nav - pages == set(), f"nav entries without a page: {sorted(nav - pages)}"
+
+
+def test_the_test_count_in_the_docs_is_what_pytest_collects():
+    """Issue 51: docs/tests.md's figure ("**N tests**") is the collected count, so it never
+    drifts from the suite it describes."""
+    import subprocess
+    import sys
+
+    text = (ROOT / "docs" / "tests.md").read_text()
+    stated = [int(n) for n in re.findall(r"\*\*(\d+) tests\*\*", text)]
+    assert len(stated) == 1, f"docs/tests.md should state the count once as **N tests**: {stated}"
+    collected = subprocess.run(
+        [sys.executable, "-m", "pytest", "--collect-only", "-q", "-p", "no:cacheprovider"],
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        timeout=300,
+        check=False,
+    )
+    found = re.search(r"^(\d+) tests? collected", collected.stdout, re.MULTILINE)
+    assert found, collected.stdout[-2000:] + collected.stderr[-2000:]
+    assert stated[0] == int(found.group(1)), (
+        f"docs/tests.md says {stated[0]} tests, pytest collects {found.group(1)}: update it"
+    )

@@ -210,6 +210,7 @@ def test_metric_families_parse_as_prometheus_text() -> None:
             {
                 "job": "bronze_ingest",
                 "state": "running",
+                "activity": "idle",
                 "restarts_last_hour": 1,
                 "queries": [
                     {
@@ -220,6 +221,7 @@ def test_metric_families_parse_as_prometheus_text() -> None:
                         "batch_id": 3,
                         "watermark_delay_s": float("nan"),  # never a NaN sample
                         "state_rows": 0,
+                        "last_batch_age_s": 400.0,
                     }
                 ],
             },
@@ -244,6 +246,7 @@ def test_metric_families_parse_as_prometheus_text() -> None:
                 "version": 4,
                 "freshness_s": 12.5,
                 "rows_added": 100,
+                "maintenance": {"operation": "OPTIMIZE", "age_s": 3.0},
                 "gate": {"pending_versions": 2, "held": True},
             },
             {"table": "bronze_events", "layer": "bronze", "version": None},
@@ -266,6 +269,17 @@ def test_metric_families_parse_as_prometheus_text() -> None:
     assert samples[("ingest_job_up", (("job", "bronze_ingest"),))] == 1.0
     assert samples[("ingest_job_state", (("job", "bronze_ingest"), ("state", "stale")))] == 0.0
     assert samples[("ingest_job_restarts_last_hour", (("job", "bronze_ingest"),))] == 1.0
+    idle = ("ingest_job_activity", (("activity", "idle"), ("job", "bronze_ingest")))
+    assert samples[idle] == 1.0
+    stuck = ("ingest_job_activity", (("activity", "stuck"), ("job", "bronze_ingest")))
+    assert samples[stuck] == 0.0
+    age = (
+        "ingest_query_last_batch_age_seconds",
+        (("job", "bronze_ingest"), ("query", "bronze_ingest")),
+    )
+    assert samples[age] == 400.0
+    silver_key = (("layer", "silver"), ("table", "silver_orders"))
+    assert samples[("ingest_table_maintenance_age_seconds", silver_key)] == 3.0
     rate = (
         "ingest_query_input_rows_per_second",
         (("job", "bronze_ingest"), ("query", "bronze_ingest")),

@@ -530,7 +530,7 @@ class Standalone:
 
     def _refuse_taken_ports(self, env: Mapping[str, str]) -> None:
         """Refuse to start beside whatever already listens on the API server's port or a log
-        server's (the worker's; the triggerer's when settings ``airflow.triggerer`` is on),
+        server's (the worker's; the triggerer runs without one),
         on any local address (another Airflow on this machine, usually): the component
         would fail to bind and, for the API port, the other Airflow's health would be taken
         for this one's.
@@ -539,9 +539,8 @@ class Standalone:
             log-server port setting that is not a port number.
         """
         ports = {self.port: "the API server and UI (make demo AIRFLOW_PORT=..., or --port)"}
+        # The triggerer runs without its log server (airflow_standalone.TRIGGERER_OPTIONS).
         servers = {"WORKER": "the worker log server"}
-        if get_settings().airflow.triggerer:
-            servers["TRIGGER"] = "the triggerer log server"
         for server, what in servers.items():
             key = f"AIRFLOW__LOGGING__{server}_LOG_SERVER_PORT"
             try:

@@ -12,8 +12,9 @@ as Airflow's standalone does on Ctrl-C) and then the standalone. Airflow's own s
 first in a child process that exits (:func:`prepare`): the process that stays imports nothing
 of Airflow (15 MB resident instead of ~180 MB).
 
-The triggerer starts only with settings ``airflow.triggerer`` on (off by default: no platform
-task defers, and it holds about 470 MB; :class:`ingest_core.settings.AirflowSettings`).
+The triggerer runs without its log server (``--skip-serve-logs``: no platform task defers, so
+it has no trigger log to serve) and only with settings ``airflow.triggerer`` on (the default;
+:class:`ingest_core.settings.AirflowSettings`).
 """
 
 from __future__ import annotations
@@ -194,18 +195,25 @@ class SkippedComponent(threading.Thread):
         """Nothing runs: nothing to stop."""
 
 
+#: The triggerer's options: no log server (no platform task defers: nothing to serve).
+TRIGGERER_OPTIONS = ("--skip-serve-logs",)
+
+
 def component_factory(
     skip: Mapping[str, str], api: tuple[str, int] | None = None
 ) -> Callable[..., RestartingSubCommand | SkippedComponent]:
     """Builds each component as ``make(parent, name, command, env)``: a
     :class:`RestartingSubCommand` (the scheduler waiting for ``api``, the API server's
-    address), or a :class:`SkippedComponent` for a name in ``skip`` (name -> reason)."""
+    address; the triggerer with :data:`TRIGGERER_OPTIONS`), or a :class:`SkippedComponent`
+    for a name in ``skip`` (name -> reason)."""
 
     def component(
         parent: Any, name: str, command: list[str], env: dict[str, str]
     ) -> RestartingSubCommand | SkippedComponent:
         if name in skip:
             return SkippedComponent(parent, name, skip[name])
+        if name == "triggerer":
+            command = [*command, *TRIGGERER_OPTIONS]
         wait_for = api if name == "scheduler" else None
         return RestartingSubCommand(parent, name, command, env, wait_for=wait_for)
 

@@ -655,8 +655,9 @@ def metric_families(snap: dict[str, Any]) -> list[Any]:
             (added, table.get("rows_added")),
             (maintained, (table.get("maintenance") or {}).get("age_s")),
         ):
-            if _number(value) is not None:
-                family.add_metric(table_key, float(value))
+            number = _number(value)
+            if number is not None:
+                family.add_metric(table_key, number)
         gate = table.get("gate")
         if gate:
             pending_versions.add_metric(table_key, float(gate["pending_versions"]))

@@ -86,9 +86,10 @@ def _may_defer(task: object) -> str | None:
 
 
 def test_no_task_defers(dagbag) -> None:
-    """The embedded Airflow starts no triggerer (settings ``airflow.triggerer``, off by
-    default: ~470 MB of the demo's memory): a deferred task would wait forever. A DAG that
-    adds one must turn the triggerer on, and this test off."""
+    """The embedded Airflow's triggerer runs without its log server (settings
+    ``airflow.triggerer``; ``--skip-serve-logs``, 85 MB PSS less) and can be left out: no
+    task may defer. A DAG that adds one must give the triggerer its log server back
+    (ingestctl/airflow_standalone.TRIGGERER_OPTIONS), and this test off."""
     deferring = {
         f"{dag_id}.{task.task_id}": why
         for dag_id, dag in dagbag.dags.items()

@@ -210,7 +210,9 @@ def layer_rules(layer: str) -> tuple[TableRules, ...]:
 
 
 def volume_band(history: list[int], quality: QualitySettings) -> tuple[int, int] | None:
-    """Row-count band ``[median / f, median * f]`` learned from recent passed increments.
+    """Row-count band ``[median / f, median * f]`` learned from recent passed increments
+    (``f``: ``quality.volume_band_factor``); a lower bound under
+    ``quality.volume_lower_bound_min_rows`` is 0 (only the upper bound is checked).
 
     :param history: row counts of the table's recent passed, non-empty increments, newest
         first.
@@ -224,7 +226,8 @@ def volume_band(history: list[int], quality: QualitySettings) -> tuple[int, int]
     middle = len(ordered) // 2
     median = ordered[middle] if len(ordered) % 2 else (ordered[middle - 1] + ordered[middle]) / 2
     factor = quality.volume_band_factor
-    return max(1, int(median / factor)), int(median * factor) + 1
+    lower = int(median / factor)
+    return (lower if lower >= quality.volume_lower_bound_min_rows else 0), int(median * factor) + 1
 
 
 def validated_columns(rules: TableRules) -> tuple[str, ...]:

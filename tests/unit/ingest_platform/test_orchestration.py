@@ -121,9 +121,14 @@ def test_volume_band_needs_history_and_uses_the_median() -> None:
     from ingest_core.settings import QualitySettings
     from spark_jobs.quality.suites import volume_band
 
-    quality = QualitySettings(volume_history=3, volume_band_factor=10)
+    quality = QualitySettings(
+        volume_history=3, volume_band_factor=10, volume_lower_bound_min_rows=20
+    )
     assert volume_band([100, 200], quality) is None
     assert volume_band([100, 200, 5000, 1], quality) == (20, 2001)  # newest 3: median 200
+    # A lower bound under 20 rows is not checked: a 2-row increment of a small table passes.
+    assert volume_band([60, 50, 70], quality) == (0, 601)
+    assert volume_band([60, 50, 70, 100_000], QualitySettings(volume_history=3)) == (0, 1201)
 
 
 def test_suites_cover_every_gated_table_and_build(tmp_path) -> None:

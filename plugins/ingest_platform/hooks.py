@@ -263,6 +263,12 @@ class PlatformJobHook(BaseHook):
         :raises OSError: ``spark-submit`` cannot be executed (not found, not executable).
         """
         hook = self.spark_submit_hook()
+        # The provider's only private API this platform uses: no public method builds the
+        # command without running it (``submit`` does both). What to ask upstream
+        # (apache/airflow, providers/apache/spark): a public ``build_command(application)``
+        # returning the argument list and environment; not filed from this sandbox, which
+        # has no access to GitHub. test_hooks.py::test_the_launcher_becomes_spark_submit
+        # fails first if a provider release changes either name.
         command = hook._build_spark_submit_command(self.application)
         environment = {**os.environ, **(hook._env or {})}
         # The provider has logged the masked command ("Spark-Submit cmd: ...").

@@ -24,7 +24,6 @@ The streaming supervisor starts the always-on jobs detached through
 from __future__ import annotations
 
 import importlib.util
-import inspect
 from collections.abc import Sequence
 from typing import TYPE_CHECKING, Any
 
@@ -124,10 +123,44 @@ def _context_of(task_instance: Any) -> Any:
     return get() if callable(get) else None
 
 
-def _submit_hook_parameters() -> frozenset[str]:
-    from airflow.providers.apache.spark.hooks.spark_submit import SparkSubmitHook
-
-    return frozenset(inspect.signature(SparkSubmitHook.__init__).parameters) - {"self"}
+#: The ``SparkSubmitHook`` arguments a :class:`SparkJobOperator` passes on from its own
+#: keyword arguments (the provider's ``SparkSubmitOperator`` passes the same ones to its
+#: hook). The job's application, arguments, Spark configuration, name, connection and
+#: environment are set by :class:`~ingest_platform.hooks.PlatformJobHook` itself.
+#: tests/unit/ingest_platform/test_operators.py checks that each is an argument of the
+#: installed provider's hook.
+SUBMIT_OPTIONS = frozenset(
+    {
+        "archives",
+        "deploy_mode",
+        "driver_class_path",
+        "driver_memory",
+        "exclude_packages",
+        "executor_cores",
+        "executor_memory",
+        "files",
+        "jars",
+        "java_class",
+        "keytab",
+        "num_executors",
+        "packages",
+        "post_submit_commands",
+        "principal",
+        "properties_file",
+        "proxy_user",
+        "py_files",
+        "repositories",
+        "spark_binary",
+        "status_poll_interval",
+        "total_executor_cores",
+        "track_driver_via_k8s_api",
+        "use_krb5ccache",
+        "verbose",
+        "yarn_queue",
+        "yarn_rm_auth",
+        "yarn_track_via_rm_api",
+    }
+)
 
 
 class SparkJobOperator(SparkSubmitOperator):
@@ -186,9 +219,7 @@ class SparkJobOperator(SparkSubmitOperator):
         self._submit_options = {
             key: value
             for key, value in kwargs.items()
-            if key in _submit_hook_parameters()
-            and key not in _SET_BY_THE_HOOK
-            and key not in SparkSubmitOperator.template_fields
+            if key in SUBMIT_OPTIONS and key not in SparkSubmitOperator.template_fields
         }
         self.spark_conn_id = str(kwargs.get("conn_id", PlatformJobHook.default_conn_name))
         super().__init__(application="", **kwargs)
@@ -206,7 +237,7 @@ class SparkJobOperator(SparkSubmitOperator):
         ``jars``, ``executor_memory``...)."""
         options = dict(self._submit_options)
         for field in self.template_fields:
-            if field in _submit_hook_parameters() and field not in _SET_BY_THE_HOOK:
+            if field in SUBMIT_OPTIONS:
                 value = getattr(self, field, None)
                 if value is not None:
                     options[field] = value
@@ -281,13 +312,6 @@ class SparkJobOperator(SparkSubmitOperator):
         )
         if self._job_hook is not None:
             self._job_hook.on_kill()
-
-
-#: Arguments of SparkSubmitHook that PlatformJobHook sets itself (application and Spark
-#: configuration of the job, the connection).
-_SET_BY_THE_HOOK = frozenset(
-    {"conf", "conn_id", "name", "application_args", "env_vars", "application"}
-)
 
 
 class LayerGateOperator(SparkJobOperator):

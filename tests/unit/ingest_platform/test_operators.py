@@ -119,3 +119,23 @@ def test_an_increment_above_the_row_limit_goes_to_spark_submit(
     assert submitted == ["x"]
     assert state.gate_results().empty  # nothing recorded by the in-task path
     assert operator.job_args[-2:] == ["--engine", "spark"]
+
+
+def test_the_options_passed_on_to_spark_submit_are_the_providers_hook_arguments() -> None:
+    """SparkJobOperator passes a declared list of SparkSubmitHook arguments on (no runtime
+    introspection): each must be one the installed provider's hook takes, and none of those
+    PlatformJobHook sets itself."""
+    import inspect
+
+    from airflow.providers.apache.spark.hooks.spark_submit import SparkSubmitHook
+
+    from ingest_platform.operators import SUBMIT_OPTIONS, SparkJobOperator
+
+    accepted = set(inspect.signature(SparkSubmitHook.__init__).parameters)
+    assert SUBMIT_OPTIONS <= accepted, SUBMIT_OPTIONS - accepted
+    assert not SUBMIT_OPTIONS & {"conf", "conn_id", "name", "application_args", "env_vars"}
+    task = SparkJobOperator(
+        task_id="t", job="silver_refine", executor_memory="2g", files="a.txt", verbose=True
+    )
+    hook = task.get_hook()
+    assert hook.submit_options == {"executor_memory": "2g", "files": "a.txt", "verbose": True}

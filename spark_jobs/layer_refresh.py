@@ -242,8 +242,9 @@ def swap(
         gate, or a job of the layer is running; nothing was moved.
     """
     from ingest_core.delta_tables import delta_version
-    from spark_jobs.quality.gate import RESULTS_SCHEMA, docs_index
+    from spark_jobs.quality.results import RESULTS_SCHEMA
     from spark_jobs.quality.state import RESULTS_TABLE
+    from spark_jobs.quality.validation import docs_index
 
     settings = settings or get_settings()
     layout = RefreshLayout(refresh_id, settings)

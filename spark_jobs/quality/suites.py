@@ -23,7 +23,7 @@ if TYPE_CHECKING:
     import great_expectations as gx
 
 #: Column of each increment row telling whether its key was already in the table before the
-#: increment (computed by the gate job; see :func:`spark_jobs.quality.gate.increment`).
+#: increment (computed by the gate job; see :func:`spark_jobs.quality.increments.increment`).
 ALREADY_IN_TABLE = "_already_in_table"
 
 

@@ -12,7 +12,7 @@ import pytest
 
 from ingest_core.catalog import get_catalog
 from ingest_core.settings import get_settings
-from spark_jobs.quality import gate, state
+from spark_jobs.quality import gate, state, validation
 from tests.integration.medallion import Platform, activity, payment, windows
 
 pytestmark = pytest.mark.integration
@@ -209,7 +209,7 @@ def test_pandas_engine_reads_and_judges_increments_like_spark(platform: Platform
 
     def judge(table: Any, rows: Any, engine: str) -> tuple[bool, list[tuple[Any, ...]], set[str]]:
         """The verdict on ``rows``: passed, (expectation, column, count) per failure, names."""
-        ok, failed, _ = gate._validate(
+        ok, failed, _ = validation.validate_frame(
             context, table, rows, settings, engine=engine, band=None, now=now, collect_ids=False
         )
         brief = [(f["expectation"], f["column"], f["unexpected_count"]) for f in failed]

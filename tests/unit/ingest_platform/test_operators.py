@@ -132,7 +132,7 @@ def test_the_options_passed_on_to_spark_submit_are_the_providers_hook_arguments(
     from ingest_platform.operators import SUBMIT_OPTIONS, SparkJobOperator
 
     accepted = set(inspect.signature(SparkSubmitHook.__init__).parameters)
-    assert SUBMIT_OPTIONS <= accepted, SUBMIT_OPTIONS - accepted
+    assert accepted >= SUBMIT_OPTIONS, SUBMIT_OPTIONS - accepted
     assert not SUBMIT_OPTIONS & {"conf", "conn_id", "name", "application_args", "env_vars"}
     task = SparkJobOperator(
         task_id="t", job="silver_refine", executor_memory="2g", files="a.txt", verbose=True

@@ -38,16 +38,16 @@ def _gate(home: str, tables: list[str], results: Any) -> None:
     os.environ["INGEST_HOME"] = home
     get_settings.cache_clear()
     try:
-        from spark_jobs.quality import gate
         from spark_jobs.quality.state import Increment
         from spark_jobs.quality.suites import layer_rules, validated_columns
+        from spark_jobs.quality.validation import validate_increments
 
         rules = {r.table: r for r in layer_rules("silver") if r.table in tables}
 
         def load(inc: Any) -> tuple[Any, int, Any]:
             return _frame(validated_columns(rules[inc.table])), 2, lambda: None
 
-        outcomes = gate._validate_increments(
+        outcomes = validate_increments(
             rules,
             [Increment(t, 0, 0) for t in tables],
             load,

@@ -570,39 +570,48 @@ def metric_families(snap: dict[str, Any]) -> list[Any]:
     * ``ingest_gate_pending_versions``, ``ingest_gate_held{table,layer}``;
     * ``ingest_status_errors{section}``: sections the snapshot could not read.
     """
+    errors = _gauge(
+        "ingest_status_errors", "1 per snapshot section that could not be read", ["section"]
+    )
+    for section in snap.get("errors", {}):
+        errors.add_metric([section], 1.0)
+    return [*_job_families(snap), *_lag_families(snap), *_table_families(snap), errors]
+
+
+def _gauge(name: str, doc: str, labels: list[str]) -> Any:
     from prometheus_client.core import GaugeMetricFamily
 
-    def gauge(name: str, doc: str, labels: list[str]) -> GaugeMetricFamily:
-        return GaugeMetricFamily(name, doc, labels=labels)
+    return GaugeMetricFamily(name, doc, labels=labels)
 
-    up = gauge("ingest_job_up", "1 when the always-on job runs with a fresh heartbeat", ["job"])
-    state = gauge("ingest_job_state", "1 for the job's current state", ["job", "state"])
-    activity = gauge("ingest_job_activity", "1 for what the running job does", ["job", "activity"])
-    restarts = gauge(
+
+#: Per-query series: key of :func:`query_view` -> (metric name, help).
+_QUERY_SERIES = {
+    "input_rows_per_second": ("ingest_query_input_rows_per_second", "Input rate of the last batch"),
+    "processed_rows_per_second": (
+        "ingest_query_processed_rows_per_second",
+        "Processing rate of the last batch",
+    ),
+    "batch_duration_s": ("ingest_query_batch_duration_seconds", "Duration of the last trigger"),
+    "batch_id": ("ingest_query_last_batch_id", "Last batch id"),
+    "watermark_delay_s": ("ingest_query_watermark_delay_seconds", "Now minus the watermark"),
+    "state_rows": ("ingest_query_state_rows", "Rows in state stores"),
+    "last_batch_age_s": (
+        "ingest_query_last_batch_age_seconds",
+        "Seconds since the last batch (kept across a restart)",
+    ),
+}
+
+
+def _job_families(snap: dict[str, Any]) -> list[Any]:
+    """The ``ingest_job_*`` and ``ingest_query_*`` families of :func:`metric_families`."""
+    up = _gauge("ingest_job_up", "1 when the always-on job runs with a fresh heartbeat", ["job"])
+    state = _gauge("ingest_job_state", "1 for the job's current state", ["job", "state"])
+    activity = _gauge("ingest_job_activity", "1 for what the running job does", ["job", "activity"])
+    restarts = _gauge(
         "ingest_job_restarts_last_hour", "Supervisor restarts in the last hour", ["job"]
     )
     per_query = {
-        "input_rows_per_second": gauge(
-            "ingest_query_input_rows_per_second", "Input rate of the last batch", ["job", "query"]
-        ),
-        "processed_rows_per_second": gauge(
-            "ingest_query_processed_rows_per_second",
-            "Processing rate of the last batch",
-            ["job", "query"],
-        ),
-        "batch_duration_s": gauge(
-            "ingest_query_batch_duration_seconds", "Duration of the last trigger", ["job", "query"]
-        ),
-        "batch_id": gauge("ingest_query_last_batch_id", "Last batch id", ["job", "query"]),
-        "watermark_delay_s": gauge(
-            "ingest_query_watermark_delay_seconds", "Now minus the watermark", ["job", "query"]
-        ),
-        "state_rows": gauge("ingest_query_state_rows", "Rows in state stores", ["job", "query"]),
-        "last_batch_age_s": gauge(
-            "ingest_query_last_batch_age_seconds",
-            "Seconds since the last batch (kept across a restart)",
-            ["job", "query"],
-        ),
+        key: _gauge(name, doc, ["job", "query"]) for key, (name, doc) in _QUERY_SERIES.items()
     }
     for job in snap.get("jobs", []):
         if "state" not in job:
@@ -611,16 +620,21 @@ def metric_families(snap: dict[str, Any]) -> list[Any]:
         up.add_metric([name], 1.0 if job["state"] == "running" else 0.0)
         for one in JOB_STATES:
             state.add_metric([name, one], 1.0 if job["state"] == one else 0.0)
-        restarts.add_metric([name], float(job["restarts_last_hour"]))
         if job.get("activity"):
             for one in JOB_ACTIVITIES:
                 activity.add_metric([name, one], 1.0 if job["activity"] == one else 0.0)
+        restarts.add_metric([name], float(job["restarts_last_hour"]))
         for query in job["queries"]:
             for key, family in per_query.items():
                 value = _number(query.get(key))
                 if value is not None:
                     family.add_metric([name, query["name"]], value)
-    lag = gauge(
+    return [up, state, activity, restarts, *per_query.values()]
+
+
+def _lag_families(snap: dict[str, Any]) -> list[Any]:
+    """The ``ingest_kafka_lag_*`` families of :func:`metric_families`."""
+    lag = _gauge(
         "ingest_kafka_lag_records",
         "Broker end offset minus the checkpoint's committed offset",
         ["job", "query", "topic", "partition"],
@@ -629,24 +643,29 @@ def metric_families(snap: dict[str, Any]) -> list[Any]:
         lag.add_metric(
             [row["job"], row["query"], row["topic"], str(row["partition"])], float(row["lag"])
         )
-    lag_total = gauge("ingest_kafka_lag_total_records", "Kafka lag summed per job", ["job"])
+    total = _gauge("ingest_kafka_lag_total_records", "Kafka lag summed per job", ["job"])
     for job in snap.get("lag", {}).get("jobs", []):
-        lag_total.add_metric([job["job"]], float(job["total"]))
+        total.add_metric([job["job"]], float(job["total"]))
+    return [lag, total]
+
+
+def _table_families(snap: dict[str, Any]) -> list[Any]:
+    """The ``ingest_table_*`` and ``ingest_gate_*`` families of :func:`metric_families`."""
     by_table = ["table", "layer"]
-    version = gauge("ingest_table_version", "Delta version", by_table)
-    freshness = gauge(
+    version = _gauge("ingest_table_version", "Delta version", by_table)
+    freshness = _gauge(
         "ingest_table_freshness_seconds", "Seconds since the last data commit", by_table
     )
-    added = gauge("ingest_table_last_commit_rows", "Rows added by the last data commit", by_table)
-    maintained = gauge(
+    added = _gauge("ingest_table_last_commit_rows", "Rows added by the last data commit", by_table)
+    maintained = _gauge(
         "ingest_table_maintenance_age_seconds",
         "Seconds since a maintenance commit newer than the last data commit",
         by_table,
     )
-    pending_versions = gauge(
+    pending_versions = _gauge(
         "ingest_gate_pending_versions", "Delta versions no gate has validated", by_table
     )
-    held = gauge("ingest_gate_held", "1 when a failed gate holds the table", by_table)
+    held = _gauge("ingest_gate_held", "1 when a failed gate holds the table", by_table)
     for table in snap.get("tables", []):
         table_key = [table["table"], str(table.get("layer"))]
         for family, value in (
@@ -662,24 +681,4 @@ def metric_families(snap: dict[str, Any]) -> list[Any]:
         if gate:
             pending_versions.add_metric(table_key, float(gate["pending_versions"]))
             held.add_metric(table_key, 1.0 if gate["held"] else 0.0)
-    errors = gauge(
-        "ingest_status_errors", "1 per snapshot section that could not be read", ["section"]
-    )
-    for section in snap.get("errors", {}):
-        errors.add_metric([section], 1.0)
-    return [
-        up,
-        state,
-        activity,
-        restarts,
-        *per_query.values(),
-        lag,
-        lag_total,
-        version,
-        freshness,
-        added,
-        maintained,
-        pending_versions,
-        held,
-        errors,
-    ]
+    return [version, freshness, added, maintained, pending_versions, held]

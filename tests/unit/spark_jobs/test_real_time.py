@@ -134,4 +134,5 @@ def test_a_real_time_batch_as_long_as_half_the_heartbeat_timeout_is_refused(caps
         payment_alerts_rt.parse_args(["--trigger", "real-time=90s"])
     assert exited.value.code == 2
     assert "shorter than half supervisor.heartbeat_timeout_s (90 s)" in capsys.readouterr().err
-    assert payment_alerts_rt.parse_args([]).trigger == TriggerSpec("real-time", "1 minute")
+    # The default (include/pipeline.yaml): offsets committed every 5 s (issue 50).
+    assert payment_alerts_rt.parse_args([]).trigger == TriggerSpec("real-time", "5 seconds")

@@ -170,6 +170,26 @@ def test_anonymous_requests_are_refused(api_server: ApiServer) -> None:
     assert forged.status_code in (401, 403)
 
 
+def test_an_anonymous_browser_visit_lands_on_the_login_page(api_server: ApiServer) -> None:
+    """Issue 51: a browser that is not logged in and opens the page's address sees Airflow's
+    login form, not the API's ``{"detail":"Not authenticated"}``."""
+    from playwright.sync_api import expect, sync_playwright
+
+    with sync_playwright() as playwright:
+        browser = playwright.chromium.launch(
+            executable_path=chromium(), args=["--no-sandbox", "--disable-gpu"]
+        )
+        try:
+            page = browser.new_page()
+            page.set_default_timeout(120_000)
+            page.goto(f"{api_server.url}/streaming/")
+            expect(page).to_have_url(re.compile(r"/login"), timeout=120_000)
+            expect(page.get_by_role("button", name="Sign in")).to_be_visible(timeout=120_000)
+            assert "Not authenticated" not in page.content()
+        finally:
+            browser.close()
+
+
 def test_metrics_parse_as_prometheus_text_with_a_token(
     api_server: ApiServer, running_ingest: threading.Event
 ) -> None:

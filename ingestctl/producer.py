@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import contextlib
 import json
+import time
 from collections import Counter
 from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field
@@ -112,7 +113,10 @@ def produce(
     :param bootstrap_servers: Kafka ``host:port`` list.
     :param records: ``(topic, key, value)`` tuples or :class:`Message` objects.
     :param raise_on_failure: raise :class:`ProduceError` if any record failed.
-    :param batch_flush: resolve pending futures every this many records (bounds memory).
+    :param batch_flush: resolve pending futures every this many records (bounds memory). A
+        group's records not acknowledged within ``DELIVERY_TIMEOUT_MS`` + 30 s in all are
+        counted as failed (``KafkaTimeoutError``), and a producer with requests that never
+        ended is replaced by a new one before the next record.
     :param on_resolved: called with the running result after each group of futures resolves
         (progress bars).
     :param on_acknowledged: called with each acknowledged message and kafka-python's
@@ -141,16 +145,24 @@ def produce(
     }
     config.update(producer_config)
     kafka = kafka or get_settings().kafka
-    producer = KafkaProducer(**kafka.client_config(bootstrap_servers) | config)
+    settings = kafka.client_config(bootstrap_servers) | config
+    producer = KafkaProducer(**settings)
     result = ProduceResult()
     pending: list[tuple[Message, Any]] = []
 
     def resolve() -> None:
+        nonlocal producer
+        # One deadline for the whole group, not one per record: after a kill -9 of the
+        # broker, kafka-python kept in-flight requests waiting past their timeouts, and a
+        # wait per record (50 x 60 s) stalled the soak's stream (issue 50).
+        deadline = time.monotonic() + DELIVERY_TIMEOUT_MS / 1000 + 30
+        stuck = 0
         for message, future in pending:
             tag = message.tag
             try:
-                metadata = future.get(timeout=DELIVERY_TIMEOUT_MS / 1000 + 30)
+                metadata = future.get(timeout=max(0.0, deadline - time.monotonic()))
             except KafkaError as error:
+                stuck += not future.is_done
                 result._failure(tag, error)
                 continue
             if on_acknowledged is not None:
@@ -161,6 +173,10 @@ def produce(
             key = (metadata.topic, metadata.partition)
             result.offsets[key] = max(result.offsets.get(key, -1), metadata.offset)
         pending.clear()
+        if stuck:  # a producer whose requests never end would wedge every later send too
+            with contextlib.suppress(Exception):
+                producer.close(timeout=0)
+            producer = KafkaProducer(**settings)
         if on_resolved:
             on_resolved(result)
 

@@ -1,0 +1,81 @@
+"""The producer's bookkeeping when the broker never answers (issue 50: after a kill -9 of the
+broker, kafka-python kept in-flight sends waiting past their timeouts, and a wait per record
+stalled the soak's stream for 50 x 60 s). kafka-python's producer is replaced by a stand-in
+whose futures never complete: what is under test is ``produce``'s deadline, not Kafka."""
+
+from __future__ import annotations
+
+import time
+from typing import Any, ClassVar
+
+import pytest
+
+from ingestctl import producer as producer_module
+from ingestctl.producer import Message, produce
+
+pytestmark = pytest.mark.unit
+
+
+class _Metadata:
+    def __init__(self, topic: str, offset: int) -> None:
+        self.topic, self.partition, self.offset = topic, 0, offset
+
+
+class _Future:
+    """kafka-python's ``FutureRecordMetadata`` surface: ``get(timeout)`` and ``is_done``."""
+
+    def __init__(self, metadata: _Metadata | None) -> None:
+        self.metadata = metadata
+        self.is_done = metadata is not None
+
+    def get(self, timeout: float | None = None) -> _Metadata:
+        from kafka.errors import KafkaTimeoutError
+
+        if self.metadata is None:
+            time.sleep(timeout or 0)
+            raise KafkaTimeoutError(f"no acknowledgement within {timeout} s")
+        return self.metadata
+
+
+class _WedgedThenHealthy:
+    """The first producer never acknowledges; the ones made after it do."""
+
+    made: ClassVar[list[_WedgedThenHealthy]] = []
+
+    def __init__(self, **config: Any) -> None:
+        self.wedged = not _WedgedThenHealthy.made
+        self.closed = False
+        self.sent = 0
+        _WedgedThenHealthy.made.append(self)
+
+    def send(self, topic: str, key: Any = None, value: Any = None) -> _Future:
+        self.sent += 1
+        return _Future(None if self.wedged else _Metadata(topic, self.sent))
+
+    def flush(self, timeout: float | None = None) -> None:
+        return None
+
+    def close(self, timeout: float | None = None) -> None:
+        self.closed = True
+
+
+def test_a_group_that_is_never_acknowledged_fails_within_one_deadline_and_the_producer_is_replaced(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    import kafka
+
+    _WedgedThenHealthy.made = []
+    monkeypatch.setattr(kafka, "KafkaProducer", _WedgedThenHealthy)
+    monkeypatch.setattr(producer_module, "DELIVERY_TIMEOUT_MS", -29_000)  # a 1 s deadline
+    messages = [Message("t", str(i), {"i": i}, "ok") for i in range(20)]
+    started = time.monotonic()
+    result = produce("127.0.0.1:1", messages, raise_on_failure=False, batch_flush=10)
+    # Ten records that never got an answer cost one deadline (1 s), not ten.
+    assert time.monotonic() - started < 5
+    assert result.failed == 10
+    assert result.failures == {"KafkaTimeoutError": 10}
+    assert result.acknowledged == 10
+    first, second = _WedgedThenHealthy.made
+    assert first.closed
+    assert second.closed  # closed at the end, as always
+    assert (first.sent, second.sent) == (10, 10)

@@ -5,13 +5,14 @@ from __future__ import annotations
 
 import json
 import os
+import signal
 import socket
 import statistics
 import threading
 import time
 import traceback
-from collections.abc import Callable
-from contextlib import ExitStack, closing
+from collections.abc import Callable, Iterator
+from contextlib import ExitStack, closing, contextmanager
 from dataclasses import asdict, dataclass, field
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
@@ -545,6 +546,27 @@ class Soak:
         (self.folder / "report.md").write_text(report(result))
 
 
+@contextmanager
+def interrupts_raise() -> Iterator[None]:
+    """SIGTERM and SIGHUP raise ``KeyboardInterrupt`` like Ctrl-C while the block runs (in
+    the main thread; elsewhere nothing changes), so that the soak stops the platform it
+    started instead of dying with its broker, PostgreSQL, Airflow and drivers left running
+    (a ``kill`` of ``ingestctl soak`` did that, 2026-12-06)."""
+    if threading.current_thread() is not threading.main_thread():
+        yield
+        return
+
+    def interrupt(signum: int, frame: Any) -> None:
+        raise KeyboardInterrupt(f"signal {signum}")
+
+    previous = {sig: signal.signal(sig, interrupt) for sig in (signal.SIGTERM, signal.SIGHUP)}
+    try:
+        yield
+    finally:
+        for sig, handler in previous.items():
+            signal.signal(sig, handler)
+
+
 def run_soak(options: SoakOptions, echo: Callable[[str], None] = print) -> SoakResult:
     """Run one soak: start the embedded platform in its own home (free ports, its own broker,
     PostgreSQL and Airflow), stream for ``options.duration_s`` seconds while the scheduled
@@ -553,10 +575,13 @@ def run_soak(options: SoakOptions, echo: Callable[[str], None] = print) -> SoakR
 
     :returns: the result (``passed`` tells the verdict).
     :raises RuntimeError: the platform did not start (nothing was judged).
+    :raises KeyboardInterrupt: Ctrl-C, SIGTERM or SIGHUP; the platform was stopped first
+        (unless ``options.keep``).
     """
     soak = Soak(options, echo)
     try:
-        return soak.run()
+        with interrupts_raise():
+            return soak.run()
     except Exception:
         echo(traceback.format_exc())
         raise

@@ -247,3 +247,22 @@ def test_the_summary_counts_recoveries_per_kind_and_fails_on_any_failed_check() 
     assert (totals["duplicated"], totals["passed"]) == (2, False)
     _, totals = summarise(outcomes[:2], [ok])
     assert totals["passed"] is True
+
+
+def test_sigterm_to_the_soak_interrupts_it_like_ctrl_c() -> None:
+    """``kill <pid>`` of ``ingestctl soak`` ended it at once, its platform left running: it
+    now raises KeyboardInterrupt, which stops the platform on the way out."""
+    import os
+    import signal
+
+    from ingestctl.soak.runner import interrupts_raise
+
+    def terminated() -> None:
+        with interrupts_raise():
+            os.kill(os.getpid(), signal.SIGTERM)
+            signal.sigtimedwait([], 5)  # the handler raises before this returns
+
+    before = signal.getsignal(signal.SIGTERM)
+    with pytest.raises(KeyboardInterrupt, match="signal 15"):
+        terminated()
+    assert signal.getsignal(signal.SIGTERM) is before

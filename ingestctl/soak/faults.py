@@ -88,6 +88,10 @@ class SoakPlatform:
     standalone: Standalone
     started_at: datetime
     stream_span: timedelta
+    #: Data intervals (their starts) a backfill fault already covered: Airflow creates no
+    #: run for an interval that has one (``--reprocess-behavior none``), so each backfill
+    #: fault takes intervals of its own.
+    backfilled: set[datetime] = field(default_factory=set, repr=False)
     _client: AirflowClient | None = field(default=None, repr=False)
     _lock: threading.Lock = field(default_factory=threading.Lock, repr=False)
 
@@ -432,7 +436,13 @@ def backfill(platform: SoakPlatform, fault: PlannedFault) -> Recovery:
 
     end = (datetime.now(UTC) - platform.stream_span / 3).replace(second=0, microsecond=0)
     end -= timedelta(minutes=end.minute % 15)
-    start = end - timedelta(minutes=30)
+    quarter = timedelta(minutes=15)
+    # Intervals no earlier backfill fault took (two taken 30 minutes apart were refused as
+    # "no backfill run": Airflow had runs for them already).
+    while {end - quarter * k for k in range(3)} & platform.backfilled:
+        end -= 2 * quarter
+    platform.backfilled.update(end - quarter * k for k in range(3))
+    start = end - 2 * quarter
 
     def backfills() -> list[dict[str, Any]]:
         return [r for r in platform.medallion_runs() if r.get("run_type") == "backfill"]

@@ -244,22 +244,6 @@ class BenchEnv:
 
 
 @contextlib.contextmanager
-def interrupts_raise() -> Iterator[None]:
-    """SIGTERM (and SIGHUP) raise KeyboardInterrupt like Ctrl-C, so that ``finally`` blocks
-    stop what the bench started."""
-
-    def handler(signum: int, frame: Any) -> None:
-        raise KeyboardInterrupt(f"signal {signum}")
-
-    previous = {sig: signal.signal(sig, handler) for sig in (signal.SIGTERM, signal.SIGHUP)}
-    try:
-        yield
-    finally:
-        for sig, old in previous.items():
-            signal.signal(sig, old)
-
-
-@contextlib.contextmanager
 def signals_deferred(message: str) -> Iterator[None]:
     """While cleaning up: Ctrl-C, SIGTERM and SIGHUP print ``message`` instead of interrupting,
     so that a second signal cannot leave the broker or the work folder behind (SIGKILL still

@@ -58,8 +58,9 @@ from unittest import mock
 
 from bench import cycle as cycles
 from bench import freshness, jobs, memory, report, workload
-from bench.env import BIN, REPO, BenchEnv, BenchError, interrupts_raise, signals_deferred
+from bench.env import BIN, REPO, BenchEnv, BenchError, signals_deferred
 from bench.report import Measurement, Target
+from ingest_core.processes import interrupts_raise
 
 RESULTS = REPO / "bench" / "results"
 STEADY_RATE = 5000.0

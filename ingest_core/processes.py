@@ -20,7 +20,9 @@ import contextlib
 import os
 import signal
 import subprocess
-from collections.abc import Callable
+import threading
+from collections.abc import Callable, Iterator
+from typing import Any
 
 import psutil
 
@@ -165,3 +167,24 @@ def stop_tree(pid: int, grace_s: float = 60) -> None:
     except psutil.NoSuchProcess:
         return
     stop_processes(processes, grace_s)
+
+
+@contextlib.contextmanager
+def interrupts_raise() -> Iterator[None]:
+    """SIGTERM and SIGHUP raise ``KeyboardInterrupt`` like Ctrl-C while the block runs (in
+    the main thread; elsewhere nothing changes), so that ``finally`` blocks stop what a
+    long command started (the soak left its broker, PostgreSQL, Airflow and drivers running
+    when killed, 2026-12-06; the bench uses it too). The previous handlers come back after."""
+    if threading.current_thread() is not threading.main_thread():
+        yield
+        return
+
+    def interrupt(signum: int, frame: Any) -> None:
+        raise KeyboardInterrupt(f"signal {signum}")
+
+    previous = {sig: signal.signal(sig, interrupt) for sig in (signal.SIGTERM, signal.SIGHUP)}
+    try:
+        yield
+    finally:
+        for sig, handler in previous.items():
+            signal.signal(sig, handler)

@@ -5,19 +5,19 @@ from __future__ import annotations
 
 import json
 import os
-import signal
 import socket
 import statistics
 import threading
 import time
 import traceback
-from collections.abc import Callable, Iterator
-from contextlib import ExitStack, closing, contextmanager
+from collections.abc import Callable
+from contextlib import ExitStack, closing
 from dataclasses import asdict, dataclass, field
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from ingest_core.processes import interrupts_raise
 from ingestctl.soak.faults import (
     INJECTORS,
     MEDALLION,
@@ -544,27 +544,6 @@ class Soak:
         self.folder.mkdir(parents=True, exist_ok=True)
         (self.folder / "result.json").write_text(json.dumps(asdict(result), indent=1, default=str))
         (self.folder / "report.md").write_text(report(result))
-
-
-@contextmanager
-def interrupts_raise() -> Iterator[None]:
-    """SIGTERM and SIGHUP raise ``KeyboardInterrupt`` like Ctrl-C while the block runs (in
-    the main thread; elsewhere nothing changes), so that the soak stops the platform it
-    started instead of dying with its broker, PostgreSQL, Airflow and drivers left running
-    (a ``kill`` of ``ingestctl soak`` did that, 2026-12-06)."""
-    if threading.current_thread() is not threading.main_thread():
-        yield
-        return
-
-    def interrupt(signum: int, frame: Any) -> None:
-        raise KeyboardInterrupt(f"signal {signum}")
-
-    previous = {sig: signal.signal(sig, interrupt) for sig in (signal.SIGTERM, signal.SIGHUP)}
-    try:
-        yield
-    finally:
-        for sig, handler in previous.items():
-            signal.signal(sig, handler)
 
 
 def run_soak(options: SoakOptions, echo: Callable[[str], None] = print) -> SoakResult:

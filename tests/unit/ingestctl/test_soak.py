@@ -255,7 +255,7 @@ def test_sigterm_to_the_soak_interrupts_it_like_ctrl_c() -> None:
     import os
     import signal
 
-    from ingestctl.soak.runner import interrupts_raise
+    from ingest_core.processes import interrupts_raise
 
     def terminated() -> None:
         with interrupts_raise():

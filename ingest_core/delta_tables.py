@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import json
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -152,35 +152,25 @@ def table_activity(path: Path | str, since: int | None = None) -> TableActivity 
         return None
     table = DeltaTable(str(path), without_files=True)
     for limit in (50, None):
-        history = [
-            i for i in (table.history(limit) if limit else table.history()) if "version" in i
-        ]
-        history.sort(key=lambda info: -int(info["version"]))  # newest first
-        data = next((info for info in history if changes_data(info)), None)
-        oldest = int(history[-1]["version"]) if history else 0
+        infos = table.history(limit) if limit else table.history()
+        # (version, changed rows?, info), newest first; changes_data judged once per commit.
+        history = sorted(
+            ((int(i["version"]), changes_data(i), i) for i in infos if "version" in i),
+            key=lambda entry: -entry[0],
+        )
+        data = next((info for _, is_data, info in history if is_data), None)
+        oldest = history[-1][0] if history else 0
         complete = limit is None or len(history) < limit
         if complete or (data is not None and (since is None or oldest <= since + 1)):
             break
-    newest = int(history[0]["version"]) if history else table.version()
+    newest = history[0][0] if history else table.version()
     found = _data_commit(data) if data is not None else DataCommit(oldest - 1, None, None, None)
-    newer = [i for i in history if int(i["version"]) > found.version and not changes_data(i)]
-    maintenance = None
-    if newer:
-        latest = newer[0]
-        maintenance = DataCommit(
-            int(latest["version"]),
-            int(latest["timestamp"]) if latest.get("timestamp") is not None else None,
-            str(latest.get("operation")),
-            None,
-        )
+    newer = [info for version, is_data, info in history if version > found.version]
+    maintenance = replace(_data_commit(newer[0]), rows=None) if newer else None
     after = (
-        tuple(
-            sorted(
-                int(i["version"]) for i in history if changes_data(i) and int(i["version"]) > since
-            )
-        )
-        if since is not None
-        else ()
+        ()
+        if since is None
+        else tuple(v for v, is_data, _ in reversed(history) if is_data and v > since)
     )
     return TableActivity(newest, found, maintenance, after)
 

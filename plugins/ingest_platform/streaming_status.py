@@ -406,26 +406,28 @@ def table_view(
         if gate is not None:
             view["gate"] = gate | {"pending_versions": 0}
         return view
-    data = activity.data
+    data, maintenance = activity.data, activity.maintenance
     view["version"] = activity.version
     if data.timestamp_ms is not None:
-        committed_s = data.timestamp_ms / 1000
+        at, age = _commit_time(data.timestamp_ms, now)
         view |= {
-            "last_commit_at": datetime.fromtimestamp(committed_s, UTC).isoformat(),
-            "freshness_s": max(0.0, now - committed_s),
+            "last_commit_at": at,
+            "freshness_s": age,
             "operation": data.operation,
             "rows_added": data.rows,
         }
-    if activity.maintenance is not None and activity.maintenance.timestamp_ms is not None:
-        done_s = activity.maintenance.timestamp_ms / 1000
-        view["maintenance"] = {
-            "operation": activity.maintenance.operation,
-            "at": datetime.fromtimestamp(done_s, UTC).isoformat(),
-            "age_s": max(0.0, now - done_s),
-        }
+    if maintenance is not None and maintenance.timestamp_ms is not None:
+        at, age = _commit_time(maintenance.timestamp_ms, now)
+        view["maintenance"] = {"operation": maintenance.operation, "at": at, "age_s": age}
     if gate is not None:
         view["gate"] = gate | {"pending_versions": len(activity.data_versions_after)}
     return view
+
+
+def _commit_time(timestamp_ms: int, now: float) -> tuple[str, float]:
+    """A commit's time as ISO UTC text, and its age in seconds at ``now`` (never negative)."""
+    committed_s = timestamp_ms / 1000
+    return datetime.fromtimestamp(committed_s, UTC).isoformat(), max(0.0, now - committed_s)
 
 
 def gate_views(settings: PlatformSettings) -> dict[str, dict[str, Any]]:

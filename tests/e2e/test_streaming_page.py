@@ -10,6 +10,7 @@ Delta, not Airflow's database. SQLite keeps its start short."""
 from __future__ import annotations
 
 import contextlib
+import json
 import os
 import re
 import shutil
@@ -261,14 +262,16 @@ def streaming_page(api_server: ApiServer, time_zone: str | None = None) -> Itera
             # A loaded CI machine renders Airflow's React app slowly: 30 s is not enough.
             page.set_default_timeout(120_000)
             expect.set_options(timeout=60_000)
+            if time_zone:
+                # Before any of the UI's scripts run, on every document: an evaluate after
+                # "Sign in" races the login's navigation ("Execution context was destroyed").
+                page.add_init_script(
+                    f"localStorage.setItem('timezone', JSON.stringify({json.dumps(time_zone)}))"
+                )
             page.goto(f"{api_server.url}/")
             page.get_by_label("Username").fill("admin")
             page.get_by_label("Password").fill(api_server.password)
             page.get_by_role("button", name="Sign in").click()
-            if time_zone:
-                page.evaluate(
-                    "zone => localStorage.setItem('timezone', JSON.stringify(zone))", time_zone
-                )
             page.get_by_role("link", name="Streaming").click()
             # Airflow keeps the iframe's location in its own URL (basePath + the iframe's
             # path): once the page's iframe has loaded /streaming/, the address bar reads

@@ -247,11 +247,77 @@ def committed_offsets(checkpoint: Path) -> dict[str, Any] | None:
     :returns: ``{"batch_id", "metadata", "sources"}`` or None if nothing was committed.
     """
     batch = last_committed_batch(checkpoint)
-    if batch is None:
-        return None
-    lines = (Path(checkpoint) / "offsets" / str(batch)).read_text().splitlines()
+    return None if batch is None else _offsets(Path(checkpoint), batch)
+
+
+def _offsets(checkpoint: Path, batch: int) -> dict[str, Any]:
+    lines = (checkpoint / "offsets" / str(batch)).read_text().splitlines()
     sources = [json.loads(line) if line.strip() not in ("", "-") else None for line in lines[2:]]
     return {"batch_id": batch, "metadata": json.loads(lines[1]), "sources": sources}
+
+
+@dataclass(frozen=True)
+class DeltaSourceBatch:
+    """What one committed micro-batch of a query reading a Delta table read, and under
+    which event-time watermark (see :func:`delta_source_batches`).
+
+    :ivar batch_id: the micro-batch id.
+    :ivar watermark_ms: ``batchWatermarkMs``, the watermark in force during the batch (epoch
+        milliseconds; 0: none yet).
+    :ivar first_version: the lowest table version the batch may have read rows of.
+    :ivar last_version: the highest one (inclusive).
+    :ivar snapshot: the batch read (part of) the table's snapshot at ``last_version`` (the
+        query's first offsets), so its rows may come from any version up to it.
+    """
+
+    batch_id: int
+    watermark_ms: int
+    first_version: int
+    last_version: int
+    snapshot: bool
+
+
+def delta_source_batches(checkpoint: Path, source: int = 0) -> list[DeltaSourceBatch]:
+    """The committed micro-batches of the query at ``checkpoint`` that read rows from its
+    Delta source number ``source``, oldest first, each with the versions it read and its
+    watermark; a superset: a batch ending inside a version counts the whole version.
+
+    Delta's source offset (``{"reservoirVersion": v, "index": i, "isStartingVersion": b}``,
+    delta-io ``DeltaSourceOffset``) says the query has read up to file ``i`` of version ``v``;
+    a negative index (``BASE_INDEX`` -1 and the metadata-change markers) means before any
+    file of ``v``. A batch reads from the previous batch's offset (exclusive) to its own. The
+    oldest batch the checkpoint still keeps (Spark keeps ``minBatchesToRetain``, 100) has no
+    known start and is left out, as are batches that read nothing.
+
+    :returns: the batches, possibly none (no checkpoint, nothing committed).
+    :raises ValueError: an offsets file that is not JSON.
+    """
+    checkpoint = Path(checkpoint)
+    committed = last_committed_batch(checkpoint)
+    offsets_dir = checkpoint / "offsets"
+    if committed is None or not offsets_dir.is_dir():
+        return []
+    ids = sorted(int(p.name) for p in offsets_dir.iterdir() if p.name.isdigit())
+    batches = []
+    previous: dict[str, Any] | None = None
+    for batch in (b for b in ids if b <= committed):
+        offsets = _offsets(checkpoint, batch)
+        sources = offsets["sources"]
+        end = sources[source] if source < len(sources) else None
+        start, previous = previous, end
+        # No start: the query's first batch (no watermark yet), or the oldest batch kept.
+        if start is None or end is None or start == end:
+            continue
+        snapshot = bool(start.get("isStartingVersion") or end.get("isStartingVersion"))
+        last = int(end["reservoirVersion"])
+        if not end.get("isStartingVersion") and int(end["index"]) < 0:
+            last -= 1
+        first = 0 if snapshot else int(start["reservoirVersion"])
+        if last < first:
+            continue
+        watermark = int(offsets["metadata"].get("batchWatermarkMs", 0))
+        batches.append(DeltaSourceBatch(batch, watermark, first, last, snapshot))
+    return batches
 
 
 def txn_app_ids(job_name: str, query_id: str) -> tuple[str, ...]:

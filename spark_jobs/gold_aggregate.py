@@ -12,8 +12,9 @@ streaming query (and one checkpoint) per Gold table:
 Windowed tables use append mode: a window is written once, when the watermark (10 minutes
 for payments, 30 for sessions; ``include/pipeline.yaml``) has passed its end, so every row
 in them is final. The watermark lives in each query's checkpoint and carries over between
-AvailableNow runs. Events that arrive later than that are in ``silver_late_events``; the
-late-corrections job folds them in.
+AvailableNow runs. Events that arrive later than that are in ``silver_late_events``, or
+in Silver but behind this query's watermark (``late_corrections.behind_gold``); the
+late-corrections job folds both in.
 
 ``gold_customer_metrics`` is upserted by MERGE in ``foreachBatch``; the MERGE carries Delta's
 ``txnAppId``/``txnVersion`` session settings (in a session of its own, so concurrent queries

@@ -27,6 +27,11 @@ table, so the streaming Gold queries never see it. This batch job (``correct_lat
   increment with the next ``txnVersion``. A crash between the two writes is finished by the
   next run; a repeated run finds nothing new and commits nothing.
 
+Events Silver kept but Gold's window queries dropped (on time for Silver's watermark, 30
+minutes behind the slowest partition; behind Gold's, 10 minutes behind the newest event for
+payments) are corrected the same way as late payments and activity: :func:`behind_gold` finds
+them from each Gold query's checkpoint and Silver's change data feed.
+
 The window and session corrections replace rows by recomputation and the metrics are added
 once per event, so running the job twice changes nothing (and the second run commits
 nothing). A late event whose window or session the stream has not finalised yet is applied
@@ -44,13 +49,15 @@ Run::
 from __future__ import annotations
 
 import argparse
+import functools
+import operator
 import sys
 from collections.abc import Sequence
 from datetime import UTC, datetime
 from typing import TYPE_CHECKING
 
 from ingest_core.catalog import get_catalog
-from ingest_core.delta_tables import committed_offsets, table_exists
+from ingest_core.delta_tables import committed_offsets, delta_source_batches, table_exists
 from ingest_core.settings import PlatformSettings, get_settings
 from spark_jobs.delta_io import append_idempotent, read_table
 from spark_jobs.job_cli import operator_errors
@@ -58,7 +65,7 @@ from spark_jobs.local_frames import local_frame
 from spark_jobs.quality.holds import without_held
 
 if TYPE_CHECKING:
-    from pyspark.sql import DataFrame, SparkSession
+    from pyspark.sql import Column, DataFrame, SparkSession
 
     from ingest_core.catalog import WindowSpec
 
@@ -102,6 +109,76 @@ def gold_watermark(table: str, settings: PlatformSettings | None = None) -> date
         return None
     millis = int(offsets["metadata"].get("batchWatermarkMs", 0))
     return datetime.fromtimestamp(millis / 1000, tz=UTC) if millis else None
+
+
+def behind_gold(
+    spark: SparkSession, table: str, settings: PlatformSettings | None = None
+) -> DataFrame | None:
+    """Event ids of the on-time Silver rows the streaming query writing Gold ``table`` read
+    when its watermark had already passed them, so that its windows dropped them.
+
+    Silver and Gold judge lateness apart: Silver by its topic's watermark
+    (``dedup_watermark``, 30 minutes, behind its slowest partition), Gold's window queries by
+    Spark's (``payments_watermark`` 10 minutes, ``sessions_watermark`` 30, behind the newest
+    event read). Spark drops a row whose window ended at or before the watermark in force
+    (``batchWatermarkMs``); such a row is in neither Gold nor ``silver_late_events``. Found
+    from the query's checkpoint (:func:`ingest_core.delta_tables.delta_source_batches`: the
+    Silver versions each batch read, with its watermark) and Silver's change data feed: a
+    row read by a batch with an event time before that batch's watermark (a superset: its
+    window may still have been open; recomputing a final window is harmless).
+
+    Batches older than the checkpoint keeps (Spark's ``minBatchesToRetain``, 100) are not
+    looked at: the job runs after every Gold run, long before.
+
+    :param table: a windowed Gold table (``Catalog.windowed_tables``).
+    :returns: ``event_id`` rows (distinct), or None when no batch had a watermark.
+    :raises pyspark.errors.AnalysisException: Silver's change data of those versions is gone
+        (vacuumed); ``include/pipeline.yaml``'s VACUUM keeps 7 days at least.
+    """
+    from pyspark.sql import DataFrame
+    from pyspark.sql import functions as F
+
+    settings = settings or get_settings()
+    catalog = get_catalog()
+    checkpoint = catalog.job("gold_aggregate").checkpoint(settings, table)
+    batches = [b for b in delta_source_batches(checkpoint) if b.watermark_ms]
+    if not batches:
+        return None
+    path = str(catalog.table(catalog.window(table).source).path(settings))
+
+    def before(watermark_ms: int) -> Column:
+        return F.col("event_time") < F.lit(datetime.fromtimestamp(watermark_ms / 1000, tz=UTC))
+
+    frames = []
+    changes = [b for b in batches if not b.snapshot]
+    if changes:
+        read = [
+            F.col("_commit_version").between(b.first_version, b.last_version)
+            & before(b.watermark_ms)
+            for b in changes
+        ]
+        rows = (
+            spark.read.format("delta")
+            .option("readChangeFeed", "true")
+            .option("startingVersion", min(b.first_version for b in changes))
+            .option("endingVersion", max(b.last_version for b in changes))
+            .load(path)
+            .where(F.col("_change_type").isin("insert", "update_postimage"))
+            # A conjunct on event_time alone lets Parquet statistics skip the recent files.
+            .where(before(max(b.watermark_ms for b in changes)))
+        )
+        frames.append(rows.where(functools.reduce(operator.or_, read)).select("event_id"))
+    for batch in (b for b in batches if b.snapshot):
+        snapshot = spark.read.format("delta").option("versionAsOf", batch.last_version)
+        frames.append(snapshot.load(path).where(before(batch.watermark_ms)).select("event_id"))
+    return functools.reduce(DataFrame.unionByName, frames).distinct()
+
+
+def late_for_gold(rows: DataFrame, behind: DataFrame | None) -> DataFrame:
+    """The rows of ``rows`` (:func:`silver_with_late`) that a Gold table's stream did not
+    count: the late ones, and those whose ids are in ``behind`` (:func:`behind_gold`)."""
+    late = rows.where("late")
+    return late if behind is None else late.unionByName(rows.join(behind, "event_id", "left_semi"))
 
 
 def silver_with_late(
@@ -218,17 +295,17 @@ def correct_payment_windows(
     settings = settings or get_settings()
     catalog = get_catalog()
     payments = all_payments(spark, settings).persist()
-    late = payments.where("late")
     changed: dict[str, int] = {}
     try:
-        if late.isEmpty():
-            return {table: 0 for table in payment_windows()}
         for table, window in payment_windows().items():
             columns = window_columns(window)
             path = str(catalog.table(table).path(settings))
             watermark = gold_watermark(table, settings)
+            changed[table] = 0
             if watermark is None or not table_exists(path):
-                changed[table] = 0
+                continue
+            late = late_for_gold(payments, behind_gold(spark, table, settings))
+            if late.isEmpty():
                 continue
             touched = (
                 _recompute(table, late.withColumn("status", F.lit("authorized")))
@@ -281,7 +358,7 @@ def correct_customer_sessions(spark: SparkSession, settings: PlatformSettings | 
         return 0
     activity = silver_with_late(spark, "silver_customer_activity", _ACTIVITY_COLUMNS, settings)
     activity = activity.where(F.col("customer_id").isNotNull()).localCheckpoint()
-    late = activity.where("late")
+    late = late_for_gold(activity, behind_gold(spark, table, settings))
     if late.isEmpty():
         return 0
     rows = activity.join(late.select("customer_id").distinct(), "customer_id", "left_semi")
@@ -386,8 +463,9 @@ def reconcile_payment_totals(
     """Check final ``gold_payment_totals_5m`` windows against a batch recomputation.
 
     :param include_late: compare with Silver plus late payments (after late corrections);
-        otherwise with on-time Silver only, skipping windows that late payments touch (those
-        are the corrections job's to fix).
+        otherwise with on-time Silver only, skipping windows with events the stream did not
+        count, late or behind its watermark (:func:`late_for_gold`; the corrections job's to
+        fix).
     :returns: windows checked.
     :raises GoldReconciliationError: windows differ; the message lists up to five.
     """
@@ -401,14 +479,13 @@ def reconcile_payment_totals(
     if gold is None or watermark is None:
         return 0
     payments = all_payments(spark, settings)
-    late_windows = _recompute(
-        table, payments.where("late").withColumn("status", F.lit("authorized"))
-    )
-    if not include_late:
-        payments = payments.where(~F.col("late"))
-    expected = _recompute(table, payments).where(F.col("window_end") <= F.lit(watermark))
+    expected = _recompute(table, payments if include_late else payments.where(~F.col("late")))
+    expected = expected.where(F.col("window_end") <= F.lit(watermark))
     actual = gold.where(F.col("window_end") <= F.lit(watermark))
     if not include_late:
+        # Windows with events the stream did not count are the corrections job's to fix.
+        late = late_for_gold(payments, behind_gold(spark, table, settings))
+        late_windows = _recompute(table, late.withColumn("status", F.lit("authorized")))
         keys = window_columns(get_catalog().window(table))
         expected = expected.join(late_windows.select(*keys), keys, "left_anti")
         actual = actual.join(late_windows.select(*keys), keys, "left_anti")

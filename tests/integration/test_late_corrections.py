@@ -17,6 +17,8 @@ from tests.integration.medallion import (
     actual_sessions,
     expected_sessions,
     naive_utc,
+    payment,
+    windows,
 )
 
 pytestmark = pytest.mark.integration
@@ -178,3 +180,78 @@ def test_late_activity_reaches_customer_sessions_once(platform: Platform) -> Non
     assert platform.correct_late()["gold_customer_sessions"] == 0
     assert platform.version("gold_customer_sessions") == version
     assert actual_sessions(platform) == want
+
+
+def test_a_payment_on_time_for_silver_but_behind_golds_watermark_reaches_gold(
+    platform: Platform,
+) -> None:
+    """Soak run 4 (seed 1): Silver calls an event late only when it is older than its
+    topic's watermark (``dedup_watermark``, 30 minutes behind the slowest partition), Gold's
+    payment windows finalise 10 minutes behind the newest event. A payment between the two
+    was kept by Silver, dropped by Gold's window queries, and in no late table: Gold missed
+    it for good, and every later ``aggregate_gold`` failed its reconciliation. Now Gold's
+    run skips those windows in its check and the late corrections rewrite them."""
+
+    on_time = [
+        payment("p1", "2026-01-01T10:00:00Z", 10.00),
+        payment("p2", "2026-01-01T10:26:00Z", 20.00),
+        payment("p3", "2026-01-01T10:50:00Z", 5.00),  # Gold 10:40, Silver 10:20
+    ]
+    platform.send("payments", on_time)
+    platform.all_layers()
+    behind = [payment("b1", "2026-01-01T10:27:00Z", 7.00)]  # [10:25, 10:30) is final in Gold
+    platform.send("payments", behind)
+    platform.all_layers()  # raised GoldReconciliationError before
+    assert set(platform.read("silver_payments").event_id) == {"p1", "p2", "p3", "b1"}
+    assert platform.read("silver_late_events").empty
+
+    changed = platform.correct_late()
+    frame = pd.DataFrame(on_time + behind)
+    frame = frame.assign(start=naive_utc(frame.event_time).dt.floor("5min"))
+    final = frame[frame.start + pd.Timedelta(minutes=5) <= pd.Timestamp("2026-01-01 10:40")]
+    want = {
+        (start.strftime("%H:%M"), "BRL"): (len(rows), float(rows.amount.sum()))
+        for start, rows in final.groupby("start")
+    }
+    assert want[("10:25", "BRL")] == (2, 27.0)  # hand-checked: p2 and b1
+    assert windows(platform.read("gold_payment_totals_5m")) == want
+    assert changed["gold_payment_totals_5m"] == 1
+    assert changed["gold_payment_totals_10m_sliding"] == 2  # [10:20, 10:30) and [10:25, 10:35)
+    assert late_corrections.reconcile_payment_totals(platform.spark, include_late=True) == 2
+
+    version = platform.version("gold_payment_totals_5m")
+    assert platform.correct_late()["gold_payment_totals_5m"] == 0
+    assert platform.version("gold_payment_totals_5m") == version
+
+
+def test_activity_a_slow_partition_keeps_on_time_for_silver_reaches_customer_sessions(
+    platform: Platform,
+) -> None:
+    """The same gap for sessions (both watermarks 30 minutes): Silver's trails its slowest
+    partition, Gold's its newest event, so an event on a slow partition is on time for
+    Silver and behind Gold's sessions watermark. It reaches ``gold_customer_sessions``."""
+    slow = "a"  # kafka-python's murmur2: "f" -> partition 0, "a" -> 1, "k" -> 2
+    platform.send("customer_activity", [activity("f1", "2026-01-01T10:00:00Z", "c1")], key="f")
+    platform.send("customer_activity", [activity("f2", "2026-01-01T10:10:00Z", "c1")], key="f")
+    platform.send("customer_activity", [activity("s1", "2026-01-01T10:20:00Z", "c2")], key=slow)
+    platform.send("customer_activity", [activity("k1", "2026-01-01T11:30:00Z", "c9")], key="k")
+    platform.all_layers()  # Silver's watermark 09:40, Gold's sessions 11:00
+    behind = activity("s2", "2026-01-01T10:30:00Z", "c3")  # [10:30, 10:40) is final in Gold
+    platform.send("customer_activity", [behind], key=slow)
+    platform.all_layers()
+    assert "s2" in set(platform.read("silver_customer_activity").event_id)
+    assert platform.read("silver_late_events").empty
+
+    assert platform.correct_late()["gold_customer_sessions"] == 1
+    events = [
+        activity("f1", "2026-01-01T10:00:00Z", "c1"),
+        activity("f2", "2026-01-01T10:10:00Z", "c1"),
+        activity("s1", "2026-01-01T10:20:00Z", "c2"),
+        activity("k1", "2026-01-01T11:30:00Z", "c9"),
+        behind,
+    ]
+    want = expected_sessions(events, datetime(2026, 1, 1, 11, 0))
+    c3 = datetime(2026, 1, 1, 10, 30)
+    assert ("c3", c3, c3 + timedelta(minutes=10), 1, False) in want  # hand-checked
+    assert actual_sessions(platform) == want
+    assert platform.correct_late()["gold_customer_sessions"] == 0

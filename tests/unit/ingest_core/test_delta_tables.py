@@ -5,6 +5,7 @@ infos Spark writes."""
 
 from __future__ import annotations
 
+import json
 from pathlib import Path
 
 import pyarrow as pa
@@ -91,3 +92,47 @@ def test_the_inputs_check_and_the_gates_ignore_maintenance(ingest_home: Path) ->
     assert inputs_snapshot("silver_refine", ["bronze_events"]) != before
     moved = {inc.table: (inc.from_version, inc.to_version) for inc in pending("silver")}
     assert moved["silver_payments"] == (0, delta_version(payments))
+
+
+def _offsets_file(checkpoint: Path, batch: int, watermark_ms: int, source: dict | None) -> None:
+    meta = {"batchWatermarkMs": watermark_ms, "batchTimestampMs": 0, "conf": {}}
+    line = "-" if source is None else json.dumps({"sourceVersion": 1, **source})
+    (checkpoint / "offsets").mkdir(parents=True, exist_ok=True)
+    (checkpoint / "offsets" / str(batch)).write_text(f"v1\n{json.dumps(meta)}\n{line}\n")
+
+
+def _delta(version: int, index: int = -1, starting: bool = False) -> dict:
+    return {"reservoirVersion": version, "index": index, "isStartingVersion": starting}
+
+
+def test_delta_source_batches_give_each_batch_its_versions_and_watermark(tmp_path: Path) -> None:
+    """What a Gold query read per batch (the late corrections find the rows Gold's watermark
+    dropped from it): ``(v, -1)`` is "before version v", ``(v, i >= 0)`` is "inside v"."""
+    from ingest_core.delta_tables import DeltaSourceBatch, delta_source_batches
+
+    checkpoint = tmp_path / "cp"
+    assert delta_source_batches(checkpoint) == []
+    steps = [
+        (0, _delta(3, 2, starting=True)),  # the snapshot of version 3, in part
+        (0, _delta(4, -1, starting=False)),  # the rest of the snapshot
+        (600_000, _delta(4, -1)),  # a no-data batch: the watermark moves
+        (600_000, _delta(6, -1)),  # versions 4 and 5
+        (900_000, _delta(7, 0)),  # version 6 and the first file of 7
+        (900_000, _delta(8, -1)),  # the rest of 7
+        (1_200_000, _delta(9, -1)),  # not committed: left out
+    ]
+    for batch, (watermark, offset) in enumerate(steps):
+        _offsets_file(checkpoint, batch, watermark, offset)
+        if batch < 6:
+            (checkpoint / "commits").mkdir(exist_ok=True)
+            (checkpoint / "commits" / str(batch)).write_text("v1\n{}\n")
+    assert delta_source_batches(checkpoint) == [
+        DeltaSourceBatch(1, 0, 0, 3, snapshot=True),
+        DeltaSourceBatch(3, 600_000, 4, 5, snapshot=False),
+        DeltaSourceBatch(4, 900_000, 6, 7, snapshot=False),
+        DeltaSourceBatch(5, 900_000, 7, 7, snapshot=False),
+    ]
+    # Spark purged batches 0-2: batch 3's start is gone with batch 2, so it is left out.
+    for batch in range(3):
+        (checkpoint / "offsets" / str(batch)).unlink()
+    assert [b.batch_id for b in delta_source_batches(checkpoint)] == [4, 5]

@@ -25,6 +25,9 @@ class RuntimeFiles:
     :param stop_request: its presence asks the job to stop between micro-batches.
     :param disabled: written when an operator stopped the job; the supervisor leaves a
         disabled job alone until it is started again.
+    :param pauses: a folder with one file per pause a platform task holds (table
+        maintenance): the supervisor starts the job once every pause is gone (or its task
+        died); apart from ``disabled``, so a pause ending never undoes an operator's stop.
     :param supervisor: the supervisor's record of starts (for back-off and failure limits).
     :param driver_log: stdout and stderr of the driver the supervisor started.
     """
@@ -33,6 +36,7 @@ class RuntimeFiles:
     heartbeat: Path
     stop_request: Path
     disabled: Path
+    pauses: Path
     supervisor: Path
     driver_log: Path
 
@@ -46,6 +50,7 @@ def runtime_files(job: str, settings: PlatformSettings | None = None) -> Runtime
         heartbeat=folder / "heartbeat.json",
         stop_request=folder / "stop.request",
         disabled=folder / "disabled",
+        pauses=folder / "pauses",
         supervisor=folder / "supervisor.json",
         driver_log=folder / "driver.log",
     )

@@ -463,6 +463,23 @@ class StreamingJobHook(BaseHook):
 
         supervisor.enable(self.job)
 
+    def pause(self, by: str) -> tuple[Path, str]:
+        """Stop the job until :meth:`resume` (:func:`ingest_platform.supervisor.pause`); an
+        operator's stop meanwhile stays in force.
+
+        :returns: the pause's token and the stop's outcome, one line.
+        """
+        from ingest_platform import supervisor
+
+        return supervisor.pause(self.job, by)
+
+    def resume(self, token: Path) -> None:
+        """End a pause of :meth:`pause`: the next supervisor round starts the job, unless
+        another pause or an operator's stop holds it."""
+        from ingest_platform import supervisor
+
+        supervisor.resume(self.job, token)
+
     def stop(self, disable: bool = True) -> str:
         """Stop the job between micro-batches (terminate it after
         ``supervisor.stop_timeout_s`` + 30 seconds) and, by default, disable it.

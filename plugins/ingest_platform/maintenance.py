@@ -12,6 +12,7 @@ from __future__ import annotations
 import logging
 from collections.abc import Iterator, Mapping
 from contextlib import contextmanager
+from pathlib import Path
 from typing import Any
 
 from ingest_core.catalog import MaintenanceSpec, get_catalog
@@ -74,30 +75,32 @@ def validate_params(params: Mapping[str, Any]) -> tuple[list[str], MaintenanceSp
 
 @contextmanager
 def always_on_writers_paused(table: str, policy: MaintenanceSpec, dry_run: bool) -> Iterator[None]:
-    """Stop and disable the always-on writers of ``table`` for the ``with`` block when the
-    policy says ``pause`` (and this is no dry run); enable them afterwards, unless an
-    operator had disabled them before. Exactly-once is kept: a stop happens between
-    micro-batches, and the restarted driver resumes from its checkpoint."""
+    """Pause the always-on writers of ``table`` for the ``with`` block when the policy says
+    ``pause`` (and this is no dry run), and end the pauses afterwards
+    (:func:`ingest_platform.supervisor.pause`). A pause is not an operator's stop: a job an
+    operator stops during the maintenance stays stopped after it (soak run 4: re-enabling
+    it undid the stop, and the operator's restore was refused). Exactly-once is kept: a
+    stop happens between micro-batches, and the restarted driver resumes from its
+    checkpoint."""
     from ingest_platform.hooks import StreamingJobHook
 
     writers = [j for j in get_catalog().jobs.values() if j.mode == "always_on"]
     writers = [j for j in writers if table in j.outputs]
-    paused: list[StreamingJobHook] = []
+    paused: list[tuple[StreamingJobHook, Path]] = []
     try:
         if policy.always_on == "pause" and not dry_run:
             for job in writers:
                 hook = StreamingJobHook(job.name)
-                if hook.status().disabled:
-                    continue  # an operator stopped it: it stays stopped
-                # Disabled even when it is not running, so that no supervisor round starts it
+                # Paused even when it is not running, so that no supervisor round starts it
                 # while the maintenance holds its checkpoint lock (the start would fail).
-                log.info("pausing %s for the maintenance of %s: %s", job.name, table, hook.stop())
-                paused.append(hook)
+                token, outcome = hook.pause(f"table_maintenance of {table}")
+                log.info("pausing %s for the maintenance of %s: %s", job.name, table, outcome)
+                paused.append((hook, token))
         yield
     finally:
-        for hook in paused:
-            hook.enable()
-            log.info("%s enabled again: the next streaming_supervisor round starts it", hook.job)
+        for hook, token in paused:
+            hook.resume(token)
+            log.info("%s: pause ended; the next streaming_supervisor round starts it", hook.job)
 
 
 def gate_pins(table: str) -> list[Pin]:

@@ -172,6 +172,7 @@ def job_view(job: str, settings: PlatformSettings, now: float) -> dict[str, Any]
         ),
         "pid": current.pid,
         "disabled": current.disabled,
+        "paused_by": list(current.paused_by),
         "heartbeat_age_s": current.heartbeat_age_s,
         "restarts_last_hour": sum(1 for t in starts[1:] if now - t < 3600),
         "trigger": get_catalog().job(job).default_trigger,

@@ -10,6 +10,7 @@ event (:mod:`spark_jobs.streaming_runtime`).
 
 ====================================  ====================================================
 job disabled by an operator           leave it alone (``action=start`` re-enables it)
+job paused by a task (maintenance)    leave it alone until the pause ends (:func:`pause`)
 running, heartbeat fresh              healthy: report its last progress
 running, no heartbeat yet             starting, within ``startup_grace_s`` of its start
 running, heartbeat stale              stuck: stop its process group, then restart
@@ -42,6 +43,7 @@ import time
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Any
 
 from ingest_core.catalog import get_catalog
@@ -76,11 +78,14 @@ class JobStatus:
     disabled: bool
     heartbeat_age_s: float | None
     heartbeat: dict[str, Any] | None
+    paused_by: tuple[str, ...] = ()
 
     def describe(self) -> str:
         """One line: state, pid, heartbeat age and each query's last batch."""
         if self.disabled:
             state = "disabled by an operator"
+        elif self.paused_by and not self.running:
+            state = f"paused by {'; '.join(self.paused_by)}"
         else:
             state = f"running (pid {self.pid})" if self.running else "not running"
         parts = [f"{self.job}: {state}"]
@@ -150,7 +155,58 @@ def status(
     age = None
     if beat and isinstance(beat.get("updated_at_epoch_s"), float | int):
         age = max(0.0, (now or time.time()) - float(beat["updated_at_epoch_s"]))
-    return JobStatus(job, pid is not None, pid, files.disabled.exists(), age, beat)
+    disabled = files.disabled.exists()
+    return JobStatus(job, pid is not None, pid, disabled, age, beat, paused_by(files))
+
+
+def paused_by(files: RuntimeFiles) -> tuple[str, ...]:
+    """Who holds a pause of the job (:func:`pause`), oldest first. A pause whose task is
+    no longer alive (killed before it could resume the job) is removed and not counted.
+
+    :returns: each pause's ``by`` text.
+    """
+    from ingest_core.processes import is_alive
+
+    holders = []
+    for path in sorted(files.pauses.glob("*.json"), key=lambda p: p.stat().st_mtime):
+        record = read_json(path) or {}
+        if not is_alive(int(record.get("pid", 0))):
+            path.unlink(missing_ok=True)
+            continue
+        holders.append(str(record.get("by")))
+    return tuple(holders)
+
+
+def pause(job: str, by: str, settings: PlatformSettings | None = None) -> tuple[Path, str]:
+    """Stop ``job`` gracefully and keep the supervisor from starting it until
+    :func:`resume`, without disabling it: an operator's stop (``disabled``) during the pause
+    stays in force after it. Several pauses may be held at once; the job starts again once
+    all have ended. A pause whose process died (``os.getpid()`` of the caller) ends by
+    itself.
+
+    :param by: who pauses and why, shown by the supervisor and ``status``
+        (e.g. ``"table_maintenance of bronze_events"``).
+    :returns: the pause's token (for :func:`resume`) and the stop's outcome, one line.
+    :raises ValueError: ``job`` is not an always-on job.
+    """
+    import uuid
+
+    settings = settings or get_settings()
+    _check_job(job)
+    files = runtime_files(job, settings)
+    with _acting_on(job, settings):
+        files.pauses.mkdir(exist_ok=True)
+        token = files.pauses / f"{uuid.uuid4().hex}.json"
+        write_json(token, {"by": by, "pid": os.getpid(), "at": time.time()})
+        return token, _stop(job, settings, disable=False)
+
+
+def resume(job: str, token: Path, settings: PlatformSettings | None = None) -> None:
+    """End the pause ``token`` of :func:`pause`; the next supervisor round starts the job
+    unless another pause or an operator's stop holds it."""
+    settings = settings or get_settings()
+    with _acting_on(job, settings):
+        Path(token).unlink(missing_ok=True)
 
 
 def _record(files: RuntimeFiles) -> dict[str, Any]:
@@ -315,6 +371,8 @@ def _supervise(
     files = runtime_files(job, settings)
     if current.disabled:
         return f"{job}: disabled by an operator; trigger streaming_supervisor with action=start"
+    if current.paused_by and not current.running:
+        return f"{job}: paused by {'; '.join(current.paused_by)}: starts once that ends"
     record = _record(files)
     starts = [float(t) for t in record.get("starts", [])]
     since_start = now - starts[-1] if starts else None

@@ -162,6 +162,55 @@ def test_graceful_stop_disables_until_started_again(home: Path) -> None:
     assert not runtime_files("bronze_ingest").disabled.exists()
 
 
+def test_an_operators_stop_during_a_pause_outlives_the_pause(home: Path) -> None:
+    """Soak run 4: table maintenance paused bronze_ingest, an operator stopped it meanwhile
+    (to restore its checkpoint), and the maintenance's end re-enabled it: the supervisor
+    started it and the restore was refused. A pause is not a stop."""
+    from ingest_core.catalog import get_catalog
+    from ingest_platform.maintenance import always_on_writers_paused
+    from ingest_platform.streaming_status import job_view
+
+    def round_() -> str:
+        return supervisor.supervise("bronze_ingest", command(), echo=lambda _: None)
+
+    supervisor.start("bronze_ingest", command())
+    policy = get_catalog().maintenance
+    with always_on_writers_paused("bronze_events", policy, dry_run=False):
+        assert supervisor.driver_pid("bronze_ingest") is None
+        assert "paused by table_maintenance of bronze_events" in round_()
+        view = job_view("bronze_ingest", get_settings(), time.time())  # the Streaming page's
+        assert view["paused_by"] == ["table_maintenance of bronze_events"]
+        assert supervisor.driver_pid("bronze_ingest") is None
+        supervisor.stop("bronze_ingest")  # the operator's
+    assert "disabled by an operator" in round_()
+    assert supervisor.driver_pid("bronze_ingest") is None
+    assert list(runtime_files("bronze_ingest").pauses.glob("*")) == []
+
+    supervisor.enable("bronze_ingest")
+    with always_on_writers_paused("bronze_events", policy, dry_run=False):
+        assert supervisor.driver_pid("bronze_ingest") is None
+    assert "started" in round_()
+
+
+def test_a_pause_whose_task_died_ends_by_itself(home: Path) -> None:
+    import subprocess
+
+    from ingest_core.runtime_files import write_json
+
+    dead = subprocess.run(
+        [sys.executable, "-c", "import os; print(os.getpid())"],
+        capture_output=True,
+        text=True,
+        check=True,
+    )
+    pauses = runtime_files("bronze_ingest").pauses
+    pauses.mkdir()
+    write_json(pauses / "killed.json", {"by": "a killed maintenance", "pid": int(dead.stdout)})
+    assert supervisor.status("bronze_ingest").paused_by == ()
+    assert not (pauses / "killed.json").exists()
+    assert "started" in supervisor.supervise("bronze_ingest", command(), echo=lambda _: None)
+
+
 def test_refuses_a_job_that_is_not_always_on(home: Path) -> None:
     with pytest.raises(ValueError, match="not an always-on job"):
         supervisor.status("silver_refine")

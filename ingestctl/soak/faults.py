@@ -178,11 +178,15 @@ def _kill(process: psutil.Process) -> None:
 
 
 def always_on_whole(settings: PlatformSettings, fresh_s: float = 90) -> str | None:
-    """None when every always-on job runs with a heartbeat younger than ``fresh_s``."""
+    """None when every always-on job runs with a heartbeat younger than ``fresh_s``, or is
+    held stopped on purpose (an operator's stop or a maintenance pause: another fault's
+    doing, which that fault answers for)."""
     from ingest_platform import supervisor
 
     for job in ALWAYS_ON:
         status = supervisor.status(job, settings)
+        if not status.running and (status.disabled or status.paused_by):
+            continue
         if not status.running:
             return f"{job} not running"
         if status.heartbeat_age_s is None or status.heartbeat_age_s > fresh_s:

@@ -155,7 +155,7 @@ def test_damaged_offsets_commits_and_state_are_named_and_recovered(platform: Pla
     assert damaged  # moved aside, never deleted
 
 
-def test_restore_refusals_touch_nothing(platform: Platform) -> None:
+def test_restore_refusals_touch_nothing(platform: Platform, monkeypatch) -> None:
     platform.send("payments", [payment("a", "2026-01-01T10:00:00Z")])
     platform.bronze()
     info = backup("bronze_ingest")
@@ -178,6 +178,16 @@ def test_restore_refusals_touch_nothing(platform: Platform) -> None:
     with pytest.raises(RestoreRefusedError, match="query id differs"):
         restore("bronze_ingest", info.backup_id)
     metadata.write_text(original_metadata)
+    # Kafka down (soak run 4 met a raw KafkaTimeoutError): refused, saying so.
+    from tests.conftest import free_ports
+
+    (nowhere,) = free_ports(1)
+    monkeypatch.setenv("INGEST_KAFKA__PORT", str(nowhere))
+    get_settings.cache_clear()
+    with pytest.raises(RestoreRefusedError, match=r"does not answer.*once the broker is back"):
+        restore("bronze_ingest", info.backup_id)
+    monkeypatch.setenv("INGEST_KAFKA__PORT", platform.bootstrap.rsplit(":", 1)[1])
+    get_settings.cache_clear()
     # Offsets gone from Kafka: the topic deleted and recreated (empty).
     admin = KafkaAdminClient(bootstrap_servers=platform.bootstrap)
     topic = platform.prefix + "payments"

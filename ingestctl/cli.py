@@ -7,6 +7,7 @@ status, never a traceback for a known failure.
 
 from __future__ import annotations
 
+from dataclasses import dataclass
 from datetime import UTC, datetime
 from enum import StrEnum
 from pathlib import Path
@@ -17,6 +18,7 @@ import typer
 from ingest_core.settings import KafkaSettings, get_settings
 
 if TYPE_CHECKING:
+    from ingestctl.replay.faults import FaultConfig
     from ingestctl.replay.runner import ReplaySummary
 
 app = typer.Typer(
@@ -585,60 +587,89 @@ SummaryOption = Annotated[
 ProgressOption = Annotated[bool, typer.Option("--progress/--no-progress", help="Progress bar.")]
 
 
-_FAULT_OPTIONS = (
-    "duplicate_rate",
-    "late_rate",
-    "late_delay",
-    "out_of_order_rate",
-    "malformed_rate",
-    "drift_rate",
-    "oversize_count",
-)
+@dataclass(frozen=True)
+class SendOptions:
+    """What `replay` and `generate` share, by name (their options of the same names).
 
-
-def _send(source: str, events: Any, options: dict[str, Any]) -> ReplaySummary:
-    """Shared tail of `replay` and `generate`: validate, send, summarise, set the exit code.
-
-    :param options: the command's parameters by name (speed, as_fast_as_possible,
-        shift_to_now, the fault options, fault_seed, partitions, allow_partition_mismatch,
-        topic_prefix, allow_failures, summary_json, progress).
+    :param speed: source seconds per wall second (None: the command's default).
+    :param faults: the data faults to inject (:class:`ingestctl.replay.faults.FaultConfig`).
+    :param partitions: partitions of topics the run creates (None: ``replay.partitions``).
+    :param topic_prefix: None: ``kafka.topic_prefix``.
     """
+
+    speed: float | None
+    as_fast_as_possible: bool
+    faults: FaultConfig
+    partitions: int | None
+    allow_partition_mismatch: bool
+    topic_prefix: str | None
+    allow_failures: bool
+    summary_json: Path | None
+    progress: bool
+    shift_to_now: bool = False
+
+
+def _fault_config(
+    duplicate_rate: float,
+    late_rate: float,
+    late_delay: str,
+    out_of_order_rate: float,
+    malformed_rate: float,
+    drift_rate: float,
+    oversize_count: int,
+    fault_seed: int,
+) -> FaultConfig:
+    """The fault options as a :class:`FaultConfig`; a bad one exits 2 with the reason."""
+    from ingestctl.replay.faults import DelayDistribution, FaultConfig
+
+    try:
+        return FaultConfig(
+            duplicate_rate=duplicate_rate,
+            late_rate=late_rate,
+            late_delay=DelayDistribution.parse(late_delay),
+            out_of_order_rate=out_of_order_rate,
+            malformed_rate=malformed_rate,
+            drift_rate=drift_rate,
+            oversize_count=oversize_count,
+            seed=fault_seed,
+        )
+    except ValueError as error:
+        raise _fail(str(error)) from None
+
+
+def _send(source: str, events: Any, options: SendOptions) -> ReplaySummary:
+    """Shared tail of `replay` and `generate`: validate, send, summarise, set the exit code."""
     from kafka.errors import KafkaError
 
     from ingest_core.topics import TopicMismatchError
     from ingestctl.replay import runner
-    from ingestctl.replay.faults import DelayDistribution, FaultConfig
     from ingestctl.replay.model import SourceError
 
-    speed, as_fast_as_possible = options["speed"], options["as_fast_as_possible"]
-    summary_json: Path | None = options["summary_json"]
-    faults = {name: options[name] for name in _FAULT_OPTIONS} | {"seed": options["fault_seed"]}
+    speed, as_fast_as_possible = options.speed, options.as_fast_as_possible
+    summary_json = options.summary_json
 
     if speed is not None and as_fast_as_possible:
         raise _fail("--speed and --as-fast-as-possible exclude each other")
     if summary_json is not None:
         _check_writable(summary_json)
     try:
-        config = FaultConfig(
-            **faults | {"late_delay": DelayDistribution.parse(faults["late_delay"])}
-        )
         pace = runner.Pace(None if as_fast_as_possible else speed)
         settings = get_settings()
         summary = runner.run(
             source,
             events,
             bootstrap_servers=settings.kafka.bootstrap_servers,
-            faults=config,
+            faults=options.faults,
             pace=pace,
-            shift_to_now=options.get("shift_to_now", False),
-            partitions=options["partitions"] or settings.replay.partitions,
-            allow_partition_mismatch=options["allow_partition_mismatch"],
+            shift_to_now=options.shift_to_now,
+            partitions=options.partitions or settings.replay.partitions,
+            allow_partition_mismatch=options.allow_partition_mismatch,
             topic_prefix=(
                 settings.kafka.topic_prefix
-                if options["topic_prefix"] is None
-                else options["topic_prefix"]
+                if options.topic_prefix is None
+                else options.topic_prefix
             ),
-            progress=options["progress"],
+            progress=options.progress,
             kafka=settings.kafka,
         )
     except (ValueError, SourceError, TopicMismatchError, OverflowError) as error:
@@ -655,7 +686,7 @@ def _send(source: str, events: Any, options: dict[str, Any]) -> ReplaySummary:
     if summary.produce.interrupted:
         typer.secho("interrupted: the counts above cover what was sent", err=True)
         raise typer.Exit(code=130)
-    if summary.produce.failed and not options["allow_failures"]:
+    if summary.produce.failed and not options.allow_failures:
         raise _fail(
             f"{summary.produce.failed} messages were not acknowledged (see above); "
             "--allow-failures accepts that"
@@ -729,7 +760,28 @@ def replay(
         customers = module.read_customers(path)
     except SourceError as error:
         raise _fail(str(error)) from None
-    summary = _send(source.value, events, locals())
+    options = SendOptions(
+        speed=speed,
+        as_fast_as_possible=as_fast_as_possible,
+        shift_to_now=shift_to_now,
+        faults=_fault_config(
+            duplicate_rate,
+            late_rate,
+            late_delay,
+            out_of_order_rate,
+            malformed_rate,
+            drift_rate,
+            oversize_count,
+            fault_seed,
+        ),
+        partitions=partitions,
+        allow_partition_mismatch=allow_partition_mismatch,
+        topic_prefix=topic_prefix,
+        allow_failures=allow_failures,
+        summary_json=summary_json,
+        progress=progress,
+    )
+    _send(source.value, events, options)
     if dimension:
         # _send returned: every event was acknowledged, or --allow-failures accepted the
         # failures. A run that failed (exit 1) or was interrupted leaves the dimension as
@@ -781,10 +833,28 @@ def generate(
     begin = start or datetime.now(UTC)
     begin = begin if begin.tzinfo else begin.replace(tzinfo=UTC)
     events = GeneratedEvents(count, seed=seed, start=begin, rate=rate)
-    options = dict(locals())
     # Real time by default: one source second per wall second, i.e. --rate events/s.
-    if speed is None and not as_fast_as_possible:
-        options["speed"] = 1.0
+    real_time = speed is None and not as_fast_as_possible
+    options = SendOptions(
+        speed=1.0 if real_time else speed,
+        as_fast_as_possible=as_fast_as_possible,
+        faults=_fault_config(
+            duplicate_rate,
+            late_rate,
+            late_delay,
+            out_of_order_rate,
+            malformed_rate,
+            drift_rate,
+            oversize_count,
+            fault_seed,
+        ),
+        partitions=partitions,
+        allow_partition_mismatch=allow_partition_mismatch,
+        topic_prefix=topic_prefix,
+        allow_failures=allow_failures,
+        summary_json=summary_json,
+        progress=progress,
+    )
     _send("generator", events, options)
 
 

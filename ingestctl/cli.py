@@ -335,11 +335,11 @@ def demo(
     """Run the platform under Airflow on embedded defaults (what `make demo` calls)."""
     if source not in ("auto", "olist", "generate"):
         raise _fail(f"--source {source!r} is not auto, olist or generate")
+    from ingest_core.spark_config import MissingJarsError
     from ingestctl.airflow_runtime import AirflowError
     from ingestctl.demo import DemoError, run_demo
     from ingestctl.kafka_broker import BrokerError
     from ingestctl.producer import ProduceError
-    from spark_jobs.session import MissingJarsError
 
     try:
         run_demo(events, source=source, port=port)

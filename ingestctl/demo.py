@@ -285,10 +285,10 @@ def run_demo(
     :raises FileNotFoundError: ``source="olist"`` and the sample is not there.
     """
     from ingest_core.settings import get_settings
+    from ingest_core.spark_config import spark_jar_paths
     from ingest_platform import supervisor
     from ingestctl.airflow_runtime import Standalone, lineage_environment
     from ingestctl.kafka_broker import KafkaBroker
-    from spark_jobs.session import spark_jar_paths
 
     settings = get_settings()
     spark_jar_paths()  # refuse early, with the fix, when `make jars` has not run

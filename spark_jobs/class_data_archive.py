@@ -22,7 +22,6 @@ sharing, a few seconds slower than a JVM that was never given it, and runs the s
 from __future__ import annotations
 
 import argparse
-import importlib.util
 import json
 import os
 import subprocess
@@ -33,71 +32,19 @@ import time
 from pathlib import Path
 
 from ingest_core.locks import file_lock
-from ingest_core.settings import jars_dir
 
-#: HotSpot's warnings about an archive it cannot map (another JDK or class path) would repeat
-#: at every start, and the recording run's about every class it cannot archive (signed jars,
-#: old class versions): off. The recording run keeps errors (a folder it cannot write).
-_QUIET = ["-Xlog:cds=off", "-Xlog:cds+dynamic=off"]
+# What a driver needs to map the archive is in the Spark-free core; importable from here too.
+from ingest_core.spark_config import (
+    archive_java_options,
+    archive_manifest,
+    class_data_archive,
+    own_spark_conf_dir,
+)
+
+__all__ = ["archive_java_options", "build", "class_data_archive", "main", "own_spark_conf_dir"]
+
+#: The recording run keeps HotSpot's CDS errors (a folder it cannot write), not its warnings.
 _QUIET_RECORDING = ["-Xlog:cds=error", "-Xlog:cds+dynamic=error"]
-
-
-def class_data_archive() -> Path:
-    """The archive's path: ``<jars_dir>/cds/spark-driver.jsa`` (it belongs with the jars it
-    was made from; ``make jars`` removes both together)."""
-    return jars_dir() / "cds" / "spark-driver.jsa"
-
-
-def _manifest(archive: Path) -> Path:
-    """What a complete recording wrote beside the archive: its size in bytes (JSON)."""
-    return archive.with_name(archive.name + ".json")
-
-
-def own_spark_conf_dir() -> bool:
-    """Whether ``SPARK_CONF_DIR`` names a folder other than Spark's default
-    ``<SPARK_HOME>/conf`` (``SPARK_HOME`` defaults to pyspark's own folder).
-
-    spark-class puts the configuration folder first on the driver's class path: HotSpot
-    (JDK 17) archives no class path with a non-empty folder ("non-empty directory") and maps
-    an archive only into a JVM whose class path starts as the recording's did, which had the
-    default one. The default is what spark-submit's ``load-spark-env.sh`` exports into every
-    driver it starts, so a driver rebuilding its own configuration still sees its archive.
-    """
-    conf_dir = os.environ.get("SPARK_CONF_DIR")
-    if not conf_dir:
-        return False
-    home = os.environ.get("SPARK_HOME")
-    if not home:
-        spec = importlib.util.find_spec("pyspark")  # its folder, without importing it
-        locations = list(spec.submodule_search_locations or []) if spec else []
-        if not locations:
-            return True
-        home = locations[0]
-    return Path(conf_dir).resolve() != (Path(home) / "conf").resolve()
-
-
-def archive_java_options() -> list[str]:
-    """The driver JVM options that map the archive, or ``[]`` when there is none to map or
-    ``SPARK_CONF_DIR`` names a folder of its own (with it, no driver can use one; see
-    :func:`own_spark_conf_dir`).
-
-    The archive is mapped only when it has the size its recording wrote in its manifest:
-    HotSpot maps a truncated archive and the JVM dies on a ``SIGBUS``. ``-XX:+VerifySharedSpaces``
-    makes it check the archive's CRCs before use: a corrupted archive is then refused (the
-    JVM starts without it) instead of crashing it. Each option is one JVM argument (a path
-    with spaces stays one).
-    """
-    if own_spark_conf_dir():
-        return []
-    archive = class_data_archive()
-    try:
-        recorded = json.loads(_manifest(archive).read_text())["bytes"]
-        complete = archive.is_file() and archive.stat().st_size == recorded
-    except (OSError, ValueError, KeyError, TypeError):
-        complete = False
-    if not complete:
-        return []
-    return [f"-XX:SharedArchiveFile={archive}", "-XX:+VerifySharedSpaces", *_QUIET]
 
 
 def _workload(archive: Path) -> None:
@@ -215,13 +162,13 @@ def build() -> Path:
             )
         # Drivers map the archive only when its manifest gives its size: remove the old
         # manifest first, write the new one last.
-        _manifest(archive).unlink(missing_ok=True)
+        archive_manifest(archive).unlink(missing_ok=True)
         size = partial.stat().st_size
         os.replace(partial, archive)
         with tempfile.NamedTemporaryFile("w", dir=archive.parent, delete=False) as manifest:
             json.dump({"bytes": size}, manifest)
         os.chmod(manifest.name, 0o644)  # readable by every driver, as the archive is
-        os.replace(manifest.name, _manifest(archive))
+        os.replace(manifest.name, archive_manifest(archive))
     return archive
 
 

@@ -245,10 +245,10 @@ class Soak:
     def start_platform(self) -> SoakPlatform:
         from ingest_core.contracts import TOPICS
         from ingest_core.settings import get_settings
+        from ingest_core.spark_config import spark_jar_paths
         from ingest_core.topics import ensure_topics
         from ingestctl.airflow_runtime import Standalone
         from ingestctl.kafka_broker import KafkaBroker
-        from spark_jobs.session import spark_jar_paths
 
         os.environ.update(soak_environment(self.home))
         get_settings.cache_clear()

@@ -180,11 +180,11 @@ class PlatformJobHook(BaseHook):
         ``env_vars``, the job's arguments; master and deploy mode from ``conn_id``.
 
         :raises airflow.exceptions.AirflowNotFoundException: the connection is not defined.
-        :raises spark_jobs.session.MissingJarsError: the Maven jars are missing.
+        :raises ingest_core.spark_config.MissingJarsError: the Maven jars are missing.
         """
         from airflow.providers.apache.spark.hooks.spark_submit import SparkSubmitHook
 
-        from spark_jobs.session import spark_submit_conf
+        from ingest_core.spark_config import spark_submit_conf
 
         return SparkSubmitHook(
             **self.submit_options,
@@ -259,7 +259,7 @@ class PlatformJobHook(BaseHook):
         :meth:`submit`: its output belongs in the task's log.
 
         :raises airflow.exceptions.AirflowNotFoundException: the connection is not defined.
-        :raises spark_jobs.session.MissingJarsError: the Maven jars are missing.
+        :raises ingest_core.spark_config.MissingJarsError: the Maven jars are missing.
         :raises OSError: ``spark-submit`` cannot be executed (not found, not executable).
         """
         hook = self.spark_submit_hook()
@@ -413,10 +413,10 @@ class StreamingJobHook(BaseHook):
         detached process has no channel to Airflow's connection store.
 
         :raises airflow.exceptions.AirflowNotFoundException: the connection is not defined.
-        :raises spark_jobs.session.MissingJarsError: the Maven jars are missing (said here,
+        :raises ingest_core.spark_config.MissingJarsError: the Maven jars are missing (said here,
             in the task, rather than in the detached launcher's log).
         """
-        from spark_jobs.session import spark_submit_conf
+        from ingest_core.spark_config import spark_submit_conf
 
         spark_submit_conf(self.job)
         return {

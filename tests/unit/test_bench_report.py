@@ -313,7 +313,7 @@ def test_a_bench_home_turns_the_event_log_on_without_costing_the_class_data_arch
     monkeypatch.delenv("SPARK_CONF_DIR", raising=False)
     monkeypatch.setenv("SPARK_SUBMIT_OPTS", "-Duser.own=1")
     env = BenchEnv(tmp_path / "run dir")
-    monkeypatch.setattr("spark_jobs.class_data_archive.jars_dir", lambda: tmp_path / "jars")
+    monkeypatch.setattr("ingest_core.spark_config.jars_dir", lambda: tmp_path / "jars")
     archive = tmp_path / "jars" / "cds" / "spark-driver.jsa"
     archive.parent.mkdir(parents=True)
     archive.write_bytes(b"x" * 10)

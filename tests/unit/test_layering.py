@@ -38,7 +38,21 @@ FORBIDDEN = {
 }
 
 
-def _imports(path: Path) -> list[tuple[int, str]]:
+#: The Spark jobs' modules the Airflow side (plugins, DAGs) and the CLI still import (issue
+#: 52: Spark-free code Airflow needs moves to ingest_core, one module at a time). A ratchet:
+#: a new import of ``spark_jobs`` from there fails; a moved module leaves this list.
+SPARK_JOBS_STILL_IMPORTED = {
+    "spark_jobs.bronze_replay",  # the replay plan (orchestration)
+    "spark_jobs.layer_refresh",  # the refresh layout (layer_full_refresh)
+    "spark_jobs.quality",  # the gate job itself (operators: from spark_jobs.quality import gate)
+    "spark_jobs.quality.state",
+    "spark_jobs.quality.suites",
+}
+
+
+def _imports(path: Path, *, whole: bool = False) -> list[tuple[int, str]]:
+    """``(line, module)`` of every import of ``path`` outside ``if TYPE_CHECKING:``; the
+    top-level package of each, or with ``whole`` the module as written."""
     tree = ast.parse(path.read_text(), str(path))
     skipped: set[int] = set()
     for node in ast.walk(tree):
@@ -49,10 +63,10 @@ def _imports(path: Path) -> list[tuple[int, str]]:
         if id(node) in skipped:
             continue
         if isinstance(node, ast.Import):
-            found += [(node.lineno, alias.name.split(".")[0]) for alias in node.names]
+            found += [(node.lineno, alias.name) for alias in node.names]
         elif isinstance(node, ast.ImportFrom) and node.module and node.level == 0:
-            found.append((node.lineno, node.module.split(".")[0]))
-    return found
+            found.append((node.lineno, node.module))
+    return found if whole else [(line, module.split(".")[0]) for line, module in found]
 
 
 @pytest.mark.parametrize("package", sorted(PACKAGES))
@@ -74,3 +88,23 @@ def test_the_layer_rules_see_imports_inside_functions(tmp_path: Path) -> None:
         "def f():\n    from airflow.sdk import DAG\n"
     )
     assert _imports(module) == [(1, "typing"), (5, "airflow")]
+
+
+def test_the_airflow_side_and_the_cli_import_no_more_of_the_spark_jobs() -> None:
+    """The ratchet of :data:`SPARK_JOBS_STILL_IMPORTED` (issue 52)."""
+    sides = [PACKAGES["ingest_platform"], PACKAGES["ingestctl"], ROOT / "dags"]
+    seen = {
+        (f"{path.relative_to(ROOT)}:{line}", module)
+        for side in sides
+        for path in sorted(side.rglob("*.py"))
+        for line, module in _imports(path, whole=True)
+        if module.split(".")[0] == "spark_jobs"
+    }
+    new = sorted(
+        f"{where} imports {module}"
+        for where, module in seen
+        if module not in SPARK_JOBS_STILL_IMPORTED
+    )
+    assert not new, "\n".join(new)
+    gone = SPARK_JOBS_STILL_IMPORTED - {module for _, module in seen}
+    assert not gone, f"no longer imported: take {sorted(gone)} off the list"

@@ -11,10 +11,11 @@ import pyspark
 import pytest
 
 from ingest_core.settings import PlatformSettings, get_settings
-from spark_jobs.class_data_archive import archive_java_options, class_data_archive
-from spark_jobs.session import (
+from ingest_core.spark_config import (
     MissingJarsError,
     _application,
+    archive_java_options,
+    class_data_archive,
     driver_java_options,
     java_options_string,
     spark_conf,

@@ -264,6 +264,7 @@ class DeltaSourceBatch:
     :ivar batch_id: the micro-batch id.
     :ivar watermark_ms: ``batchWatermarkMs``, the watermark in force during the batch (epoch
         milliseconds; 0: none yet).
+    :ivar timestamp_ms: ``batchTimestampMs``, when the batch was planned (epoch ms).
     :ivar first_version: the lowest table version the batch may have read rows of.
     :ivar last_version: the highest one (inclusive).
     :ivar snapshot: the batch read (part of) the table's snapshot at ``last_version`` (the
@@ -272,6 +273,7 @@ class DeltaSourceBatch:
 
     batch_id: int
     watermark_ms: int
+    timestamp_ms: int
     first_version: int
     last_version: int
     snapshot: bool
@@ -315,8 +317,11 @@ def delta_source_batches(checkpoint: Path, source: int = 0) -> list[DeltaSourceB
         first = 0 if snapshot else int(start["reservoirVersion"])
         if last < first:
             continue
-        watermark = int(offsets["metadata"].get("batchWatermarkMs", 0))
-        batches.append(DeltaSourceBatch(batch, watermark, first, last, snapshot))
+        metadata = offsets["metadata"]
+        watermark, planned = (
+            int(metadata.get(k, 0)) for k in ("batchWatermarkMs", "batchTimestampMs")
+        )
+        batches.append(DeltaSourceBatch(batch, watermark, planned, first, last, snapshot))
     return batches
 
 

@@ -50,7 +50,6 @@ from __future__ import annotations
 
 import argparse
 import functools
-import operator
 import sys
 from collections.abc import Sequence
 from datetime import UTC, datetime
@@ -65,7 +64,7 @@ from spark_jobs.local_frames import local_frame
 from spark_jobs.quality.holds import without_held
 
 if TYPE_CHECKING:
-    from pyspark.sql import Column, DataFrame, SparkSession
+    from pyspark.sql import DataFrame, SparkSession
 
     from ingest_core.catalog import WindowSpec
 
@@ -112,7 +111,10 @@ def gold_watermark(table: str, settings: PlatformSettings | None = None) -> date
 
 
 def behind_gold(
-    spark: SparkSession, table: str, settings: PlatformSettings | None = None
+    spark: SparkSession,
+    table: str,
+    settings: PlatformSettings | None = None,
+    now: float | None = None,
 ) -> DataFrame | None:
     """Event ids of the on-time Silver rows the streaming query writing Gold ``table`` read
     when its watermark had already passed them, so that its windows dropped them.
@@ -127,50 +129,56 @@ def behind_gold(
     row read by a batch with an event time before that batch's watermark (a superset: its
     window may still have been open; recomputing a final window is harmless).
 
-    Batches older than the checkpoint keeps (Spark's ``minBatchesToRetain``, 100) are not
-    looked at: the job runs after every Gold run, long before.
+    Only batches planned within the job's ``behind_gold_lookback`` (6 hours,
+    ``include/pipeline.yaml``) are looked at, and Spark keeps the last 100
+    (``minBatchesToRetain``): the job runs after every Gold run. A window missed for longer
+    is no longer skipped by ``aggregate_gold``'s check, which then fails naming it (remedy:
+    a ``gold_backfill`` of its interval). Each batch's versions are read apart, filtered on
+    event time: Parquet statistics then skip the files with nothing that old (most of them).
 
     :param table: a windowed Gold table (``Catalog.windowed_tables``).
-    :returns: ``event_id`` rows (distinct), or None when no batch had a watermark.
+    :param now: the clock (epoch seconds; default now), for the lookback.
+    :returns: ``event_id`` rows (distinct), or None when no batch in the lookback had a
+        watermark.
     :raises pyspark.errors.AnalysisException: Silver's change data of those versions is gone
         (vacuumed); ``include/pipeline.yaml``'s VACUUM keeps 7 days at least.
     """
+    import time
+
     from pyspark.sql import DataFrame
     from pyspark.sql import functions as F
 
+    from ingest_core.intervals import parse_interval
+
     settings = settings or get_settings()
     catalog = get_catalog()
+    lookback = parse_interval(catalog.application(JOB_NAME).setting("behind_gold_lookback"))
+    since_ms = ((now or time.time()) - lookback.total_seconds()) * 1000
     checkpoint = catalog.job("gold_aggregate").checkpoint(settings, table)
-    batches = [b for b in delta_source_batches(checkpoint) if b.watermark_ms]
+    batches = [
+        b for b in delta_source_batches(checkpoint) if b.watermark_ms and b.timestamp_ms >= since_ms
+    ]
     if not batches:
         return None
     path = str(catalog.table(catalog.window(table).source).path(settings))
-
-    def before(watermark_ms: int) -> Column:
-        return F.col("event_time") < F.lit(datetime.fromtimestamp(watermark_ms / 1000, tz=UTC))
-
     frames = []
-    changes = [b for b in batches if not b.snapshot]
-    if changes:
-        read = [
-            F.col("_commit_version").between(b.first_version, b.last_version)
-            & before(b.watermark_ms)
-            for b in changes
-        ]
-        rows = (
-            spark.read.format("delta")
-            .option("readChangeFeed", "true")
-            .option("startingVersion", min(b.first_version for b in changes))
-            .option("endingVersion", max(b.last_version for b in changes))
-            .load(path)
-            .where(F.col("_change_type").isin("insert", "update_postimage"))
-            # A conjunct on event_time alone lets Parquet statistics skip the recent files.
-            .where(before(max(b.watermark_ms for b in changes)))
+    for batch in batches:
+        before = F.col("event_time") < F.lit(
+            datetime.fromtimestamp(batch.watermark_ms / 1000, tz=UTC)
         )
-        frames.append(rows.where(functools.reduce(operator.or_, read)).select("event_id"))
-    for batch in (b for b in batches if b.snapshot):
-        snapshot = spark.read.format("delta").option("versionAsOf", batch.last_version)
-        frames.append(snapshot.load(path).where(before(batch.watermark_ms)).select("event_id"))
+        if batch.snapshot:
+            rows = spark.read.format("delta").option("versionAsOf", batch.last_version)
+        else:
+            rows = (
+                spark.read.format("delta")
+                .option("readChangeFeed", "true")
+                .option("startingVersion", batch.first_version)
+                .option("endingVersion", batch.last_version)
+            )
+        read = rows.load(path).where(before)
+        if not batch.snapshot:
+            read = read.where(F.col("_change_type").isin("insert", "update_postimage"))
+        frames.append(read.select("event_id"))
     return functools.reduce(DataFrame.unionByName, frames).distinct()
 
 

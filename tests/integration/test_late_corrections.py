@@ -204,6 +204,9 @@ def test_a_payment_on_time_for_silver_but_behind_golds_watermark_reaches_gold(
     platform.all_layers()  # raised GoldReconciliationError before
     assert set(platform.read("silver_payments").event_id) == {"p1", "p2", "p3", "b1"}
     assert platform.read("silver_late_events").empty
+    # Past the lookback (6 hours) the batch is no longer searched: the check then names it.
+    later = datetime.now().timestamp() + 7 * 3600
+    assert late_corrections.behind_gold(platform.spark, "gold_payment_totals_5m", now=later) is None
 
     changed = platform.correct_late()
     frame = pd.DataFrame(on_time + behind)

@@ -95,7 +95,7 @@ def test_the_inputs_check_and_the_gates_ignore_maintenance(ingest_home: Path) ->
 
 
 def _offsets_file(checkpoint: Path, batch: int, watermark_ms: int, source: dict | None) -> None:
-    meta = {"batchWatermarkMs": watermark_ms, "batchTimestampMs": 0, "conf": {}}
+    meta = {"batchWatermarkMs": watermark_ms, "batchTimestampMs": 1000 * batch, "conf": {}}
     line = "-" if source is None else json.dumps({"sourceVersion": 1, **source})
     (checkpoint / "offsets").mkdir(parents=True, exist_ok=True)
     (checkpoint / "offsets" / str(batch)).write_text(f"v1\n{json.dumps(meta)}\n{line}\n")
@@ -127,10 +127,10 @@ def test_delta_source_batches_give_each_batch_its_versions_and_watermark(tmp_pat
             (checkpoint / "commits").mkdir(exist_ok=True)
             (checkpoint / "commits" / str(batch)).write_text("v1\n{}\n")
     assert delta_source_batches(checkpoint) == [
-        DeltaSourceBatch(1, 0, 0, 3, snapshot=True),
-        DeltaSourceBatch(3, 600_000, 4, 5, snapshot=False),
-        DeltaSourceBatch(4, 900_000, 6, 7, snapshot=False),
-        DeltaSourceBatch(5, 900_000, 7, 7, snapshot=False),
+        DeltaSourceBatch(1, 0, 1000, 0, 3, snapshot=True),
+        DeltaSourceBatch(3, 600_000, 3000, 4, 5, snapshot=False),
+        DeltaSourceBatch(4, 900_000, 4000, 6, 7, snapshot=False),
+        DeltaSourceBatch(5, 900_000, 5000, 7, 7, snapshot=False),
     ]
     # Spark purged batches 0-2: batch 3's start is gone with batch 2, so it is left out.
     for batch in range(3):

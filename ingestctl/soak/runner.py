@@ -11,7 +11,7 @@ import threading
 import time
 import traceback
 from collections.abc import Callable
-from contextlib import ExitStack, closing
+from contextlib import ExitStack, closing, suppress
 from dataclasses import asdict, dataclass, field
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
@@ -300,7 +300,17 @@ class Soak:
         self.say(f"fault #{fault.number} {fault.label()}: {recovery.detail}")
         wrong: str | None = "not checked"
         deadline = ended + self.options.recovery_timeout_s
-        while time.monotonic() < deadline:
+        cap = ended + 2 * self.options.recovery_timeout_s
+
+        def waiting() -> bool:
+            now = time.monotonic()
+            if now < deadline:
+                return True
+            with suppress(Exception):  # an API that cannot answer: stop waiting
+                return now < cap and recovery.in_progress()
+            return False
+
+        while waiting():
             try:
                 wrong = recovery.check()
             except NotRecoverableError as error:  # final: waiting cannot help

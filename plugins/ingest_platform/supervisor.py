@@ -203,10 +203,17 @@ def pause(job: str, by: str, settings: PlatformSettings | None = None) -> tuple[
 
 def resume(job: str, token: Path, settings: PlatformSettings | None = None) -> None:
     """End the pause ``token`` of :func:`pause`; the next supervisor round starts the job
-    unless another pause or an operator's stop holds it."""
+    unless another pause or an operator's stop holds it, with a fresh restart budget
+    (``budget_from``): a job stopped on purpose did not fail (soak run 5: four maintenance
+    pauses in an hour spent ``payment_alerts``' five starts, and the supervisor gave up on
+    it; re-enabling it used to forget the starts, which this keeps for the record)."""
     settings = settings or get_settings()
+    files = runtime_files(job, settings)
     with _acting_on(job, settings):
         Path(token).unlink(missing_ok=True)
+        record = _record(files)
+        record["budget_from"] = time.time()
+        write_json(files.supervisor, record)
 
 
 def _record(files: RuntimeFiles) -> dict[str, Any]:

@@ -192,6 +192,35 @@ def test_an_operators_stop_during_a_pause_outlives_the_pause(home: Path) -> None
     assert "started" in round_()
 
 
+def test_a_pause_does_not_spend_the_restart_budget(
+    home: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Soak run 5: maintenance paused payment_alerts four times in an hour; each restart
+    counted as a failure and the supervisor gave up on a healthy job."""
+    monkeypatch.setenv("INGEST_SUPERVISOR__MAX_RESTARTS", "2")
+    get_settings.cache_clear()
+
+    def round_() -> str:
+        return supervisor.supervise("bronze_ingest", command(), echo=lambda _: None)
+
+    for _ in range(3):
+        token, _outcome = supervisor.pause("bronze_ingest", "table_maintenance of bronze_events")
+        supervisor.resume("bronze_ingest", token)
+        assert "started" in round_()
+    def crash() -> None:
+        pid = supervisor.driver_pid("bronze_ingest")
+        assert pid is not None
+        os.kill(pid, signal.SIGKILL)
+        time.sleep(0.5)
+
+    # A crash still counts: the budget is spent by failures, not by pauses.
+    crash()
+    assert "started" in round_()
+    crash()
+    with pytest.raises(supervisor.SupervisorError, match="after 2 starts"):
+        round_()
+
+
 def test_a_pause_whose_task_died_ends_by_itself(home: Path) -> None:
     import subprocess
 

@@ -207,6 +207,7 @@ def test_a_pause_does_not_spend_the_restart_budget(
         token, _outcome = supervisor.pause("bronze_ingest", "table_maintenance of bronze_events")
         supervisor.resume("bronze_ingest", token)
         assert "started" in round_()
+
     def crash() -> None:
         pid = supervisor.driver_pid("bronze_ingest")
         assert pid is not None

@@ -67,6 +67,12 @@ ROW_METRICS = (
 _MAY_TOUCH_NO_ROW = frozenset({"WRITE", "STREAMING UPDATE", "MERGE", "DELETE", "UPDATE"})
 
 
+#: The ``commitInfo`` key (delta-rs ``CommitProperties(custom_metadata=...)``) that marks a
+#: commit of table maintenance that deletes rows (row retention of bookkeeping tables): a
+#: DELETE, yet no new data (the demo's ``silver_event_ids`` looked fresh after maintenance).
+MAINTENANCE_COMMIT_KEY = "ingest.maintenance"
+
+
 def changes_data(info: Mapping[str, Any]) -> bool:
     """Whether a Delta commit (its ``commitInfo``, as delta-rs's ``history()`` returns it)
     changed the table's rows: not a maintenance or metadata operation
@@ -74,7 +80,7 @@ def changes_data(info: Mapping[str, Any]) -> bool:
     empty streaming batch, an append of nothing, a MERGE or DELETE that matched no row). An
     operation this does not know counts as a change (a needless run, never a missed one)."""
     operation = str(info.get("operation") or "").upper()
-    if operation in MAINTENANCE_OPERATIONS:
+    if operation in MAINTENANCE_OPERATIONS or info.get(MAINTENANCE_COMMIT_KEY):
         return False
     metrics = info.get("operationMetrics") or {}
     rows = [int(metrics[key]) for key in ROW_METRICS if key in metrics]
@@ -101,9 +107,10 @@ class DataCommit:
     rows: int | None
 
 
-#: Operation metrics that count a commit's new rows, first found wins: Spark's writes and
-#: streaming appends, Spark's MERGE, delta-rs writes (the gates' bookkeeping).
-ROWS_ADDED_METRICS = ("numOutputRows", "numTargetRowsInserted", "num_added_rows")
+#: Operation metrics that count a commit's new rows, first found wins: Spark's MERGE (its
+#: ``numOutputRows`` also counts the unchanged rows it copied: 1,378 "added" for 5 updated),
+#: Spark's writes and streaming appends, delta-rs writes (the gates' bookkeeping).
+ROWS_ADDED_METRICS = ("numTargetRowsInserted", "numOutputRows", "num_added_rows")
 
 
 def _data_commit(info: Mapping[str, Any]) -> DataCommit:

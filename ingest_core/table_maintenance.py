@@ -53,7 +53,7 @@ from typing import TYPE_CHECKING, Any, TypeVar
 from ingest_core.catalog import MaintenanceSpec, RowRetentionSpec, get_catalog
 from ingest_core.checkpoint_health import query_dirs
 from ingest_core.checkpoints import list_backups
-from ingest_core.delta_tables import read_pandas, table_exists
+from ingest_core.delta_tables import MAINTENANCE_COMMIT_KEY, read_pandas, table_exists
 from ingest_core.intervals import parse_interval
 from ingest_core.locks import CheckpointBusyError, checkpoint_lock, lock_holder
 from ingest_core.settings import PlatformSettings, get_settings
@@ -503,7 +503,7 @@ def maintain_table(
         nothing has changed.
     :raises TableBusyError: a writer holds its lock (see :func:`writer_locks`).
     """
-    from deltalake import DeltaTable
+    from deltalake import CommitProperties, DeltaTable
 
     check_requested_retention(retention_hours)
     catalog = get_catalog()
@@ -545,7 +545,12 @@ def maintain_table(
                             {PRUNED_BEFORE: now.isoformat()}, raise_if_not_exists=False
                         )
                     )
-                metrics = _committed(lambda: DeltaTable(str(path)).delete(predicate))
+                # Marked as maintenance: the rows it removes are no new data (freshness, the
+                # gates and the scheduled jobs' input check ignore this commit).
+                marked = CommitProperties(custom_metadata={MAINTENANCE_COMMIT_KEY: "row retention"})
+                metrics = _committed(
+                    lambda: DeltaTable(str(path)).delete(predicate, commit_properties=marked)
+                )
                 report.rows_removed = int(metrics.get("num_deleted_rows", 0))
         if not dry_run:
             columns = spec.maintenance.zorder_by

@@ -13,7 +13,7 @@ import pytest
 from deltalake import DeltaTable, write_deltalake
 
 from ingest_core.catalog import get_catalog
-from ingest_core.delta_tables import changes_data, delta_version, last_data_commit
+from ingest_core.delta_tables import _data_commit, changes_data, delta_version, last_data_commit
 
 pytestmark = pytest.mark.unit
 
@@ -63,6 +63,7 @@ def test_spark_commit_infos() -> None:
     )
     assert changes_data(info("MERGE", numTargetRowsInserted="0", numTargetRowsUpdated="3"))
     assert changes_data(info("DELETE", numDeletedRows="4"))
+    assert not changes_data(info("DELETE", num_deleted_rows="4") | {"ingest.maintenance": "x"})
     assert not changes_data(info("OPTIMIZE", numAddedFiles="1", numRemovedFiles="9"))
     assert not changes_data(info("VACUUM END"))
     assert not changes_data(info("SET TBLPROPERTIES"))
@@ -136,3 +137,22 @@ def test_delta_source_batches_give_each_batch_its_versions_and_watermark(tmp_pat
     for batch in range(3):
         (checkpoint / "offsets" / str(batch)).unlink()
     assert [b.batch_id for b in delta_source_batches(checkpoint)] == [4, 5]
+
+
+def test_rows_added_by_a_merge_are_its_inserted_rows() -> None:
+    """Spark's MERGE also reports ``numOutputRows``, which counts the unchanged rows it
+    copied: a fresh clone's Streaming page showed 1,378 rows added for 5 updated."""
+    merge = {
+        "version": 3,
+        "timestamp": 0,
+        "operation": "MERGE",
+        "operationMetrics": {
+            "numOutputRows": "1378",
+            "numTargetRowsInserted": "0",
+            "numTargetRowsUpdated": "5",
+            "numTargetRowsCopied": "1373",
+        },
+    }
+    assert _data_commit(merge).rows == 0
+    write = {"version": 4, "timestamp": 0, "operation": "WRITE"}
+    assert _data_commit(write | {"operationMetrics": {"numOutputRows": "7"}}).rows == 7

@@ -76,6 +76,14 @@ def test_gate_results_keep_recent_rows_and_the_newest_ten_per_table_and_status(h
     assert sorted(after["run_id"]) == sorted(expected["run_id"])
     assert report.rows_removed == len(before) - len(expected) == 5
     assert "keeping the newest 10" in "\n".join(report.lines())
+    # The retention's DELETE is maintenance, not new data (a fresh clone's demo showed
+    # silver_event_ids fresh, "rows added: none", right after maintenance): the last data
+    # commit is still the last append.
+    from ingest_core.delta_tables import last_data_commit
+
+    commit = last_data_commit(path)
+    assert commit is not None
+    assert (commit.version, commit.operation, commit.rows) == (2, "WRITE", 1)
 
 
 def test_id_history_is_pruned_behind_the_watermark_and_a_reset_is_then_refused(home) -> None:

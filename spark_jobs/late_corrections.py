@@ -166,19 +166,18 @@ def behind_gold(
         before = F.col("event_time") < F.lit(
             datetime.fromtimestamp(batch.watermark_ms / 1000, tz=UTC)
         )
+        reader = spark.read.format("delta")
         if batch.snapshot:
-            rows = spark.read.format("delta").option("versionAsOf", batch.last_version)
+            rows = reader.option("versionAsOf", batch.last_version).load(path)
         else:
             rows = (
-                spark.read.format("delta")
-                .option("readChangeFeed", "true")
+                reader.option("readChangeFeed", "true")
                 .option("startingVersion", batch.first_version)
                 .option("endingVersion", batch.last_version)
+                .load(path)
+                .where(F.col("_change_type").isin("insert", "update_postimage"))
             )
-        read = rows.load(path).where(before)
-        if not batch.snapshot:
-            read = read.where(F.col("_change_type").isin("insert", "update_postimage"))
-        frames.append(read.select("event_id"))
+        frames.append(rows.where(before).select("event_id"))
     return functools.reduce(DataFrame.unionByName, frames).distinct()
 
 

@@ -167,9 +167,13 @@ def paused_by(files: RuntimeFiles) -> tuple[str, ...]:
     """
     from ingest_core.processes import is_alive
 
+    # Read once, ordered by the time each pause recorded: a pause may end (its file go)
+    # while this runs unlocked (the Streaming page), and then is simply not there.
+    pauses = [(path, read_json(path)) for path in files.pauses.glob("*.json")]
     holders = []
-    for path in sorted(files.pauses.glob("*.json"), key=lambda p: p.stat().st_mtime):
-        record = read_json(path) or {}
+    for path, record in sorted(
+        ((p, r) for p, r in pauses if r is not None), key=lambda pause: float(pause[1].get("at", 0))
+    ):
         if not is_alive(int(record.get("pid", 0))):
             path.unlink(missing_ok=True)
             continue

@@ -74,6 +74,7 @@ with DAG(
     replay = SparkJobOperator(
         task_id="replay",
         job="bronze_replay",
+        rebuild=True,
         job_args=[
             "--topics",
             "{{ params.topics | join(',') }}",

@@ -484,6 +484,27 @@ class SupervisorSettings(BaseModel):
     stop_timeout_s: float = Field(120.0, gt=0)
 
 
+class TaskSettings(BaseModel):
+    """Time budgets of the Airflow tasks that run a Spark job
+    (:class:`ingest_platform.operators.SparkJobOperator`): each task's ``execution_timeout``
+    unless its DAG gives one. Past it, Airflow fails the task and calls its ``on_kill``,
+    which stops spark-submit and the driver (freeing the checkpoint lock); the task's
+    retry, or the next run, goes on from the last committed batch. Without a budget a hung
+    driver (a stuck GC, a frozen mount) holds its job's lock and, with one run at a time,
+    every later run, until ``dagrun_timeout`` fails the whole run.
+
+    :param spark_timeout_s: an incremental task (``medallion_incremental``'s Spark jobs and
+        gates, ``layer_full_refresh``'s swap). 30 minutes: a 100,000-event cycle takes
+        about 2 minutes here (``bench/results/REFERENCE.md``), and a catch-up longer than
+        the budget still progresses, batch by batch, through the retry.
+    :param rebuild_timeout_s: a task that rebuilds from the whole history
+        (``layer_full_refresh``'s rebuilds and gates, ``bronze_replay``): 4 hours.
+    """
+
+    spark_timeout_s: float = Field(1800.0, gt=0)
+    rebuild_timeout_s: float = Field(14400.0, gt=0)
+
+
 class CheckpointSettings(BaseModel):
     """Checkpoint backups (``ingestctl checkpoints``, the ``checkpoint_maintenance`` DAG).
 
@@ -568,6 +589,7 @@ class PlatformSettings(BaseSettings):
     supervisor: SupervisorSettings = SupervisorSettings()
     alerts: AlertSettings = AlertSettings()
     checkpoints: CheckpointSettings = CheckpointSettings()
+    tasks: TaskSettings = TaskSettings()
     airflow: AirflowSettings = AirflowSettings()
 
     @model_validator(mode="after")

@@ -12,6 +12,7 @@ manager and starts them again after the drawn pause.
 from __future__ import annotations
 
 import contextlib
+import json
 import os
 import signal
 import subprocess
@@ -282,6 +283,45 @@ def kill_scheduled_driver(platform: SoakPlatform, fault: PlannedFault) -> Recove
     )
 
 
+def hang_scheduled_driver(platform: SoakPlatform, fault: PlannedFault) -> Recovery:
+    """SIGSTOP of a scheduled job's driver mid-run (spark-submit's JVM and the Python driver
+    under it), as a stuck GC, a frozen mount or a paused VM would hang it, left stopped: only
+    the task's ``execution_timeout`` (``tasks.spark_timeout_s``) can end it, through
+    ``on_kill``, which must kill the stopped processes (SIGKILL reaches a stopped process;
+    SIGTERM waits until it runs again) and so free the checkpoint lock."""
+    job = fault.params["job"]
+    jvms = _wait_for_target(lambda: spark_submits(job), platform, 600)
+    since = datetime.now(UTC)
+    frozen: list[psutil.Process] = []
+    for jvm in jvms:
+        with contextlib.suppress(psutil.Error):
+            frozen += [jvm, *jvm.children(recursive=True)]
+    for process in frozen:
+        with contextlib.suppress(psutil.NoSuchProcess):
+            process.send_signal(signal.SIGSTOP)
+    ran = _medallion_success_since(platform, since)
+
+    def check() -> str | None:
+        left = [p.pid for p in frozen if _alive(p)]
+        if left:
+            return f"{job}'s stopped driver processes {left} still there"
+        return ran()
+
+    # The hung run ends at its task's budget, then retries: wait for it (up to twice the
+    # recovery timeout) rather than judge it mid-retry.
+    return Recovery(
+        f"SIGSTOP {job}'s driver mid-run (pids {[p.pid for p in frozen]}), left stopped",
+        check,
+        lambda: platform.active_medallion_run() is not None,
+    )
+
+
+def _alive(process: psutil.Process) -> bool:
+    with contextlib.suppress(psutil.Error):
+        return process.is_running() and process.status() != psutil.STATUS_ZOMBIE
+    return False
+
+
 def kill_airflow_component(platform: SoakPlatform, fault: PlannedFault) -> Recovery:
     component = fault.params["component"]
 
@@ -377,27 +417,32 @@ def kill_broker(platform: SoakPlatform, fault: PlannedFault) -> Recovery:
     )
 
 
+def _running_task(
+    platform: SoakPlatform, wanted: Callable[[dict[str, Any]], bool]
+) -> tuple[str, dict[str, Any]] | None:
+    """``(run id, task instance)`` of a running task of a running medallion run that
+    ``wanted`` accepts, or None."""
+    for run in platform.medallion_runs():
+        if run.get("state") != "running":
+            continue
+        run_id = str(run["dag_run_id"])
+
+        def tasks(client: AirflowClient, r: str = run_id) -> list[dict[str, Any]]:
+            return client.task_instances(MEDALLION, r)
+
+        for ti in platform.api(tasks):
+            if ti["state"] == "running" and wanted(ti):
+                return run_id, ti
+    return None
+
+
 def mark_task_failed(platform: SoakPlatform, fault: PlannedFault) -> Recovery:
-    def running_spark_task() -> tuple[str, str] | None:
-        for run in platform.medallion_runs():
-            if run.get("state") != "running":
-                continue
-            run_id = str(run["dag_run_id"])
+    def spark_task(ti: dict[str, Any]) -> bool:
+        task = str(ti["task_id"])
+        return task in SPARK_TASKS and bool(spark_submits(SPARK_TASKS[task]))
 
-            def tasks(client: AirflowClient, r: str = run_id) -> list[dict[str, Any]]:
-                return client.task_instances(MEDALLION, r)
-
-            for ti in platform.api(tasks):
-                task = str(ti["task_id"])
-                if (
-                    task in SPARK_TASKS
-                    and ti["state"] == "running"
-                    and spark_submits(SPARK_TASKS[task])
-                ):
-                    return run_id, task
-        return None
-
-    run_id, task_id = _wait_for_target(running_spark_task, platform, 600)
+    run_id, ti = _wait_for_target(lambda: _running_task(platform, spark_task), platform, 600)
+    task_id = str(ti["task_id"])
     since = datetime.now(UTC)
     platform.api(
         lambda c: c._call(
@@ -408,6 +453,70 @@ def mark_task_failed(platform: SoakPlatform, fault: PlannedFault) -> Recovery:
     )
     return Recovery(
         f"marked {task_id} of {run_id} failed", _medallion_success_since(platform, since)
+    )
+
+
+def kill_gate(platform: SoakPlatform, fault: PlannedFault) -> Recovery:
+    """kill -9 of a running gate task's process (``gate_silver``/``gate_gold`` of a medallion
+    run, validating with GX in the task's own process): Airflow fails the task (gates have
+    no retry), and a later run's gate must validate the same increment again, whole."""
+    gates = {"gate_silver", "gate_gold"}
+
+    def target() -> tuple[str, psutil.Process] | None:
+        found = _running_task(platform, lambda ti: ti["task_id"] in gates)
+        if found is None:
+            return None
+        title = f"airflow worker -- {found[1]['id']}"  # the task runner's setproctitle
+        for process in platform.standalone.processes():
+            with contextlib.suppress(psutil.Error):
+                if " ".join(process.cmdline()).strip() == title:
+                    return str(found[1]["task_id"]), process
+        return None
+
+    task_id, process = _wait_for_target(target, platform, 600)
+    since = datetime.now(UTC)
+    _kill(process)
+    return Recovery(
+        f"kill -9 {task_id}'s task process (pid {process.pid})",
+        _medallion_success_since(platform, since),
+    )
+
+
+def concurrent_commits(platform: SoakPlatform, fault: PlannedFault) -> Recovery:
+    """Spark and delta-rs appending one-row commits to one Delta table at once beside the
+    running platform, Spark's commits paused 50 ms before their atomic step as a GC pause
+    would pause them (``python -m spark_jobs.commit_race``, the platform's session and log
+    store): every acknowledged append must be in the table once. The table is the soak's
+    own (``<home>/soak/commit_race/<fault>``), not one of the platform's."""
+    from ingest_core.settings import ingest_home
+
+    folder = ingest_home() / "soak" / "commit_race"
+    path = folder / f"fault-{fault.number}"
+    folder.mkdir(parents=True, exist_ok=True)
+    done = subprocess.run(
+        [sys.executable, "-m", "spark_jobs.commit_race", str(path), "--rounds", "12"],
+        capture_output=True,
+        text=True,
+        timeout=900,
+        check=False,
+    )
+    lines = done.stdout.strip().splitlines()
+    try:
+        result = json.loads(lines[-1])
+    except (IndexError, json.JSONDecodeError):
+        tail = (done.stderr.strip().splitlines() or [""])[-1]
+        return Recovery(f"commit race exit {done.returncode}", _final(f"no result: {tail[:300]}"))
+    acknowledged = sum(len(v) for v in result["acknowledged"].values())
+    problem = None
+    if not result["ok"]:
+        problem = (
+            f"lost {result['lost']}, duplicated {result['duplicated']}, failures "
+            f"{result['failures']}, versions {result['versions']}"
+        )[:500]
+    return Recovery(
+        f"Spark and delta-rs appended to one table at once: {acknowledged} acknowledged, "
+        f"{len(result['landed'])} in the table",
+        _final(problem),
     )
 
 
@@ -579,7 +688,10 @@ INJECTORS: dict[str, Callable[[SoakPlatform, PlannedFault], Recovery]] = {
     "stop_broker": stop_broker,
     "kill_broker": kill_broker,
     "mark_task_failed": mark_task_failed,
+    "hang_scheduled_driver": hang_scheduled_driver,
+    "kill_gate": kill_gate,
     "gates_at_once": gates_at_once,
+    "concurrent_commits": concurrent_commits,
     "backfill": backfill,
     "checkpoint_backup": checkpoint_backup,
     "checkpoint_restore": checkpoint_restore,

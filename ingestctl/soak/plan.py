@@ -77,7 +77,22 @@ KINDS: tuple[FaultKind, ...] = (
         _outage(5, 30),
     ),
     FaultKind("mark_task_failed", 1, "a running Spark task marked failed through the API"),
+    # Half the weight: each one holds medallion_incremental (one run at a time) for up to
+    # the soak's task budget, and the faults that need a running medallion task wait.
+    FaultKind(
+        "hang_scheduled_driver",
+        0.5,
+        "a scheduled job's driver SIGSTOPped mid-run and left hung: its task's execution_timeout"
+        " must end it",
+        _choice("job", SCHEDULED),
+    ),
+    FaultKind("kill_gate", 1, "kill -9 of a running gate task (gate_silver or gate_gold)"),
     FaultKind("gates_at_once", 1, "three Silver gates started at once beside the scheduled ones"),
+    FaultKind(
+        "concurrent_commits",
+        1,
+        "Spark and delta-rs committing to one table at once, Spark's commits paused 50 ms",
+    ),
     FaultKind("backfill", 1, "`airflow backfill create` of two intervals beside scheduled runs"),
     FaultKind(
         "checkpoint_backup",

@@ -126,7 +126,8 @@ def free_port() -> int:
 
 def soak_environment(home: Path) -> dict[str, str]:
     """The soak's platform settings: its own home, broker ports and Airflow log ports, so
-    that it runs beside a demo without touching it; an alert threshold its stream reaches."""
+    that it runs beside a demo without touching it; an alert threshold its stream reaches; a
+    Spark task budget its hung-driver fault can wait for."""
     return {
         "INGEST_HOME": str(home),
         "INGEST_KAFKA__PORT": str(free_port()),
@@ -135,6 +136,10 @@ def soak_environment(home: Path) -> dict[str, str]:
         "AIRFLOW__LOGGING__TRIGGER_LOG_SERVER_PORT": str(free_port()),
         # The generated payments are 70-2,500 (BRL): about 1 in 20 above 2,000 is alerted.
         "INGEST_ALERTS__AMOUNT_THRESHOLD": "2000",
+        # The hang_scheduled_driver fault ends at the task's execution_timeout: 7 minutes,
+        # not 30, so that its run recovers within the soak's recovery timeout (15 minutes).
+        # The soak's increments are small: refine_silver took at most 222 s in run 5 (load 7).
+        "INGEST_TASKS__SPARK_TIMEOUT_S": "420",
     }
 
 

@@ -25,6 +25,7 @@ from __future__ import annotations
 
 import importlib.util
 from collections.abc import Sequence
+from datetime import timedelta
 from typing import TYPE_CHECKING, Any
 
 from airflow.providers.apache.spark.operators.spark_submit import SparkSubmitOperator
@@ -178,6 +179,10 @@ class SparkJobOperator(SparkSubmitOperator):
         Never list a table the job writes itself: its own commit would count as new input.
     :param input_jobs: jobs whose checkpoint progress counts as input (see
         :func:`inputs_snapshot`).
+    :param rebuild: the task rebuilds from the whole history: its ``execution_timeout``
+        defaults to ``tasks.rebuild_timeout_s`` instead of ``tasks.spark_timeout_s``
+        (:class:`ingest_core.settings.TaskSettings`). An ``execution_timeout`` given here or
+        in the DAG's ``default_args`` wins.
     :param kwargs: passed to :class:`SparkSubmitOperator` (``conn_id``, ``pool``, ...).
     :raises ValueError: unknown ``job`` (at DAG parse time); an OpenLineage injection into
         Spark asked for (``openlineage_inject_parent_job_info`` or
@@ -196,6 +201,7 @@ class SparkJobOperator(SparkSubmitOperator):
         job_args: Sequence[str] = (),
         inputs: Sequence[str] = (),
         input_jobs: Sequence[str] = (),
+        rebuild: bool = False,
         **kwargs: Any,
     ) -> None:
         if job not in JOB_MODULES:
@@ -214,6 +220,10 @@ class SparkJobOperator(SparkSubmitOperator):
         # Explicitly off, whatever [openlineage] spark_inject_* says.
         kwargs.update(dict.fromkeys(_OPENLINEAGE_SPARK_INJECTION, False))
         kwargs.setdefault("name", job)
+        if kwargs.get("execution_timeout") is None:
+            tasks = get_settings().tasks
+            budget = tasks.rebuild_timeout_s if rebuild else tasks.spark_timeout_s
+            kwargs["execution_timeout"] = timedelta(seconds=budget)
         # SparkSubmitHook arguments given here that are not templated fields (those are read
         # back at execute time, rendered): PlatformJobHook passes them on.
         self._submit_options = {
@@ -391,7 +401,8 @@ class StagedJobOperator(SparkJobOperator):
     layers, new checkpoints and the staging gate bookkeeping; everything else stays live.
 
     Skipped when the refresh does not rebuild ``builds`` (a Gold refresh skips the Silver
-    steps). No checkpoint repair or backup: the staging checkpoints are new.
+    steps). No checkpoint repair or backup: the staging checkpoints are new. A rebuild: its
+    ``execution_timeout`` is ``tasks.rebuild_timeout_s`` unless given.
 
     :param builds: the layer this task rebuilds or gates (``silver`` or ``gold``).
     """
@@ -399,6 +410,7 @@ class StagedJobOperator(SparkJobOperator):
     manage_checkpoint = False
 
     def __init__(self, *, builds: str, **kwargs: Any) -> None:
+        kwargs.setdefault("rebuild", True)
         super().__init__(**kwargs)
         self.builds = builds
 

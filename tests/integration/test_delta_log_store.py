@@ -13,15 +13,12 @@ from __future__ import annotations
 
 import threading
 import time
-from collections.abc import Iterator
-from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
-import pyarrow as pa
 import pytest
-from deltalake import DeltaTable, write_deltalake
 
+from spark_jobs.commit_race import COMMIT_PAUSE_KEY, RENAME_PAUSE_KEY, race
 from spark_jobs.session import DELTA_LOG_STORE
 
 pytestmark = pytest.mark.integration
@@ -30,22 +27,7 @@ PLATFORM_STORE = DELTA_LOG_STORE["spark.delta.logStore.file.impl"]
 STOCK_STORE = "io.delta.storage.HDFSLogStore"
 #: Hadoop keys of the test pauses (include/maven: LocalPutIfAbsentLogStore.PAUSE_KEY for the
 #: platform's store, NioRawLocalFileSystem.RENAME_PAUSE_KEY for the rename HDFSLogStore makes).
-PAUSE_KEYS = {
-    PLATFORM_STORE: "io.ingest.test.commitPauseMs",
-    STOCK_STORE: "io.ingest.test.renamePauseMs",
-}
-
-
-@contextmanager
-def _paused_commits(spark: Any, key: str, millis: int) -> Iterator[None]:
-    """Set a pause on the suite driver's Hadoop configuration, removed afterwards (the driver
-    is shared by the other tests of this worker)."""
-    conf = spark._jsc.hadoopConfiguration()
-    conf.set(key, str(millis))
-    try:
-        yield
-    finally:
-        conf.unset(key)
+PAUSE_KEYS = {PLATFORM_STORE: COMMIT_PAUSE_KEY, STOCK_STORE: RENAME_PAUSE_KEY}
 
 
 def test_the_suite_driver_uses_the_platform_log_store(spark: Any) -> None:
@@ -111,48 +93,16 @@ def test_spark_and_delta_rs_appending_at_once_lose_no_acknowledged_commit(
     spark: Any, tmp_path: Path
 ) -> None:
     """Each engine appends one-row commits to one table at once, Spark's commits paused 50 ms
-    before their atomic step; every append an engine acknowledged is in the table once."""
-    path = tmp_path / "ops_table"
-    schema = pa.schema([("writer", pa.string()), ("n", pa.int64())])
-    write_deltalake(str(path), pa.Table.from_pylist([{"writer": "init", "n": 0}], schema))
+    before their atomic step; every append an engine acknowledged is in the table once
+    (spark_jobs.commit_race, which the soak's concurrent_commits fault runs too)."""
     rounds = 12
-    acknowledged: dict[str, list[int]] = {"spark": [], "delta-rs": []}
-    failures: list[BaseException] = []
-
-    def spark_appends() -> None:
-        for n in range(rounds):
-            frame = spark.createDataFrame([("spark", n)], "writer string, n long")
-            try:
-                frame.write.format("delta").mode("append").save(str(path))
-            except Exception as error:  # an unacknowledged append is not expected here
-                failures.append(error)
-                continue
-            acknowledged["spark"].append(n)
-
-    def delta_rs_appends() -> None:
-        for n in range(rounds):
-            row = pa.Table.from_pylist([{"writer": "delta-rs", "n": n}], schema)
-            try:
-                write_deltalake(str(path), row, mode="append")
-            except Exception as error:
-                failures.append(error)
-                continue
-            acknowledged["delta-rs"].append(n)
-            time.sleep(0.02)
-
-    with _paused_commits(spark, PAUSE_KEYS[PLATFORM_STORE], 50):
-        threads = [threading.Thread(target=f) for f in (spark_appends, delta_rs_appends)]
-        for thread in threads:
-            thread.start()
-        for thread in threads:
-            thread.join(timeout=300)
-    assert failures == []
-    table = DeltaTable(str(path))
-    rows = table.to_pyarrow_table().to_pylist()
-    landed = sorted((r["writer"], r["n"]) for r in rows if r["writer"] != "init")
-    expected = sorted((w, n) for w, ns in acknowledged.items() for n in ns)
-    assert landed == expected
+    result = race(spark, tmp_path / "ops_table", rounds=rounds, pause_ms=50)
+    assert result.failures == []
+    expected = sorted([w, n] for w, ns in result.acknowledged.items() for n in ns)
+    assert result.landed == expected
     assert len(expected) == 2 * rounds
+    assert result.lost == []
+    assert result.duplicated == 0
     # One commit per acknowledged append after the first, versions without a gap.
-    versions = sorted(int(p.stem) for p in (path / "_delta_log").glob("*.json"))
-    assert versions == list(range(2 * rounds + 1))
+    assert result.versions == list(range(2 * rounds + 1))
+    assert result.ok

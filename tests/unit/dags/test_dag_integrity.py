@@ -107,3 +107,45 @@ def test_the_deferral_check_bites() -> None:
     async_sensor = DateTimeSensorAsync(task_id="a", target_time="2026-01-01T00:00:00+00:00")
     assert _may_defer(async_sensor) is not None
     assert _may_defer(TimeDeltaSensor(task_id="b", delta=timedelta(1), deferrable=True))
+
+
+def test_every_spark_task_has_a_time_budget(dagbag) -> None:
+    """A hung driver cannot hold its job's lock and the DAG's one run for ever (issue 50):
+    every task that runs a Spark job has an ``execution_timeout``, the incremental ones
+    ``tasks.spark_timeout_s`` and the rebuilds ``tasks.rebuild_timeout_s``."""
+    from ingest_core.settings import get_settings
+    from ingest_platform.operators import SparkJobOperator
+
+    tasks = get_settings().tasks
+    budgets = {
+        f"{dag_id}.{task.task_id}": task.execution_timeout
+        for dag_id, dag in dagbag.dags.items()
+        for task in dag.tasks
+        if isinstance(task, SparkJobOperator)
+    }
+    incremental = timedelta(seconds=tasks.spark_timeout_s)
+    rebuild = timedelta(seconds=tasks.rebuild_timeout_s)
+    assert budgets["medallion_incremental.refine_silver"] == incremental
+    assert budgets["medallion_incremental.gate_silver"] == incremental
+    assert budgets["medallion_incremental.correct_late"] == incremental
+    assert budgets["layer_full_refresh.rebuild_silver"] == rebuild
+    assert budgets["layer_full_refresh.swap"] == incremental
+    assert budgets["bronze_replay.replay"] == rebuild
+    assert None not in budgets.values()
+
+
+def test_a_spark_tasks_budget_comes_from_the_settings(monkeypatch: pytest.MonkeyPatch) -> None:
+    from ingest_core.settings import get_settings
+    from ingest_platform.operators import SparkJobOperator
+
+    monkeypatch.setenv("INGEST_TASKS__SPARK_TIMEOUT_S", "600")
+    get_settings.cache_clear()
+    try:
+        task = SparkJobOperator(task_id="t", job="silver_refine")
+        given = SparkJobOperator(
+            task_id="u", job="silver_refine", execution_timeout=timedelta(minutes=3)
+        )
+    finally:
+        get_settings.cache_clear()
+    assert task.execution_timeout == timedelta(seconds=600)
+    assert given.execution_timeout == timedelta(minutes=3)

@@ -266,3 +266,11 @@ def test_sigterm_to_the_soak_interrupts_it_like_ctrl_c() -> None:
     with pytest.raises(KeyboardInterrupt, match="signal 15"):
         terminated()
     assert signal.getsignal(signal.SIGTERM) is before
+
+
+def test_every_fault_kind_has_an_injector_and_the_issue_s_kinds_are_there() -> None:
+    from ingestctl.soak.faults import INJECTORS
+
+    assert set(INJECTORS) == set(KINDS_BY_NAME)
+    # Issue 50's list: a task past its execution_timeout, a killed gate, concurrent commits.
+    assert {"hang_scheduled_driver", "kill_gate", "concurrent_commits"} <= set(KINDS_BY_NAME)

@@ -109,6 +109,8 @@ def race(spark: SparkSession, path: Path, *, rounds: int = 12, pause_ms: int = 5
     import pyarrow as pa
     from deltalake import DeltaTable, write_deltalake
 
+    from spark_jobs.local_frames import local_frame
+
     if rounds < 1:
         raise ValueError(f"rounds must be at least 1, got {rounds}")
     _check_target(path)
@@ -118,7 +120,7 @@ def race(spark: SparkSession, path: Path, *, rounds: int = 12, pause_ms: int = 5
 
     def spark_appends() -> None:
         for n in range(rounds):
-            frame = spark.createDataFrame([("spark", n)], "writer string, n long")
+            frame = local_frame(spark, [("spark", n)], "writer string, n long")
             try:
                 frame.write.format("delta").mode("append").save(str(path))
             except Exception as error:  # reported: an unacknowledged append is a finding

@@ -176,11 +176,11 @@ def rebuilt_tables(layer: str) -> list[str]:
 
 def _unvalidated(layer: str, layout: RefreshLayout) -> list[str]:
     """The staged tables whose newest data commit no passed gate covers (the gate judges data
-    commits, :func:`spark_jobs.quality.state.pending`; an empty batch after it is nothing to
+    commits, :func:`ingest_core.quality.state.pending`; an empty batch after it is nothing to
     validate)."""
     from ingest_core.delta_tables import last_data_version
-    from spark_jobs.quality.state import gate_results, validated_through
-    from spark_jobs.quality.suites import layer_rules
+    from ingest_core.quality.rules import layer_rules
+    from ingest_core.quality.state import gate_results, validated_through
 
     staged = layout.staged_settings(layer)
     results = gate_results(staged)
@@ -242,8 +242,8 @@ def swap(
         gate, or a job of the layer is running; nothing was moved.
     """
     from ingest_core.delta_tables import delta_version
+    from ingest_core.quality.state import RESULTS_TABLE
     from spark_jobs.quality.results import RESULTS_SCHEMA
-    from spark_jobs.quality.state import RESULTS_TABLE
     from spark_jobs.quality.validation import docs_index
 
     settings = settings or get_settings()

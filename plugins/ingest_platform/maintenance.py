@@ -105,13 +105,13 @@ def always_on_writers_paused(table: str, policy: MaintenanceSpec, dry_run: bool)
 
 def gate_pins(table: str) -> list[Pin]:
     """Constraint (d) of a gated table: the quality gate reads the snapshot at the table's
-    validated version and the change feed after it (``spark_jobs.quality.state``); a failed
+    validated version and the change feed after it (``ingest_core.quality.state``); a failed
     increment stays pending until an operator resolves it, however long that takes.
 
     :returns: ``[("gate", who, version)]``, or ``[]`` for a table no gate validates.
     """
-    from spark_jobs.quality.state import gate_results, validated_through
-    from spark_jobs.quality.suites import GATED_LAYERS, layer_rules
+    from ingest_core.quality.rules import GATED_LAYERS, layer_rules
+    from ingest_core.quality.state import gate_results, validated_through
 
     gated = {rules.table for layer in GATED_LAYERS for rules in layer_rules(layer)}
     if table not in gated:

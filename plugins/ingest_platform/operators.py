@@ -340,7 +340,7 @@ class LayerGateOperator(SparkJobOperator):
     template_fields = SparkJobOperator.template_fields
 
     def __init__(self, *, layer: str, **kwargs: Any) -> None:
-        from spark_jobs.quality.suites import layer_rules
+        from ingest_core.quality.rules import layer_rules
 
         layer_rules(layer)  # refuses an ungated layer at parse time
         args = ["validate", "--layer", layer, "--run-id", "{{ run_id }}", "--engine", "spark"]
@@ -363,8 +363,8 @@ class LayerGateOperator(SparkJobOperator):
         """
         from airflow.sdk.exceptions import AirflowException
 
+        from ingest_core.quality.state import pending
         from spark_jobs.quality import gate
-        from spark_jobs.quality.state import pending
 
         increments = pending(self.layer)
         if not increments:

@@ -4,7 +4,7 @@ Read-only and cheap enough to compute every few seconds, from what the platform 
 writes: the always-on jobs' heartbeats and supervisor records
 (:mod:`ingest_core.runtime_files`), the checkpoints' committed offsets against the broker's
 end offsets (kafka-python), the Delta logs (delta-rs) and the gates' bookkeeping
-(:mod:`spark_jobs.quality.state`). Job and table lists come from include/pipeline.yaml.
+(:mod:`ingest_core.quality.state`). Job and table lists come from include/pipeline.yaml.
 Imports neither pyspark nor Airflow; each section that cannot be read (broker down, a
 table being rewritten) is reported in ``errors`` instead of failing the whole snapshot.
 """
@@ -437,8 +437,8 @@ def gate_views(settings: PlatformSettings) -> dict[str, dict[str, Any]]:
     ``held`` (an unresolved failed result holds the layer's next increment until an operator
     accepts or quarantines it). :func:`table_view` adds ``pending_versions`` (versions after
     ``validated_through``, up to the table's current one) from the version it reads."""
-    from spark_jobs.quality.state import gate_results, unresolved_failures, validated_through
-    from spark_jobs.quality.suites import GATED_LAYERS, layer_rules
+    from ingest_core.quality.rules import GATED_LAYERS, layer_rules
+    from ingest_core.quality.state import gate_results, unresolved_failures, validated_through
 
     results = gate_results(settings)
     views: dict[str, dict[str, Any]] = {}

@@ -1,6 +1,6 @@
 """The quality gate job: validate what a layer added since the last gate that passed.
 
-For every gated table of the layer (:data:`spark_jobs.quality.suites.LAYER_RULES`) the gate
+For every gated table of the layer (:data:`ingest_core.quality.rules.LAYER_RULES`) the gate
 reads the table's increment through Delta's change data feed (versions after the newest
 cleared result in ``ops_gate_results``, up to the current one), validates it with the
 table's GX suite, appends one result row per table to ``ops_gate_results`` and rebuilds the
@@ -42,6 +42,8 @@ from collections.abc import Sequence
 from datetime import UTC, datetime
 from typing import TYPE_CHECKING, Any
 
+from ingest_core.quality.rules import validated_columns
+from ingest_core.quality.state import Increment, pending
 from ingest_core.settings import PlatformSettings, get_settings
 from spark_jobs.quality.increments import (
     increment,
@@ -60,8 +62,6 @@ from spark_jobs.quality.results import (
     status,
     unresolved,
 )
-from spark_jobs.quality.state import Increment, pending
-from spark_jobs.quality.suites import validated_columns
 from spark_jobs.quality.validation import (
     ENGINE_CHOICES,
     TableOutcome,

@@ -10,9 +10,9 @@ from __future__ import annotations
 from typing import TYPE_CHECKING
 
 from ingest_core.catalog import get_catalog
+from ingest_core.quality.state import HOLDS_TABLE
 from ingest_core.settings import PlatformSettings, get_settings
 from spark_jobs.delta_io import read_table
-from spark_jobs.quality.state import HOLDS_TABLE
 
 if TYPE_CHECKING:
     from pyspark.sql import DataFrame, SparkSession

@@ -10,10 +10,10 @@ from datetime import UTC, datetime
 from typing import TYPE_CHECKING, Any
 
 from ingest_core.catalog import get_catalog
+from ingest_core.quality.rules import ALREADY_IN_TABLE, TableRules, layer_rules
+from ingest_core.quality.state import HOLDS_TABLE, Increment, pending
 from ingest_core.settings import PlatformSettings, get_settings
 from spark_jobs.quality.holds import held_event_ids
-from spark_jobs.quality.state import HOLDS_TABLE, Increment, pending
-from spark_jobs.quality.suites import ALREADY_IN_TABLE, TableRules, layer_rules
 
 if TYPE_CHECKING:
     import pandas as pd
@@ -148,7 +148,7 @@ def pending_increments(
     layer: str, settings: PlatformSettings | None, now: datetime | None
 ) -> tuple[PlatformSettings, datetime, list[Increment], dict[str, TableRules]]:
     """Settings (``settings`` or the platform's), validation time (``now`` or now, UTC),
-    ``layer``'s pending increments (:func:`spark_jobs.quality.state.pending`) and its rules
+    ``layer``'s pending increments (:func:`ingest_core.quality.state.pending`) and its rules
     by table.
 
     :raises ValueError: ``layer`` has no gate.

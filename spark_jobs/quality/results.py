@@ -10,11 +10,8 @@ from datetime import UTC, datetime
 from typing import TYPE_CHECKING, Any
 
 from ingest_core.catalog import get_catalog
-from ingest_core.settings import PlatformSettings, get_settings
-from spark_jobs.delta_io import append_idempotent, read_table
-from spark_jobs.local_frames import local_frame
-from spark_jobs.quality.increments import increment
-from spark_jobs.quality.state import (
+from ingest_core.quality.rules import layer_rules
+from ingest_core.quality.state import (
     HOLDS_TABLE,
     RESULTS_TABLE,
     Increment,
@@ -22,7 +19,10 @@ from spark_jobs.quality.state import (
     pending,
     unresolved_failures,
 )
-from spark_jobs.quality.suites import layer_rules
+from ingest_core.settings import PlatformSettings, get_settings
+from spark_jobs.delta_io import append_idempotent, read_table
+from spark_jobs.local_frames import local_frame
+from spark_jobs.quality.increments import increment
 from spark_jobs.quality.validation import (
     TableOutcome,
     docs_index,

@@ -14,10 +14,11 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from ingest_core.locks import file_lock
+from ingest_core.quality.rules import TableRules
+from ingest_core.quality.rules import volume_band as learn_band
+from ingest_core.quality.state import Increment, gate_results
 from ingest_core.settings import PlatformSettings, get_settings
-from spark_jobs.quality.state import Increment, gate_results
-from spark_jobs.quality.suites import TableRules, build_suite
-from spark_jobs.quality.suites import volume_band as learn_band
+from spark_jobs.quality.suites import build_suite
 
 if TYPE_CHECKING:
     from collections.abc import Callable
@@ -174,7 +175,7 @@ def validate_frame(
 
 
 def volume_band_for(results: Any, table: str, settings: PlatformSettings) -> tuple[int, int] | None:
-    """The row-count band of ``table`` (:func:`spark_jobs.quality.suites.volume_band`) from
+    """The row-count band of ``table`` (:func:`ingest_core.quality.rules.volume_band`) from
     its passed results in ``results`` (``ops_gate_results`` as pandas), newest first."""
     if results.empty:
         return None

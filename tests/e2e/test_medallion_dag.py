@@ -85,7 +85,7 @@ Datasets = set[tuple[str, str]]
 def _catalog_lineage(task: str) -> tuple[Datasets, Datasets]:
     """``(inputs, outputs)`` of a medallion task as the catalog declares them: its job's
     tables, or for a gate its layer's gated tables plus the gate's ``ops`` tables."""
-    from spark_jobs.quality.suites import layer_rules
+    from ingest_core.quality.rules import layer_rules
 
     catalog, settings = get_catalog(), get_settings()
 

@@ -15,12 +15,12 @@ from ingest_core.catalog import get_catalog
 from ingest_core.contracts import contract_for
 from ingest_core.delta_tables import checkpoint_query_id
 from ingest_core.locks import checkpoint_lock
+from ingest_core.quality.state import pending
 from ingest_core.settings import get_settings
 from ingestctl.replay.generator import generate_events
 from spark_jobs import gold_aggregate, late_corrections, layer_refresh
 from spark_jobs.layer_refresh import RefreshError, RefreshLayout
 from spark_jobs.quality import gate
-from spark_jobs.quality.state import pending
 from tests.integration.medallion import AVAILABLE_NOW, Platform, payment
 
 pytestmark = pytest.mark.integration

@@ -11,8 +11,9 @@ import pandas as pd
 import pytest
 
 from ingest_core.catalog import get_catalog
+from ingest_core.quality import state
 from ingest_core.settings import get_settings
-from spark_jobs.quality import gate, state, validation
+from spark_jobs.quality import gate, validation
 from tests.integration.medallion import Platform, activity, payment, windows
 
 pytestmark = pytest.mark.integration
@@ -187,7 +188,7 @@ def _same_rows(spark_rows: pd.DataFrame, pandas_rows: pd.DataFrame) -> None:
 def test_pandas_engine_reads_and_judges_increments_like_spark(platform: Platform) -> None:
     """Same increment, both engines: the same rows (inserts, updated Gold windows' newest
     images) and the same failed expectations with the same counts."""
-    from spark_jobs.quality.suites import layer_rules, validated_columns
+    from ingest_core.quality.rules import layer_rules, validated_columns
 
     platform.send("payments", [*_payments("g", 0, 4), payment("w", "2026-01-01T10:50:00Z")])
     platform.all_layers()

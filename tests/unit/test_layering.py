@@ -45,8 +45,6 @@ SPARK_JOBS_STILL_IMPORTED = {
     "spark_jobs.bronze_replay",  # the replay plan (orchestration)
     "spark_jobs.layer_refresh",  # the refresh layout (layer_full_refresh)
     "spark_jobs.quality",  # the gate job itself (operators: from spark_jobs.quality import gate)
-    "spark_jobs.quality.state",
-    "spark_jobs.quality.suites",
 }
 
 

@@ -92,7 +92,7 @@ def problems(catalog: Catalog) -> list[str]:
             found.append(f"{table.name}: written by no job")
         found += _schema_problems(table.name, table.schema_from)
         found += _property_problems(catalog, table.name)
-    from spark_jobs.quality.suites import LAYER_RULES
+    from ingest_core.quality.rules import LAYER_RULES
 
     for rules in (r for layer in LAYER_RULES.values() for r in layer):
         if rules.table not in catalog.tables:

@@ -74,8 +74,8 @@ def test_spark_commit_infos() -> None:
 def test_the_inputs_check_and_the_gates_ignore_maintenance(ingest_home: Path) -> None:
     """A scheduled job's inputs snapshot and a gate's pending increment stay as they were
     after maintenance commits, and move with the next data commit."""
+    from ingest_core.quality.state import pending
     from ingest_platform.hooks import inputs_snapshot
-    from spark_jobs.quality.state import pending
 
     bronze = get_catalog().table("bronze_events").path()
     payments = get_catalog().table("silver_payments").path()

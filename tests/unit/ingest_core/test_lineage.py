@@ -154,7 +154,7 @@ def test_parse_ddl_reads_every_contract_payload() -> None:
 def test_a_gate_reads_its_layers_gated_tables_and_writes_the_ops_tables(
     layer: str, settings: PlatformSettings
 ) -> None:
-    from spark_jobs.quality.suites import GATED_LAYERS, layer_rules
+    from ingest_core.quality.rules import GATED_LAYERS, layer_rules
 
     assert layer in GATED_LAYERS
     rules = [r.table for r in layer_rules(layer)]
@@ -174,7 +174,7 @@ def test_a_gate_reads_its_layers_gated_tables_and_writes_the_ops_tables(
 
 
 def test_every_gated_layer_is_in_the_catalogs_quality_gate() -> None:
-    from spark_jobs.quality.suites import GATED_LAYERS
+    from ingest_core.quality.rules import GATED_LAYERS
 
     for layer in GATED_LAYERS:
         assert gate_tables(layer), layer

@@ -53,8 +53,8 @@ def test_a_spark_jobs_facets_equal_the_catalog_on_start_and_on_complete(
 def test_a_gates_facets_are_its_layers_tables_in_and_the_ops_tables_out(
     layer: str, settings: PlatformSettings
 ) -> None:
+    from ingest_core.quality.rules import layer_rules
     from ingest_platform.operators import LayerGateOperator
-    from spark_jobs.quality.suites import layer_rules
 
     catalog = get_catalog()
 

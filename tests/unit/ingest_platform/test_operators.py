@@ -83,7 +83,7 @@ def test_a_small_increment_is_validated_in_the_task_without_spark(
 ) -> None:
     from airflow.sdk.exceptions import AirflowException
 
-    from spark_jobs.quality import state
+    from ingest_core.quality import state
 
     operator, submitted = _gate(monkeypatch)
     _append(_payments(["a", "b", "c"]))
@@ -109,7 +109,7 @@ def test_a_small_increment_is_validated_in_the_task_without_spark(
 def test_an_increment_above_the_row_limit_goes_to_spark_submit(
     home: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    from spark_jobs.quality import state
+    from ingest_core.quality import state
 
     monkeypatch.setenv("INGEST_QUALITY__PANDAS_MAX_ROWS", "2")
     get_settings.cache_clear()

@@ -118,8 +118,8 @@ def test_supervisor_parameters_are_validated() -> None:
 
 
 def test_volume_band_needs_history_and_uses_the_median() -> None:
+    from ingest_core.quality.rules import volume_band
     from ingest_core.settings import QualitySettings
-    from spark_jobs.quality.suites import volume_band
 
     quality = QualitySettings(
         volume_history=3, volume_band_factor=10, volume_lower_bound_min_rows=20
@@ -135,8 +135,9 @@ def test_suites_cover_every_gated_table_and_build(tmp_path) -> None:
     import great_expectations as gx
 
     from ingest_core.catalog import get_catalog
+    from ingest_core.quality.rules import LAYER_RULES
     from ingest_core.settings import QualitySettings
-    from spark_jobs.quality.suites import LAYER_RULES, build_suite
+    from spark_jobs.quality.suites import build_suite
 
     gx.get_context(mode="ephemeral")
     catalog = get_catalog()

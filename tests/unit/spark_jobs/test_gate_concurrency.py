@@ -38,8 +38,8 @@ def _gate(home: str, tables: list[str], results: Any) -> None:
     os.environ["INGEST_HOME"] = home
     get_settings.cache_clear()
     try:
-        from spark_jobs.quality.state import Increment
-        from spark_jobs.quality.suites import layer_rules, validated_columns
+        from ingest_core.quality.rules import layer_rules, validated_columns
+        from ingest_core.quality.state import Increment
         from spark_jobs.quality.validation import validate_increments
 
         rules = {r.table: r for r in layer_rules("silver") if r.table in tables}
@@ -61,7 +61,7 @@ def _gate(home: str, tables: list[str], results: Any) -> None:
 
 
 def test_gates_started_at_once_all_validate(ingest_home: Path) -> None:
-    from spark_jobs.quality.suites import layer_rules
+    from ingest_core.quality.rules import layer_rules
 
     tables = [r.table for r in layer_rules("silver")][:2]
     fork = multiprocessing.get_context("fork")

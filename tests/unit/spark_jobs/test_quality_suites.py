@@ -6,8 +6,9 @@ from datetime import UTC, datetime
 
 import pytest
 
+from ingest_core.quality.rules import GATED_LAYERS, layer_rules, validated_columns
 from ingest_core.settings import get_settings
-from spark_jobs.quality.suites import GATED_LAYERS, build_suite, layer_rules, validated_columns
+from spark_jobs.quality.suites import build_suite
 
 pytestmark = pytest.mark.unit
 

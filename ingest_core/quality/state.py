@@ -15,8 +15,8 @@ from typing import TYPE_CHECKING
 
 from ingest_core.catalog import get_catalog
 from ingest_core.delta_tables import last_data_version, read_pandas, table_exists
+from ingest_core.quality.rules import layer_rules
 from ingest_core.settings import PlatformSettings, get_settings
-from spark_jobs.quality.suites import layer_rules
 
 if TYPE_CHECKING:
     import pandas as pd

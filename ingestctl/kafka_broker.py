@@ -24,7 +24,7 @@ import shutil
 import socket
 import subprocess
 import uuid
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
 from string import Template
@@ -195,11 +195,11 @@ class KafkaBroker:
             self._render_config()
             if not (self.storage_dir / "meta.properties").exists():
                 self._format_storage()
-            pid = self._spawn()
+            process = self._spawn()
             try:
-                self._wait_ready(pid)
+                self._wait_ready(process.pid, exit_code=process.poll)
             except BrokerStartError:
-                self._terminate(pid, timeout_s=10)
+                self._terminate(process.pid, timeout_s=10)
                 raise
             return self.status()
 
@@ -364,7 +364,7 @@ class KafkaBroker:
                 f"(exit {result.returncode}):\n{result.stdout}{result.stderr}"
             )
 
-    def _spawn(self) -> int:
+    def _spawn(self) -> subprocess.Popen[bytes]:
         self.log_dir.mkdir(parents=True, exist_ok=True)
         self._log_offsets = {
             name: (self.log_dir / name).stat().st_size
@@ -383,9 +383,20 @@ class KafkaBroker:
                 start_new_session=True,
             )
         self.pid_path.write_text(f"{process.pid}\n")
-        return process.pid
+        return process
 
-    def _wait_ready(self, pid: int | None) -> None:
+    def _wait_ready(
+        self, pid: int | None, exit_code: Callable[[], int | None] | None = None
+    ) -> None:
+        """Return once the broker answers a metadata request.
+
+        :param exit_code: for a broker this process started, its ``Popen.poll``: whether it
+            exited is then its exit status (the kernel's answer to its parent), not a look
+            at ``/proc`` (soak run 6 saw a broker judged "exited during start-up" that went
+            on running for minutes).
+        :raises BrokerStartError: it exited (with its exit status when known) or did not
+            answer within ``start_timeout_s``.
+        """
         from kafka import KafkaAdminClient
         from kafka.errors import KafkaConfigurationError, KafkaError
 
@@ -393,9 +404,12 @@ class KafkaBroker:
 
         def answers() -> bool:
             nonlocal last_error
-            if pid is None or not is_alive(pid):
+            status = exit_code() if exit_code is not None else None
+            gone = status is not None if exit_code is not None else not is_alive(pid or 0)
+            if pid is None or gone:
+                how = f" with status {status}" if status is not None else ""
                 raise BrokerStartError(
-                    f"the Kafka broker (pid {pid}) exited during start-up.\n{self.log_tail()}"
+                    f"the Kafka broker (pid {pid}) exited during start-up{how}.\n{self.log_tail()}"
                 )
             if not accepts_connections(self.settings.host, self.settings.port):
                 return False

@@ -43,6 +43,10 @@ SPARK_TASKS = {
 }
 
 
+#: Task instance states before an end (None: not scheduled yet).
+UNFINISHED = (None, "scheduled", "queued", "running", "up_for_retry")
+
+
 class FaultNotInjectedError(RuntimeError):
     """The fault's target was not there in time (no run to hit); nothing was done."""
 
@@ -230,22 +234,28 @@ def airflow_whole(platform: SoakPlatform) -> str | None:
     return None
 
 
-def _wait_for_target(find: Callable[[], Any], platform: SoakPlatform, wait_s: float) -> Any:
-    """Wait up to ``wait_s`` for ``find()``; trigger a medallion run when none is active.
+def _wait_for_target(
+    find: Callable[[], Any], platform: SoakPlatform, wait_s: float, every_s: float = 2
+) -> Any:
+    """Wait up to ``wait_s`` for ``find()`` (asked every ``every_s`` seconds); trigger a
+    medallion run when none is active (asked at most every 15 s: the API is slow at load).
 
     :raises FaultNotInjectedError: nothing found in time.
     """
+    asked = [0.0]
 
     def found() -> Any:
         target = find()
         if target:
             return target
-        if platform.active_medallion_run() is None:
-            platform.trigger(MEDALLION)
+        if time.monotonic() - asked[0] >= 15:
+            asked[0] = time.monotonic()
+            if platform.active_medallion_run() is None:
+                platform.trigger(MEDALLION)
         return None
 
     try:
-        return wait_until(found, wait_s, 2, what="a target")
+        return wait_until(found, wait_s, every_s, what="a target")
     except TimeoutError:
         raise FaultNotInjectedError(f"no target within {wait_s:.0f} s") from None
 
@@ -461,19 +471,38 @@ def kill_gate(platform: SoakPlatform, fault: PlannedFault) -> Recovery:
     run, validating with GX in the task's own process): Airflow fails the task (gates have
     no retry), and a later run's gate must validate the same increment again, whole."""
     gates = {"gate_silver", "gate_gold"}
+    # A gate runs for seconds: its task instance ids are known before it starts (a run
+    # creates them all), so they are read every 20 s and the processes scanned every 0.5 s
+    # for the task runner's title (setproctitle "airflow worker -- <task instance id>").
+    titles: dict[str, str] = {}
+    read = [0.0]
+
+    def unfinished_gates() -> None:
+        titles.clear()
+        for run in platform.medallion_runs():
+            if run.get("state") not in ("queued", "running"):
+                continue
+            run_id = str(run["dag_run_id"])
+
+            def tasks(client: AirflowClient, r: str = run_id) -> list[dict[str, Any]]:
+                return client.task_instances(MEDALLION, r)
+
+            for ti in platform.api(tasks):
+                if ti["task_id"] in gates and ti["state"] in UNFINISHED:
+                    titles[f"airflow worker -- {ti['id']}"] = str(ti["task_id"])
 
     def target() -> tuple[str, psutil.Process] | None:
-        found = _running_task(platform, lambda ti: ti["task_id"] in gates)
-        if found is None:
-            return None
-        title = f"airflow worker -- {found[1]['id']}"  # the task runner's setproctitle
-        for process in platform.standalone.processes():
+        if time.monotonic() - read[0] >= 20:
+            read[0] = time.monotonic()
+            unfinished_gates()
+        for process in platform.standalone.processes() if titles else ():
             with contextlib.suppress(psutil.Error):
-                if " ".join(process.cmdline()).strip() == title:
-                    return str(found[1]["task_id"]), process
+                title = " ".join(process.cmdline()).strip()
+                if title in titles:
+                    return titles[title], process
         return None
 
-    task_id, process = _wait_for_target(target, platform, 600)
+    task_id, process = _wait_for_target(target, platform, 900, every_s=0.5)
     since = datetime.now(UTC)
     _kill(process)
     return Recovery(

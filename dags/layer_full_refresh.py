@@ -59,7 +59,7 @@ with DAG(
         """Refuse while the layer's jobs run; create the staging folders."""
         from airflow.sdk.exceptions import AirflowFailException
 
-        from spark_jobs.layer_refresh import RefreshError, prepare
+        from ingest_core.refresh import RefreshError, prepare
 
         try:
             return str(prepare(str((params or {})["layer"]), str(run_id)))

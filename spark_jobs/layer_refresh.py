@@ -7,7 +7,7 @@ live tables, gate the rebuild, then swap it in. The ``layer_full_refresh`` DAG d
   Silver: Gold's checkpoints follow Silver's tables (their Delta table ids and versions),
   so a new Silver needs a new Gold.
 
-Layout of refresh ``<id>`` (:class:`RefreshLayout`): the rebuild writes to
+Layout of refresh ``<id>`` (:class:`ingest_core.refresh.RefreshLayout`): the rebuild writes to
 ``<data>/_refresh/<id>/staging/<layer>/<table>`` with checkpoints in
 ``.../staging/checkpoints`` and its gate bookkeeping in ``.../staging/ops`` (starting from a
 copy of the live ``ops_gate_holds``, so rows an operator held back stay out of the rebuilt
@@ -30,17 +30,23 @@ from __future__ import annotations
 
 import argparse
 import json
-import re
-import shutil
 import sys
-from collections.abc import Iterator, Sequence
-from contextlib import ExitStack, contextmanager
-from dataclasses import dataclass
+from collections.abc import Sequence
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import TYPE_CHECKING
 
 from ingest_core.catalog import get_catalog
+from ingest_core.refresh import (
+    REBUILDS,
+    REFRESH_ID,
+    RefreshError,
+    RefreshLayout,
+    locked,
+    moves,
+    rebuilt_tables,
+    unvalidated,
+)
 from ingest_core.settings import PlatformSettings, get_settings
 from spark_jobs.local_frames import local_frame
 
@@ -48,186 +54,6 @@ if TYPE_CHECKING:
     from pyspark.sql import SparkSession
 
 JOB_NAME = "layer_refresh"
-#: Layer -> the layers a refresh of it rebuilds, in build order.
-REBUILDS: dict[str, tuple[str, ...]] = {"silver": ("silver", "gold"), "gold": ("gold",)}
-#: Layer -> the job that writes it (and whose checkpoint it owns).
-LAYER_JOBS: dict[str, str] = {"silver": "silver_refine", "gold": "gold_aggregate"}
-_REFRESH_ID = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.+:-]{0,99}$")
-
-
-class RefreshError(RuntimeError):
-    """A refresh step cannot go on; nothing live was changed (the message says why)."""
-
-
-def layers_of(layer: str) -> tuple[str, ...]:
-    """The layers a full refresh of ``layer`` rebuilds.
-
-    :raises ValueError: not ``silver`` or ``gold``.
-    """
-    try:
-        return REBUILDS[layer]
-    except KeyError:
-        raise ValueError(
-            f"layer {layer!r} cannot be refreshed; choose one of {sorted(REBUILDS)}"
-        ) from None
-
-
-@dataclass(frozen=True)
-class RefreshLayout:
-    """Folders of one refresh (see the module doc)."""
-
-    refresh_id: str
-    settings: PlatformSettings
-
-    def __post_init__(self) -> None:
-        if not _REFRESH_ID.match(self.refresh_id):
-            raise ValueError(f"refresh id {self.refresh_id!r} must match {_REFRESH_ID.pattern}")
-
-    @property
-    def root(self) -> Path:
-        """``<data>/_refresh/<id>`` (``:`` and ``+`` of Airflow run ids replaced)."""
-        safe = re.sub(r"[:+]", "-", self.refresh_id)
-        return self.settings.storage.data_path / "_refresh" / safe
-
-    @property
-    def staging(self) -> Path:
-        """Root of the rebuilt layers and the staging gate bookkeeping."""
-        return self.root / "staging"
-
-    @property
-    def previous(self) -> Path:
-        """Where ``swap`` moves the live tables and checkpoints."""
-        return self.root / "previous"
-
-    def environment(self, layer: str) -> dict[str, str]:
-        """Environment variables that point the platform's jobs at the staging folders for
-        a refresh of ``layer`` (the rebuilt layers and ``ops``; the rest stays live)."""
-        dirs = {name: str(self.staging) for name in (*layers_of(layer), "ops")}
-        return {
-            "INGEST_STORAGE__LAYER_DIRS": json.dumps(dirs),
-            "INGEST_STORAGE__CHECKPOINT_DIR": str(self.staging / "checkpoints"),
-        }
-
-    def staged_settings(self, layer: str) -> PlatformSettings:
-        """The settings a staging job sees (:meth:`environment` applied)."""
-        storage = self.settings.storage.model_copy(
-            update={
-                "layer_dirs": {name: self.staging for name in (*layers_of(layer), "ops")},
-                "checkpoint_dir": self.staging / "checkpoints",
-            }
-        )
-        return self.settings.model_copy(update={"storage": storage})
-
-
-def busy_jobs(layer: str, settings: PlatformSettings | None = None) -> list[str]:
-    """The jobs of the layers a refresh of ``layer`` rebuilds that hold their checkpoint lock
-    right now (a running driver, a backfill or late corrections for Gold)."""
-    from ingest_core.locks import CheckpointBusyError, checkpoint_lock
-
-    busy = []
-    for name in layers_of(layer):
-        job = LAYER_JOBS[name]
-        try:
-            with checkpoint_lock(get_catalog().job(job).checkpoint(settings or get_settings())):
-                pass
-        except CheckpointBusyError:
-            busy.append(job)
-    return busy
-
-
-def prepare(layer: str, refresh_id: str, settings: PlatformSettings | None = None) -> Path:
-    """Check nothing of the layer runs and create the staging folders (with a copy of the live
-    ``ops_gate_holds``).
-
-    :returns: the staging folder.
-    :raises RefreshError: a job of the layer is running, or the refresh id was used.
-    """
-    settings = settings or get_settings()
-    layout = RefreshLayout(refresh_id, settings)
-    busy = busy_jobs(layer, settings)
-    if busy:
-        raise RefreshError(
-            f"refusing to refresh {layer}: {', '.join(busy)} is running; wait "
-            "for it to finish (or stop it) and trigger again"
-        )
-    if layout.root.exists():
-        raise RefreshError(f"refresh {refresh_id} already has folders at {layout.root}")
-    catalog = get_catalog()
-    holds = catalog.table("ops_gate_holds")
-    live_holds = holds.path(settings)
-    layout.staging.mkdir(parents=True)
-    if live_holds.exists():
-        shutil.copytree(live_holds, holds.path(layout.staged_settings(layer)))
-    return layout.staging
-
-
-def rebuilt_tables(layer: str) -> list[str]:
-    """The tables a refresh of ``layer`` rebuilds and swaps: every table of the rebuilt
-    layers except the sinks of always-on jobs (``gold_payment_alerts`` belongs to
-    ``payment_alerts``, which a refresh neither stops nor rebuilds)."""
-    catalog = get_catalog()
-    always_on = {t for job in catalog.jobs.values() if job.mode == "always_on" for t in job.outputs}
-    return [
-        name
-        for name, table in catalog.tables.items()
-        if table.layer in layers_of(layer) and name not in always_on
-    ]
-
-
-def _unvalidated(layer: str, layout: RefreshLayout) -> list[str]:
-    """The staged tables whose newest data commit no passed gate covers (the gate judges data
-    commits, :func:`ingest_core.quality.state.pending`; an empty batch after it is nothing to
-    validate)."""
-    from ingest_core.delta_tables import last_data_version
-    from ingest_core.quality.rules import layer_rules
-    from ingest_core.quality.state import gate_results, validated_through
-
-    staged = layout.staged_settings(layer)
-    results = gate_results(staged)
-    problems = []
-    for name in layers_of(layer):
-        for rules in layer_rules(name):
-            version = last_data_version(get_catalog().table(rules.table).path(staged))
-            if version is not None and validated_through(results, rules.table) < version:
-                problems.append(f"{rules.table} (version {version})")
-    return problems
-
-
-@contextmanager
-def _locked(layer: str, settings: PlatformSettings) -> Iterator[None]:
-    from ingest_core.locks import CheckpointBusyError, checkpoint_lock
-
-    with ExitStack() as stack:
-        for name in layers_of(layer):
-            job = LAYER_JOBS[name]
-            try:
-                stack.enter_context(checkpoint_lock(get_catalog().job(job).checkpoint(settings)))
-            except CheckpointBusyError as error:
-                raise RefreshError(f"refusing to swap: {error}") from None
-        yield
-
-
-def _moves(layer: str, layout: RefreshLayout) -> list[tuple[Path, Path]]:
-    """Every rename of a swap, in order: per table and per checkpoint, live -> previous then
-    staged -> live."""
-    from ingest_core.checkpoint_health import fingerprint_file
-
-    settings, staged = layout.settings, layout.staged_settings(layer)
-    catalog = get_catalog()
-    moves = []
-    for name in rebuilt_tables(layer):
-        table = catalog.table(name)
-        live = table.path(settings)
-        moves += [(live, layout.previous / table.layer / name), (table.path(staged), live)]
-    for name in layers_of(layer):
-        job = catalog.job(LAYER_JOBS[name])
-        pairs = [
-            (job.checkpoint(settings), job.checkpoint(staged)),
-            (fingerprint_file(job, settings), fingerprint_file(job, staged)),
-        ]
-        for live, new in pairs:
-            moves += [(live, layout.previous / "checkpoints" / live.name), (new, live)]
-    return moves
 
 
 def swap(
@@ -266,20 +92,20 @@ def swap(
                 f"refusing to swap: the rebuild produced no {', '.join(missing)} "
                 "(live has them); the live layer is unchanged"
             )
-        problems = _unvalidated(layer, layout)
+        problems = unvalidated(layer, layout)
         if problems:
             raise RefreshError(
                 f"refusing to swap: the rebuild has not passed its gate for "
                 f"{', '.join(problems)}; the live layer is unchanged"
             )
     moved: list[str] = []
-    with _locked(layer, settings):
+    with locked(layer, settings):
         if journal is None:
             journal = {
                 "layer": layer,
                 "done": 0,
                 "marks_recorded": False,
-                "moves": [[str(a), str(b)] for a, b in _moves(layer, layout)],
+                "moves": [[str(a), str(b)] for a, b in moves(layer, layout)],
             }
             journal_path.write_text(json.dumps(journal, indent=1))
         for index, (source, target) in enumerate(journal["moves"]):
@@ -335,8 +161,8 @@ def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
     parser.add_argument("--layer", required=True, choices=sorted(REBUILDS))
     parser.add_argument("--refresh-id", required=True)
     args = parser.parse_args(argv)
-    if not _REFRESH_ID.match(args.refresh_id):
-        parser.error(f"--refresh-id must match {_REFRESH_ID.pattern}")
+    if not REFRESH_ID.match(args.refresh_id):
+        parser.error(f"--refresh-id must match {REFRESH_ID.pattern}")
     return args
 
 

@@ -397,7 +397,7 @@ class LayerGateOperator(SparkJobOperator):
 
 class StagedJobOperator(SparkJobOperator):
     """Run a job of a ``layer_full_refresh`` on the refresh's staging folders
-    (:class:`spark_jobs.layer_refresh.RefreshLayout`, keyed by the DAG run id): the rebuilt
+    (:class:`ingest_core.refresh.RefreshLayout`, keyed by the DAG run id): the rebuilt
     layers, new checkpoints and the staging gate bookkeeping; everything else stays live.
 
     Skipped when the refresh does not rebuild ``builds`` (a Gold refresh skips the Silver
@@ -423,7 +423,7 @@ class StagedJobOperator(SparkJobOperator):
         :param context: the task's context (``run_id``, ``params.layer``).
         """
         from ingest_core.lineage import GATE_JOB, JobLineage, gate_lineage, job_lineage
-        from spark_jobs.layer_refresh import RefreshLayout, layers_of
+        from ingest_core.refresh import RefreshLayout, layers_of
 
         if context is None:
             return JobLineage((), ())
@@ -439,7 +439,7 @@ class StagedJobOperator(SparkJobOperator):
         """Skip or run the job with the staging environment (see the class doc)."""
         from airflow.sdk.exceptions import AirflowSkipException
 
-        from spark_jobs.layer_refresh import RefreshLayout, layers_of
+        from ingest_core.refresh import RefreshLayout, layers_of
 
         layer = str(context["params"]["layer"])
         if self.builds not in layers_of(layer):

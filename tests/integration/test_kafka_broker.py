@@ -103,7 +103,7 @@ def test_failed_start_exits_nonzero_with_the_broker_log(tmp_path: Path) -> None:
     broker.down()
     meta = broker.storage_dir / "meta.properties"
     meta.write_text(meta.read_text().replace("node.id=1", "node.id=7"))  # a damaged store
-    with pytest.raises(BrokerStartError, match="exited during start-up with status [1-9]"):
+    with pytest.raises(BrokerStartError, match=r"exited during start-up with status [1-9]"):
         broker.up()
     env = os.environ | {
         "INGEST_KAFKA__PORT": str(broker.settings.port),

@@ -11,15 +11,16 @@ from datetime import UTC, datetime, timedelta
 import pandas as pd
 import pytest
 
+from ingest_core import refresh
 from ingest_core.catalog import get_catalog
 from ingest_core.contracts import contract_for
 from ingest_core.delta_tables import checkpoint_query_id
 from ingest_core.locks import checkpoint_lock
 from ingest_core.quality.state import pending
+from ingest_core.refresh import RefreshError, RefreshLayout
 from ingest_core.settings import get_settings
 from ingestctl.replay.generator import generate_events
 from spark_jobs import gold_aggregate, late_corrections, layer_refresh
-from spark_jobs.layer_refresh import RefreshError, RefreshLayout
 from spark_jobs.quality import gate
 from tests.integration.medallion import AVAILABLE_NOW, Platform, payment
 
@@ -70,8 +71,8 @@ def test_gold_full_refresh_equals_incremental_and_swaps_only_after_its_gate(
         checkpoint_lock(job.checkpoint(settings)),  # gold_aggregate "running"
         pytest.raises(RefreshError, match="gold_aggregate is running"),
     ):
-        layer_refresh.prepare("gold", refresh_id)
-    staging = layer_refresh.prepare("gold", refresh_id)
+        refresh.prepare("gold", refresh_id)
+    staging = refresh.prepare("gold", refresh_id)
     layout = RefreshLayout(refresh_id, settings)
     assert staging == layout.staging
 

@@ -43,7 +43,6 @@ FORBIDDEN = {
 #: a new import of ``spark_jobs`` from there fails; a moved module leaves this list.
 SPARK_JOBS_STILL_IMPORTED = {
     "spark_jobs.bronze_replay",  # the replay plan (orchestration)
-    "spark_jobs.layer_refresh",  # the refresh layout (layer_full_refresh)
     "spark_jobs.quality",  # the gate job itself (operators: from spark_jobs.quality import gate)
 }
 

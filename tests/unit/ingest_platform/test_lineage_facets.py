@@ -101,8 +101,8 @@ def test_the_facets_carry_the_contract_schemas_and_serialize(settings: PlatformS
 
 def test_a_staged_jobs_facets_name_the_refreshs_staging_tables(settings: PlatformSettings) -> None:
     from ingest_core.lineage import gate_lineage, job_lineage
+    from ingest_core.refresh import RefreshLayout
     from ingest_platform.operators import StagedJobOperator
-    from spark_jobs.layer_refresh import RefreshLayout
 
     run_id = "manual__2026-01-01T00:00:00+00:00"
     staged = RefreshLayout(run_id, settings).staged_settings("gold")

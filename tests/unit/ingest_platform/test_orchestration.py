@@ -192,6 +192,7 @@ def test_medallion_path_follows_run_type_and_interval(
 def test_a_swap_without_a_rebuild_is_refused_and_alerts_are_never_swapped(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
+    from ingest_core import refresh
     from ingest_core.catalog import get_catalog
     from ingest_core.settings import get_settings
     from spark_jobs import layer_refresh
@@ -199,21 +200,21 @@ def test_a_swap_without_a_rebuild_is_refused_and_alerts_are_never_swapped(
     monkeypatch.setenv("INGEST_HOME", str(tmp_path))
     get_settings.cache_clear()
     try:
-        assert "gold_payment_alerts" not in layer_refresh.rebuilt_tables("gold")
-        assert "gold_payment_totals_5m" in layer_refresh.rebuilt_tables("gold")
+        assert "gold_payment_alerts" not in refresh.rebuilt_tables("gold")
+        assert "gold_payment_totals_5m" in refresh.rebuilt_tables("gold")
         live = []
         for table in ("gold_payment_totals_5m", "gold_payment_alerts"):
             log = get_catalog().table(table).path() / "_delta_log"
             log.mkdir(parents=True)
             (log / f"{0:020d}.json").write_text("{}")
             live.append(log.parent)
-        layer_refresh.prepare("gold", "r1")
-        with pytest.raises(layer_refresh.RefreshError, match="produced no gold_payment_totals_5m"):
+        refresh.prepare("gold", "r1")
+        with pytest.raises(refresh.RefreshError, match="produced no gold_payment_totals_5m"):
             layer_refresh.swap(None, "gold", "r1")  # type: ignore[arg-type]
         assert all(path.is_dir() for path in live)  # nothing moved
         for bad in (".", "..", "-x", "a/b"):
             with pytest.raises(ValueError, match="refresh id"):
-                layer_refresh.RefreshLayout(bad, get_settings())
+                refresh.RefreshLayout(bad, get_settings())
     finally:
         get_settings.cache_clear()
 
@@ -253,8 +254,8 @@ def test_replay_parameters_are_refused_with_the_reason(params: dict, message: st
 
 
 def test_layer_full_refresh_builds_in_staging_and_swaps_last(dagbag) -> None:
+    from ingest_core.refresh import RefreshLayout, layers_of
     from ingest_core.settings import get_settings
-    from spark_jobs.layer_refresh import RefreshLayout, layers_of
 
     dag = dagbag.dags["layer_full_refresh"]
     order = [

@@ -64,8 +64,8 @@ def replay_plan(params: dict[str, object]) -> int:
     """
     from airflow.sdk.exceptions import AirflowFailException
 
+    from ingest_core.replay_plan import RangeNotInKafkaError, parse_topics, plan
     from ingest_core.time_range import TimeRange, TimeRangeError
-    from spark_jobs.bronze_replay import RangeNotInKafkaError, parse_topics, plan
 
     try:
         topics = parse_topics(params.get("topics") or [])  # type: ignore[arg-type]

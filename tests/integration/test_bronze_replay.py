@@ -13,9 +13,9 @@ from kafka import TopicPartition
 from kafka.admin import KafkaAdminClient
 
 from ingest_core.catalog import get_catalog
+from ingest_core.replay_plan import RangeNotInKafkaError
 from ingest_core.time_range import TimeRange
 from spark_jobs import bronze_replay
-from spark_jobs.bronze_replay import RangeNotInKafkaError
 from tests.integration.medallion import Platform, payment
 
 pytestmark = pytest.mark.integration

@@ -35,7 +35,11 @@ with DAG(
     start_date=datetime(2026, 1, 1, tzinfo=UTC),
     catchup=False,
     max_active_runs=1,
-    default_args={"owner": "data-platform", "retries": 0},
+    # One retry: every action is idempotent (supervise, a stop of a stopped job, a start of
+    # a running one), and an operator's stop or start must ride through an API server or
+    # metadata database restart (soak run 6: a manual stop whose task could not reach the
+    # execution API during an API server restart failed, and with it the restore after).
+    default_args={"owner": "data-platform", "retries": 1, "retry_delay": timedelta(seconds=30)},
     tags=["streaming", "spark", "operations"],
     doc_md=__doc__,
     params={

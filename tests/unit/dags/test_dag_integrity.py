@@ -149,3 +149,10 @@ def test_a_spark_tasks_budget_comes_from_the_settings(monkeypatch: pytest.Monkey
         get_settings.cache_clear()
     assert task.execution_timeout == timedelta(seconds=600)
     assert given.execution_timeout == timedelta(minutes=3)
+
+
+def test_the_supervisor_s_actions_are_retried(dagbag) -> None:
+    """An operator's stop or start rides through an API server restart (soak run 6)."""
+    dag = dagbag.dags["streaming_supervisor"]
+    assert dag.tasks
+    assert all(task.retries >= 1 for task in dag.tasks)

@@ -18,6 +18,7 @@ from collections.abc import Iterator
 from contextlib import ExitStack, contextmanager
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 from ingest_core.catalog import get_catalog
 from ingest_core.settings import PlatformSettings, get_settings
@@ -207,3 +208,58 @@ def moves(layer: str, layout: RefreshLayout) -> list[tuple[Path, Path]]:
         for live, new in pairs:
             moves += [(live, layout.previous / "checkpoints" / live.name), (new, live)]
     return moves
+
+
+def check_swappable(layer: str, layout: RefreshLayout) -> None:
+    """Refuse a swap that would lose data or bypass a gate.
+
+    :raises RefreshError: the rebuild produced no table that live has, or a staged table's
+        newest data commit has not passed its gate; the message names them.
+    """
+    from ingest_core.delta_tables import delta_version
+
+    catalog = get_catalog()
+    staged = layout.staged_settings(layer)
+    missing = [
+        t
+        for t in rebuilt_tables(layer)
+        if delta_version(catalog.table(t).path(staged)) is None
+        and delta_version(catalog.table(t).path(layout.settings)) is not None
+    ]
+    if missing:
+        raise RefreshError(
+            f"refusing to swap: the rebuild produced no {', '.join(missing)} "
+            "(live has them); the live layer is unchanged"
+        )
+    problems = unvalidated(layer, layout)
+    if problems:
+        raise RefreshError(
+            f"refusing to swap: the rebuild has not passed its gate for "
+            f"{', '.join(problems)}; the live layer is unchanged"
+        )
+
+
+def apply_moves(journal: dict[str, Any], journal_path: Path) -> list[str]:
+    """Make the journal's moves from its ``done`` count on, recording each in
+    ``journal_path`` as it is made (a move whose source is gone was made before a crash).
+
+    :param journal: ``{"moves": [[source, target], ...], "done": n, ...}``, updated in place.
+    :returns: the moves made now, ``"source -> target"`` each.
+    :raises RefreshError: a target exists already (nothing is overwritten).
+    """
+    moved: list[str] = []
+    for index, (source, target) in enumerate(journal["moves"]):
+        if index < journal["done"]:
+            continue
+        source_path, target_path = Path(source), Path(target)
+        if source_path.exists():  # else: renamed before a crash, or never existed
+            if target_path.exists():
+                raise RefreshError(
+                    f"cannot move {source} to {target}: the target exists (see {journal_path})"
+                )
+            target_path.parent.mkdir(parents=True, exist_ok=True)
+            source_path.rename(target_path)
+            moved.append(f"{source} -> {target}")
+        journal["done"] = index + 1
+        journal_path.write_text(json.dumps(journal, indent=1))
+    return moved

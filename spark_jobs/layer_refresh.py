@@ -33,7 +33,6 @@ import json
 import sys
 from collections.abc import Sequence
 from datetime import UTC, datetime
-from pathlib import Path
 from typing import TYPE_CHECKING
 
 from ingest_core.catalog import get_catalog
@@ -42,10 +41,11 @@ from ingest_core.refresh import (
     REFRESH_ID,
     RefreshError,
     RefreshLayout,
+    apply_moves,
+    check_swappable,
     locked,
     moves,
     rebuilt_tables,
-    unvalidated,
 )
 from ingest_core.settings import PlatformSettings, get_settings
 from spark_jobs.local_frames import local_frame
@@ -67,38 +67,14 @@ def swap(
     :raises RefreshError: a rebuilt table is missing from staging or has not passed its
         gate, or a job of the layer is running; nothing was moved.
     """
-    from ingest_core.delta_tables import delta_version
-    from ingest_core.quality.state import RESULTS_TABLE
-    from spark_jobs.quality.results import RESULTS_SCHEMA
-    from spark_jobs.quality.validation import docs_index
-
     settings = settings or get_settings()
     layout = RefreshLayout(refresh_id, settings)
-    staged = layout.staged_settings(layer)
     journal_path = layout.root / "swap.json"
-    catalog = get_catalog()
     if not layout.staging.is_dir():
         raise RefreshError(f"refresh {refresh_id} has no staging folder {layout.staging}")
     journal = json.loads(journal_path.read_text()) if journal_path.exists() else None
     if journal is None:
-        missing = [
-            t
-            for t in rebuilt_tables(layer)
-            if delta_version(catalog.table(t).path(staged)) is None
-            and delta_version(catalog.table(t).path(settings)) is not None
-        ]
-        if missing:
-            raise RefreshError(
-                f"refusing to swap: the rebuild produced no {', '.join(missing)} "
-                "(live has them); the live layer is unchanged"
-            )
-        problems = unvalidated(layer, layout)
-        if problems:
-            raise RefreshError(
-                f"refusing to swap: the rebuild has not passed its gate for "
-                f"{', '.join(problems)}; the live layer is unchanged"
-            )
-    moved: list[str] = []
+        check_swappable(layer, layout)
     with locked(layer, settings):
         if journal is None:
             journal = {
@@ -108,50 +84,51 @@ def swap(
                 "moves": [[str(a), str(b)] for a, b in moves(layer, layout)],
             }
             journal_path.write_text(json.dumps(journal, indent=1))
-        for index, (source, target) in enumerate(journal["moves"]):
-            if index < journal["done"]:
-                continue
-            source_path, target_path = Path(source), Path(target)
-            if source_path.exists():  # else: renamed before a crash, or never existed
-                if target_path.exists():
-                    raise RefreshError(
-                        f"cannot move {source} to {target}: the target exists (see {journal_path})"
-                    )
-                target_path.parent.mkdir(parents=True, exist_ok=True)
-                source_path.rename(target_path)
-                moved.append(f"{source} -> {target}")
-            journal["done"] = index + 1
-            journal_path.write_text(json.dumps(journal, indent=1))
+        moved = apply_moves(journal, journal_path)
         if not journal["marks_recorded"]:
-            now = datetime.now(UTC).replace(tzinfo=None)
-            marks = []
-            for name in rebuilt_tables(layer):
-                version = delta_version(catalog.table(name).path(settings))
-                if version is not None:
-                    marks.append(
-                        (
-                            f"full_refresh__{refresh_id}",
-                            catalog.table(name).layer,
-                            name,
-                            0,
-                            version,
-                            0,
-                            "passed",
-                            "[]",
-                            docs_index(settings).as_uri(),
-                            "layer_full_refresh",
-                            f"rebuilt by full refresh {refresh_id}, validated in staging "
-                            "and swapped in",
-                            now,
-                        )
-                    )
-            if marks:
-                path = str(catalog.table(RESULTS_TABLE).path(settings))
-                results = local_frame(spark, marks, RESULTS_SCHEMA)
-                results.write.format("delta").mode("append").save(path)
+            _record_passed(spark, layer, refresh_id, settings)
             journal["marks_recorded"] = True
             journal_path.write_text(json.dumps(journal, indent=1))
     return moved
+
+
+def _record_passed(
+    spark: SparkSession, layer: str, refresh_id: str, settings: PlatformSettings
+) -> None:
+    """One ``passed`` gate result per swapped table in the live ``ops_gate_results``, from
+    version 0 (the new table's history starts again) to its current version."""
+    from ingest_core.delta_tables import delta_version
+    from ingest_core.quality.state import RESULTS_TABLE
+    from spark_jobs.quality.results import RESULTS_SCHEMA
+    from spark_jobs.quality.validation import docs_index
+
+    catalog = get_catalog()
+    now = datetime.now(UTC).replace(tzinfo=None)
+    reason = f"rebuilt by full refresh {refresh_id}, validated in staging and swapped in"
+    marks = []
+    for name in rebuilt_tables(layer):
+        version = delta_version(catalog.table(name).path(settings))
+        if version is None:
+            continue
+        marks.append(
+            (
+                f"full_refresh__{refresh_id}",
+                catalog.table(name).layer,
+                name,
+                0,
+                version,
+                0,
+                "passed",
+                "[]",
+                docs_index(settings).as_uri(),
+                "layer_full_refresh",
+                reason,
+                now,
+            )
+        )
+    if marks:
+        path = str(catalog.table(RESULTS_TABLE).path(settings))
+        local_frame(spark, marks, RESULTS_SCHEMA).write.format("delta").mode("append").save(path)
 
 
 def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:

@@ -32,7 +32,7 @@ from spark_jobs.quality.validation import (
 )
 
 if TYPE_CHECKING:
-    from pyspark.sql import SparkSession
+    from pyspark.sql import DataFrame, SparkSession
 
 #: ``ops_gate_results`` schema.
 RESULTS_SCHEMA = (
@@ -199,82 +199,115 @@ def quarantine(
     :raises RemedyError: nothing to resolve; the layer is not Silver; or a failure is about
         the whole increment (volume, freshness, types), which only ``accept`` resolves.
     """
-    from pyspark.sql import functions as F
-
     settings = settings or get_settings()
     quarantinable(layer)
     failures = unresolved(layer, reason, by, settings).drop_duplicates("table", keep="last")
-    catalog = get_catalog()
-    rules_by_table = {rules.table: rules for rules in layer_rules(layer)}
-    history = gate_results(settings)
     now = datetime.now(UTC)
-    plans = []
-    for _, failure in failures.iterrows():
-        table = str(failure["table"])
-        inc = Increment(table, int(failure["from_version"]), int(failure["to_version"]))
-        rows = increment(spark, rules_by_table[table], inc, settings).cache()
-        with gx_project(settings) as context:
-            _, failed, ids = validate_frame(
-                context,
-                rules_by_table[table],
-                rows,
-                settings,
-                engine="spark",
-                band=volume_band_for(history, table, settings),
-                now=now,
-                collect_ids=True,
-            )
-        whole = [f["expectation"] for f in failed if f.get("row_wise") is False]
-        if whole:
-            raise RemedyError(
-                f"{table} versions {inc.from_version}..{inc.to_version} failed {whole}, which "
-                "judge the whole increment, not single rows: nothing to quarantine; use accept"
-            )
-        plans.append((inc, rows, failed, ids))
+    plans = [
+        _rows_to_hold(spark, layer, str(f["table"]), f, settings, now)
+        for _, f in failures.iterrows()
+    ]
     held: dict[str, int] = {}
-    bronze = read_table(spark, catalog.table("bronze_events").path(settings))
+    bronze = read_table(spark, get_catalog().table("bronze_events").path(settings))
+    assert bronze is not None
     for inc, rows, failed, ids in plans:
-        detail = "; ".join(f"{f['expectation']} on {f['column']}" for f in failed)
-        app_id = f"gate-quarantine-{inc.table}"
-        bad = rows.where(F.col("event_id").isin(sorted(ids))) if ids else rows.limit(0)
-        coordinates = bad.select("topic", "partition", "offset", "kafka_timestamp", "event_id")
-        assert bronze is not None
-        raw = coordinates.join(
-            bronze.select("topic", "partition", "offset", "key", "value"),
-            ["topic", "partition", "offset"],
-            "left",
-        )
-        quarantined = raw.select(
-            "topic",
-            "partition",
-            "offset",
-            "kafka_timestamp",
-            "key",
-            "value",
-            F.lit(f"gate:{inc.table}").alias("reason"),
-            F.lit(f"{detail} ({reason}; by {by})").alias("detail"),
-            "event_id",
-        )
-        append_idempotent(
-            quarantined,
-            catalog.table("silver_quarantine").path(settings),
-            app_id=app_id,
-            version=inc.to_version,
-        )
-        holds = bad.select(
-            F.lit(inc.table).alias("table"),
-            "event_id",
-            F.lit(reason).alias("reason"),
-            F.lit(f"quarantine__{now:%Y%m%dT%H%M%S}").alias("run_id"),
-            F.lit(by).alias("held_by"),
-            F.lit(now.replace(tzinfo=None)).alias("held_at"),
-        )
-        append_idempotent(
-            holds, catalog.table(HOLDS_TABLE).path(settings), app_id=app_id, version=inc.to_version
-        )
+        _hold(bronze, inc, rows, failed, ids, reason=reason, by=by, now=now, settings=settings)
         held[inc.table] = len(ids)
         rows.unpersist()
     return held
+
+
+def _rows_to_hold(
+    spark: SparkSession,
+    layer: str,
+    table: str,
+    failure: Any,
+    settings: PlatformSettings,
+    now: datetime,
+) -> tuple[Increment, DataFrame, list[dict[str, Any]], set[str]]:
+    """Validate one failed increment again with Spark, collecting the ids of the rows that
+    broke a row-wise expectation.
+
+    :returns: (the increment, its rows (cached), the failed expectations, the held ids).
+    :raises RemedyError: a failed expectation judges the whole increment.
+    """
+    rules = {r.table: r for r in layer_rules(layer)}[table]
+    inc = Increment(table, int(failure["from_version"]), int(failure["to_version"]))
+    rows = increment(spark, rules, inc, settings).cache()
+    with gx_project(settings) as context:
+        _, failed, ids = validate_frame(
+            context,
+            rules,
+            rows,
+            settings,
+            engine="spark",
+            band=volume_band_for(gate_results(settings), table, settings),
+            now=now,
+            collect_ids=True,
+        )
+    whole = [f["expectation"] for f in failed if f.get("row_wise") is False]
+    if whole:
+        raise RemedyError(
+            f"{table} versions {inc.from_version}..{inc.to_version} failed {whole}, which "
+            "judge the whole increment, not single rows: nothing to quarantine; use accept"
+        )
+    return inc, rows, failed, ids
+
+
+def _hold(
+    bronze: DataFrame,
+    inc: Increment,
+    rows: DataFrame,
+    failed: list[dict[str, Any]],
+    ids: set[str],
+    *,
+    reason: str,
+    by: str,
+    now: datetime,
+    settings: PlatformSettings,
+) -> None:
+    """Quarantine the held rows' raw Bronze records and record their ids in
+    ``ops_gate_holds``; both writes idempotent per increment (its end version)."""
+    from pyspark.sql import functions as F
+
+    catalog = get_catalog()
+    detail = "; ".join(f"{f['expectation']} on {f['column']}" for f in failed)
+    app_id = f"gate-quarantine-{inc.table}"
+    bad = rows.where(F.col("event_id").isin(sorted(ids))) if ids else rows.limit(0)
+    coordinates = bad.select("topic", "partition", "offset", "kafka_timestamp", "event_id")
+    raw = coordinates.join(
+        bronze.select("topic", "partition", "offset", "key", "value"),
+        ["topic", "partition", "offset"],
+        "left",
+    )
+    quarantined = raw.select(
+        "topic",
+        "partition",
+        "offset",
+        "kafka_timestamp",
+        "key",
+        "value",
+        F.lit(f"gate:{inc.table}").alias("reason"),
+        F.lit(f"{detail} ({reason}; by {by})").alias("detail"),
+        "event_id",
+    )
+    append_idempotent(
+        quarantined,
+        catalog.table("silver_quarantine").path(settings),
+        app_id=app_id,
+        version=inc.to_version,
+    )
+    holds = bad.select(
+        F.lit(inc.table).alias("table"),
+        "event_id",
+        F.lit(reason).alias("reason"),
+        F.lit(f"quarantine__{now:%Y%m%dT%H%M%S}").alias("run_id"),
+        F.lit(by).alias("held_by"),
+        F.lit(now.replace(tzinfo=None)).alias("held_at"),
+    )
+    append_idempotent(
+        holds, catalog.table(HOLDS_TABLE).path(settings), app_id=app_id, version=inc.to_version
+    )
 
 
 def status(layer: str, settings: PlatformSettings | None = None) -> str:

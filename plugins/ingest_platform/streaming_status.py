@@ -88,7 +88,9 @@ def query_view(name: str, query: dict[str, Any], now: float) -> dict[str, Any]:
         ``input_rows_per_second`` and ``processed_rows_per_second`` (rows/s),
         ``batch_duration_s`` (the whole trigger), ``watermark`` (ISO UTC, None before the
         first batch with event time), ``watermark_delay_s`` (now minus the watermark),
-        ``state_rows``, ``observed`` and ``history`` (recent batches, oldest first).
+        ``has_watermark`` (False: the query defines no event-time watermark, as a stateless
+        query; None: no batch yet), ``state_rows``, ``observed`` and ``history`` (recent
+        batches, oldest first).
     """
     progress = query.get("last_progress") or {}
     durations = progress.get("duration_ms") or {}
@@ -107,6 +109,8 @@ def query_view(name: str, query: dict[str, Any], now: float) -> dict[str, Any]:
         "batch_duration_s": None if trigger_ms is None else trigger_ms / 1000,
         "watermark": watermark,
         "watermark_delay_s": None if watermark_s is None else max(0.0, now - watermark_s),
+        # Spark reports eventTime.watermark only for a query with a watermark.
+        "has_watermark": "watermark" in (progress.get("event_time") or {}) if progress else None,
         "state_rows": progress.get("state_rows"),
         "observed": progress.get("observed") or {},
         "exception": query.get("exception"),

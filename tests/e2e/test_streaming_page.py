@@ -378,6 +378,8 @@ def test_after_maintenance_and_a_restart_the_page_keeps_the_last_data_and_says_i
         expect(job.locator(".state")).to_have_text("running", timeout=240_000)
         expect(job.locator(".activity")).to_have_text("idle", timeout=240_000)
         expect(job.locator(".batch-time")).to_contain_text("before the restart")
+        # Bronze keeps no event-time state: its watermark says so, not a bare dash.
+        expect(job.locator(".watermark")).to_have_text("none (no event-time state)")
         row = frame.locator('#tables tr[data-table="bronze_events"]')
         expect(row.locator(".last-commit")).to_have_text(shown.strftime("%Y-%m-%d %H:%M:%S"))
         expect(row.locator(".rows-added")).to_have_text(f"{written.rows:,}")

@@ -82,6 +82,11 @@ def test_query_view_reads_rates_durations_and_the_watermark() -> None:
     assert view["watermark_delay_s"] == pytest.approx(90.0)
     assert view["state_rows"] == 42
     assert [b["batch_id"] for b in view["history"]] == [6, 7]
+    assert view["has_watermark"] is True
+    # A stateless query reports no watermark at all: the page says it has none.
+    stateless = {**query, "last_progress": {**query["last_progress"], "event_time": {}}}
+    assert query_view("q", stateless, now)["has_watermark"] is False
+    assert query_view("q", {"status": "running"}, now)["has_watermark"] is None
     # Spark's "no watermark yet" is the epoch: shown as none, not as a 56-year delay.
     query["last_progress"]["event_time"] = {"watermark": "1970-01-01T00:00:00.000Z"}
     assert query_view("", query, now)["watermark_delay_s"] is None

@@ -6,8 +6,9 @@ and Silver into Gold with **AvailableNow** Spark jobs, with a **Great Expectatio
 after each layer. `choose_path` sends each run down one of two paths:
 
 * **incremental** (scheduled runs; manual runs of the current interval): `incremental_path` →
-  `refine_silver` → `gate_silver` → `aggregate_gold` → `gate_gold` → `correct_late` →
-  `publish_assets`. The AvailableNow jobs process whatever arrived, whatever the interval.
+  `refine_silver` → `gate_silver` → `aggregate_gold` → `correct_late` → `gate_gold` →
+  `publish_assets` (Gold's gate validates the late corrections too, before Gold is
+  published). The AvailableNow jobs process whatever arrived, whatever the interval.
 * **backfill** (`airflow backfill create`, the UI's backfill form, and manual runs of an
   interval that ended more than 15 minutes ago): `recompute_gold` → `gate_backfill` →
   `publish_assets`. The streaming steps are skipped; the Gold windows and sessions that
@@ -157,8 +158,10 @@ with DAG(
     )
 
     route = choose_path()
-    route >> incremental_path >> refine_silver >> gate_silver >> aggregate_gold >> gate_gold
-    gate_gold >> correct_late
+    # The late corrections before Gold's gate: what publish_assets announces is validated
+    # (they ran after it, and their MERGEs were published a run before any gate saw them).
+    route >> incremental_path >> refine_silver >> gate_silver >> aggregate_gold >> correct_late
+    correct_late >> gate_gold
     incremental_path >> [gate_silver, aggregate_gold, gate_gold, correct_late, publish_assets]
     route >> recompute_gold >> gate_backfill
-    [correct_late, gate_backfill] >> publish_assets
+    [gate_gold, gate_backfill] >> publish_assets

@@ -79,3 +79,27 @@ def test_a_group_that_is_never_acknowledged_fails_within_one_deadline_and_the_pr
     assert first.closed
     assert second.closed  # closed at the end, as always
     assert (first.sent, second.sent) == (10, 10)
+
+
+class _StuckOnClose(_WedgedThenHealthy):
+    """Acknowledges every send, then raises on close as kafka-python's does when records are
+    stuck (its close flushes: "Timeout waiting for future")."""
+
+    def __init__(self, **config: Any) -> None:
+        super().__init__(**config)
+        self.wedged = False
+
+    def close(self, timeout: float | None = None) -> None:
+        from kafka.errors import KafkaTimeoutError
+
+        raise KafkaTimeoutError("Timeout waiting for future")
+
+
+def test_a_close_that_times_out_does_not_end_the_stream(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Soak run 6: the stream died at 62 minutes of KafkaTimeoutError raised by close."""
+    import kafka
+
+    _WedgedThenHealthy.made = []
+    monkeypatch.setattr(kafka, "KafkaProducer", _StuckOnClose)
+    result = produce("127.0.0.1:1", [Message("t", "k", {"i": 1}, "ok")], raise_on_failure=False)
+    assert result.acknowledged == 1

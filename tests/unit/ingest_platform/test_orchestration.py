@@ -32,7 +32,8 @@ def test_medallion_incremental_runs_the_layers_in_order_behind_gates(dagbag) -> 
     assert dag.catchup is False
     assert dag.get_task("incremental_path").upstream_task_ids == {"choose_path"}
     assert dag.get_task("refine_silver").upstream_task_ids == {"incremental_path"}
-    order = ["refine_silver", "gate_silver", "aggregate_gold", "gate_gold", "correct_late"]
+    # The late corrections before Gold's gate: what publish_assets announces is validated.
+    order = ["refine_silver", "gate_silver", "aggregate_gold", "correct_late", "gate_gold"]
     for upstream, downstream in itertools.pairwise(order):
         # After its predecessor and the branch's marker: it runs when the predecessor
         # succeeded or was skipped for unchanged inputs (the marker succeeded), never when a
@@ -44,7 +45,7 @@ def test_medallion_incremental_runs_the_layers_in_order_behind_gates(dagbag) -> 
     for upstream, downstream in itertools.pairwise(backfill):
         assert dag.get_task(downstream).upstream_task_ids == {upstream}
     publish = dag.get_task("publish_assets")
-    assert publish.upstream_task_ids == {"correct_late", "gate_backfill", "incremental_path"}
+    assert publish.upstream_task_ids == {"gate_gold", "gate_backfill", "incremental_path"}
     assert publish.trigger_rule == "none_failed_min_one_success"
     # Gold's writers and gates share one pool slot, whatever run (backfill or not) they are in.
     gold_writers = {t.task_id for t in dag.tasks if t.pool == "gold_layer"}

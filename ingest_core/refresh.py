@@ -21,6 +21,11 @@ from pathlib import Path
 from typing import Any
 
 from ingest_core.catalog import get_catalog
+from ingest_core.checkpoint_health import fingerprint_file
+from ingest_core.delta_tables import delta_version, last_data_version
+from ingest_core.locks import CheckpointBusyError, checkpoint_lock
+from ingest_core.quality.rules import layer_rules
+from ingest_core.quality.state import gate_results, validated_through
 from ingest_core.settings import PlatformSettings, get_settings
 
 #: Layer -> the layers a refresh of it rebuilds, in build order.
@@ -98,8 +103,6 @@ class RefreshLayout:
 def busy_jobs(layer: str, settings: PlatformSettings | None = None) -> list[str]:
     """The jobs of the layers a refresh of ``layer`` rebuilds that hold their checkpoint lock
     right now (a running driver, a backfill or late corrections for Gold)."""
-    from ingest_core.locks import CheckpointBusyError, checkpoint_lock
-
     busy = []
     for name in layers_of(layer):
         job = LAYER_JOBS[name]
@@ -154,10 +157,6 @@ def unvalidated(layer: str, layout: RefreshLayout) -> list[str]:
     """The staged tables whose newest data commit no passed gate covers (the gate judges data
     commits, :func:`ingest_core.quality.state.pending`; an empty batch after it is nothing to
     validate)."""
-    from ingest_core.delta_tables import last_data_version
-    from ingest_core.quality.rules import layer_rules
-    from ingest_core.quality.state import gate_results, validated_through
-
     staged = layout.staged_settings(layer)
     results = gate_results(staged)
     problems = []
@@ -175,8 +174,6 @@ def locked(layer: str, settings: PlatformSettings) -> Iterator[None]:
 
     :raises RefreshError: one of them runs (holds its lock).
     """
-    from ingest_core.locks import CheckpointBusyError, checkpoint_lock
-
     with ExitStack() as stack:
         for name in layers_of(layer):
             job = LAYER_JOBS[name]
@@ -190,8 +187,6 @@ def locked(layer: str, settings: PlatformSettings) -> Iterator[None]:
 def moves(layer: str, layout: RefreshLayout) -> list[tuple[Path, Path]]:
     """Every rename of a swap, in order: per table and per checkpoint, live -> previous then
     staged -> live."""
-    from ingest_core.checkpoint_health import fingerprint_file
-
     settings, staged = layout.settings, layout.staged_settings(layer)
     catalog = get_catalog()
     moves = []
@@ -216,8 +211,6 @@ def check_swappable(layer: str, layout: RefreshLayout) -> None:
     :raises RefreshError: the rebuild produced no table that live has, or a staged table's
         newest data commit has not passed its gate; the message names them.
     """
-    from ingest_core.delta_tables import delta_version
-
     catalog = get_catalog()
     staged = layout.staged_settings(layer)
     missing = [

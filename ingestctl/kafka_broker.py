@@ -404,9 +404,12 @@ class KafkaBroker:
 
         def answers() -> bool:
             nonlocal last_error
-            status = exit_code() if exit_code is not None else None
-            gone = status is not None if exit_code is not None else not is_alive(pid or 0)
-            if pid is None or gone:
+            if exit_code is not None:
+                status = exit_code()
+                gone = status is not None
+            else:
+                status, gone = None, pid is None or not is_alive(pid)
+            if gone:
                 how = f" with status {status}" if status is not None else ""
                 raise BrokerStartError(
                     f"the Kafka broker (pid {pid}) exited during start-up{how}.\n{self.log_tail()}"

@@ -19,7 +19,7 @@ import subprocess
 import sys
 import threading
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from datetime import UTC, datetime, timedelta
 from typing import TYPE_CHECKING, Any
@@ -430,13 +430,12 @@ def kill_broker(platform: SoakPlatform, fault: PlannedFault) -> Recovery:
     )
 
 
-def _running_task(
-    platform: SoakPlatform, wanted: Callable[[dict[str, Any]], bool]
-) -> tuple[str, dict[str, Any]] | None:
-    """``(run id, task instance)`` of a running task of a running medallion run that
-    ``wanted`` accepts, or None."""
+def _task_instances(
+    platform: SoakPlatform, run_states: tuple[str, ...] = ("running",)
+) -> Iterator[tuple[str, dict[str, Any]]]:
+    """``(run id, task instance)`` of every task of the medallion runs in ``run_states``."""
     for run in platform.medallion_runs():
-        if run.get("state") != "running":
+        if run.get("state") not in run_states:
             continue
         run_id = str(run["dag_run_id"])
 
@@ -444,9 +443,18 @@ def _running_task(
             return client.task_instances(MEDALLION, r)
 
         for ti in platform.api(tasks):
-            if ti["state"] == "running" and wanted(ti):
-                return run_id, ti
-    return None
+            yield run_id, ti
+
+
+def _running_task(
+    platform: SoakPlatform, wanted: Callable[[dict[str, Any]], bool]
+) -> tuple[str, dict[str, Any]] | None:
+    """``(run id, task instance)`` of a running task of a running medallion run that
+    ``wanted`` accepts, or None."""
+    return next(
+        ((r, ti) for r, ti in _task_instances(platform) if ti["state"] == "running" and wanted(ti)),
+        None,
+    )
 
 
 def mark_task_failed(platform: SoakPlatform, fault: PlannedFault) -> Recovery:
@@ -482,17 +490,9 @@ def kill_gate(platform: SoakPlatform, fault: PlannedFault) -> Recovery:
 
     def unfinished_gates() -> None:
         titles.clear()
-        for run in platform.medallion_runs():
-            if run.get("state") not in ("queued", "running"):
-                continue
-            run_id = str(run["dag_run_id"])
-
-            def tasks(client: AirflowClient, r: str = run_id) -> list[dict[str, Any]]:
-                return client.task_instances(MEDALLION, r)
-
-            for ti in platform.api(tasks):
-                if ti["task_id"] in gates and ti["state"] in UNFINISHED:
-                    titles[f"airflow worker -- {ti['id']}"] = str(ti["task_id"])
+        for _, ti in _task_instances(platform, ("queued", "running")):
+            if ti["task_id"] in gates and ti["state"] in UNFINISHED:
+                titles[f"airflow worker -- {ti['id']}"] = str(ti["task_id"])
 
     def target() -> tuple[str, psutil.Process] | None:
         if time.monotonic() - read[0] >= 20:

@@ -8,9 +8,12 @@ Keeps the always-on Spark jobs (`bronze_ingest`, `payment_alerts`, `payment_aler
   driver per checkpoint: the driver holds a lock on it);
 * restarts a job whose process died or whose heartbeat (written by its
   `StreamingQueryListener`) is older than `supervisor.heartbeat_timeout_s`, with
-  exponential back-off, and **fails the task** after `supervisor.max_restarts` starts in
-  `supervisor.failure_window_s`: an operator must look (the task log has the driver log's
-  tail).
+  exponential back-off capped at `supervisor.max_backoff_s`; it never gives up, but from
+  `supervisor.crash_loop_restarts` starts in `supervisor.failure_window_s` (a crash loop)
+  every round that finds the job down **fails its task**: an operator should look (the task
+  log has the driver log's tail);
+* waits, saying what for, while the Kafka cluster does not answer (no start, no budget
+  spent).
 
 Trigger it manually with parameters to act on jobs:
 

@@ -469,18 +469,26 @@ class SupervisorSettings(BaseModel):
     :param startup_grace_s: a freshly started job gets this long to write its first
         heartbeat (JVM start, query start) before it counts as stuck.
     :param backoff_base_s: wait after the first restart; doubles with every further restart
-        inside :attr:`failure_window_s`.
-    :param max_restarts: restarts inside :attr:`failure_window_s` after which the supervisor
-        stops restarting and fails loudly (an operator must look).
+        inside :attr:`failure_window_s`, up to :attr:`max_backoff_s`.
+    :param max_backoff_s: the longest wait between two restarts (Kubernetes caps a crashing
+        container's back-off at 5 minutes too); the supervisor never stops restarting a job.
+    :param crash_loop_restarts: starts inside :attr:`failure_window_s` from which the job
+        counts as crash-looping: each supervisor round that finds it down fails its task, with
+        the driver log's tail, so an operator sees it (it is still restarted).
     :param failure_window_s: the window the restarts are counted in.
+    :param stable_after_s: a job that has run this long since its last start with a fresh
+        heartbeat gets a fresh restart budget (Kubernetes resets its back-off after 10
+        minutes of running without trouble).
     :param stop_timeout_s: how long a graceful stop waits for the current micro-batch.
     """
 
     heartbeat_timeout_s: float = Field(180.0, gt=0)
     startup_grace_s: float = Field(120.0, gt=0)
     backoff_base_s: float = Field(30.0, ge=0)
-    max_restarts: int = Field(5, ge=1)
+    max_backoff_s: float = Field(300.0, ge=0)
+    crash_loop_restarts: int = Field(5, ge=1)
     failure_window_s: float = Field(3600.0, gt=0)
+    stable_after_s: float = Field(600.0, gt=0)
     stop_timeout_s: float = Field(120.0, gt=0)
 
 

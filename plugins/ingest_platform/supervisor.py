@@ -17,17 +17,31 @@ running, heartbeat stale              stuck: stop its process group, then restar
 not running, a dependency down        wait: no start, nothing counted against the budget;
                                       says what it waits for and since when
 not running                           restart, after an exponential back-off
-                                      (``backoff_base_s * 2**(starts in window - 1)``)
-``max_restarts`` starts in window     refuse and raise :class:`SupervisorError` with the
-                                      driver log's tail: an operator must look
+                                      (``backoff_base_s * 2**(starts in window - 1)``,
+                                      at most ``max_backoff_s``)
+``crash_loop_restarts`` starts in     crash loop: go on restarting with the capped
+window                                back-off, and fail the round's task
+                                      (:class:`SupervisorError` with the driver log's
+                                      tail) so an operator sees it; the supervisor never
+                                      gives up on a job by itself
+running ``stable_after_s`` since its  a fresh restart budget: the starts before no
+last start, heartbeat fresh           longer count
 ====================================  ====================================================
+
+This is Kubernetes' restart policy for a crashing container (back-off doubling from 10 s,
+capped at 5 minutes, reset after 10 minutes of running without trouble: "Container
+restarts", kubernetes.io/docs/concepts/workloads/pods/pod-lifecycle), with the task's
+failure as the alert. Before soak run 6 the supervisor refused to restart after
+``max_restarts`` starts in an hour until an operator started the job: the soak killed each
+always-on driver about six times an hour, and ``payment_alerts`` and ``payment_alerts_rt``
+stayed down for the rest of the run although nothing was wrong with them.
 
 The dependency check (``probe``: the Kafka cluster, :func:`ingest_core.topics.
 broker_problem`) keeps an outage of the broker from spending the restart budget: a job that
 died because the broker is down would die again after each start (~190 s each, while the
-Kafka source retries), and after ``max_restarts`` starts the supervisor gave up until the
-window passed. While the probe fails the job waits; once it answers again, the starts before
-the outage no longer count (a fresh budget: the job failed for the outage, not for itself).
+Kafka source retries). While the probe fails the job waits and the round says what for;
+once it answers again, the starts before the outage no longer count (a fresh budget: the
+job failed for the outage, not for itself).
 
 A start launches the job's ``spark-submit`` command in a session of its own (it outlives
 the Airflow task) with its output in ``driver.log``, and waits until the driver holds its
@@ -321,8 +335,9 @@ def supervise(
     :param probe: asked before a (re)start: None when the job's dependencies answer, else
         what is down, one line (``StreamingJobHook`` passes the Kafka cluster's probe).
     :returns: what was done, one line (also passed to ``echo`` with the job's status).
-    :raises SupervisorError: ``max_restarts`` starts in ``failure_window_s`` and the job is
-        down again, or a start failed.
+    :raises SupervisorError: the job is crash-looping (``crash_loop_restarts`` starts in
+        ``failure_window_s``; it is restarted all the same once its back-off has passed),
+        or a start failed.
     :raises ValueError: ``job`` is not an always-on job.
     """
     settings = settings or get_settings()
@@ -396,6 +411,13 @@ def _supervise(
             and age <= limits.heartbeat_timeout_s
             and (fresh_since_start or since_start is None)
         ):
+            if (
+                since_start is not None
+                and since_start >= limits.stable_after_s
+                and float(record.get("budget_from", 0)) < starts[-1]
+            ):
+                record["budget_from"] = now  # stable: the starts before no longer count
+                write_json(files.supervisor, record)
             return f"{job}: healthy"
         if since_start is not None and since_start < limits.startup_grace_s:
             return f"{job}: starting ({since_start:.0f} s ago), no heartbeat yet"
@@ -412,23 +434,36 @@ def _supervise(
             return f"{job}: down ({reason}); {waiting}; not started"
     budget_from = float(record.get("budget_from", 0))
     recent = [t for t in starts if now - t < limits.failure_window_s and t >= budget_from]
-    if len(recent) >= limits.max_restarts:
-        raise SupervisorError(
-            f"{job} is down ({reason}) after {len(recent)} starts in the last "
-            f"{limits.failure_window_s:.0f} s; not restarting it again. Look at "
-            f"{files.driver_log}, fix the cause, then trigger streaming_supervisor with "
-            f"action=start. Log tail:\n{log_tail(files)}"
-        )
+    crash_loop = len(recent) >= limits.crash_loop_restarts
+    looping = (
+        f"{job} is crash-looping: down ({reason}) after {len(recent)} starts in the last "
+        f"{limits.failure_window_s:.0f} s"
+    )
     if recent and since_start is not None:
-        backoff = limits.backoff_base_s * 2 ** (len(recent) - 1)
+        backoff = min(limits.backoff_base_s * 2 ** (len(recent) - 1), limits.max_backoff_s)
         if since_start < backoff:
-            return f"{job}: down ({reason}); back-off: next start in {backoff - since_start:.0f} s"
+            waiting = f"back-off: next start in {backoff - since_start:.0f} s"
+            if crash_loop:
+                raise SupervisorError(f"{looping}; {waiting}.{_look(files)}")
+            return f"{job}: down ({reason}); {waiting}"
+    tail = _look(files) if crash_loop else ""  # before the start rotates the log
     from ingest_core.recovery import recover
 
     for action in recover(job, settings):  # crash leftovers: repaired, audited
         echo(f"{job}: checkpoint recovery: {action}")
     pid = start(job, command, env=env, settings=settings)
+    if crash_loop:
+        raise SupervisorError(f"{looping}; started it again (pid {pid}).{tail}")
     return f"{job}: started (pid {pid}) because {reason}"
+
+
+def _look(files: RuntimeFiles) -> str:
+    """What an operator of a crash-looping job is asked to do, with the log's tail."""
+    return (
+        f" The supervisor goes on restarting it with back-off; look at {files.driver_log} "
+        "and fix the cause (trigger streaming_supervisor with action=stop to keep it down "
+        f"meanwhile). Log tail:\n{log_tail(files)}"
+    )
 
 
 def stop(job: str, *, settings: PlatformSettings | None = None, disable: bool = True) -> str:

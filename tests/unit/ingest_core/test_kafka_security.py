@@ -141,7 +141,7 @@ def test_one_variable_selects_the_profile(
     assert settings.spark.master == master
     # Shared sections are the same in every profile (YAML anchors), except where a
     # profile says otherwise.
-    assert settings.supervisor.max_restarts == 5
+    assert settings.supervisor.crash_loop_restarts == 5
 
 
 def test_cluster_profile_takes_addresses_and_credentials_from_environment(

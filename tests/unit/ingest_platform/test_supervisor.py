@@ -6,6 +6,7 @@ from __future__ import annotations
 import os
 import signal
 import sys
+import threading
 import time
 from pathlib import Path
 
@@ -28,6 +29,7 @@ from ingest_core.runtime_files import runtime_files, write_json
 job, mode = sys.argv[1].rsplit(".", 1)[-1], sys.argv[2]
 files = runtime_files(job)
 if mode == "crash":
+    print("driver failed: boom", flush=True)
     sys.exit(3)
 with checkpoint_lock(get_catalog().job(job).checkpoint()):
     while not files.stop_request.exists():
@@ -98,34 +100,89 @@ def test_a_stale_heartbeat_gets_the_driver_replaced(home: Path, monkeypatch) -> 
     assert supervisor.driver_pid("bronze_ingest") not in (None, stuck)
 
 
-def test_back_off_then_loud_failure_after_repeated_crashes(home: Path, monkeypatch) -> None:
-    monkeypatch.setenv("INGEST_SUPERVISOR__MAX_RESTARTS", "2")
+def _age_starts(seconds: float) -> None:
+    """Move bronze_ingest's recorded starts ``seconds`` into the past (time passing)."""
+    from ingest_core.runtime_files import read_json, write_json
+
+    files = runtime_files("bronze_ingest")
+    record = read_json(files.supervisor)
+    record["starts"] = [t - seconds for t in record["starts"]]
+    write_json(files.supervisor, record)
+
+
+def test_a_crash_loop_fails_each_round_but_never_stops_restarting(
+    home: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Soak run 6: after five starts in an hour the supervisor refused to restart
+    payment_alerts_rt and payment_alerts until an operator started them, and they stayed
+    down for the rest of the run. A crash loop now backs off (capped) and restarts, and the
+    round's task fails so an operator sees it."""
+    monkeypatch.setenv("INGEST_SUPERVISOR__CRASH_LOOP_RESTARTS", "2")
     monkeypatch.setenv("INGEST_SUPERVISOR__BACKOFF_BASE_S", "60")
+    monkeypatch.setenv("INGEST_SUPERVISOR__MAX_BACKOFF_S", "90")
     get_settings.cache_clear()
+    quiet = lambda _: None  # noqa: E731
     with pytest.raises(supervisor.SupervisorError, match="exited with code 3"):
-        supervisor.supervise("bronze_ingest", command("crash"), echo=lambda _: None)
-    # One start in the window: the next waits 60 s instead of restarting at once.
-    assert "back-off" in supervisor.supervise("bronze_ingest", command(), echo=lambda _: None)
-    monkeypatch.setenv("INGEST_SUPERVISOR__BACKOFF_BASE_S", "0")
+        supervisor.supervise("bronze_ingest", command("crash"), echo=quiet)
+    # One start in the window: the next waits 60 s instead of restarting at once, quietly.
+    assert "back-off: next start in" in supervisor.supervise("bronze_ingest", command(), echo=quiet)
+    _age_starts(61)
+    with pytest.raises(supervisor.SupervisorError, match="exited with code 3"):
+        supervisor.supervise("bronze_ingest", command("crash"), echo=quiet)
+    # Two starts: a crash loop. The back-off would be 120 s; it is capped at 90 s, and the
+    # round fails (red in Airflow) with what to do and the log's tail.
+    with pytest.raises(
+        supervisor.SupervisorError,
+        match=r"crash-looping: .* after 2 starts .* next start in (8\d|90) s",
+    ) as waiting:
+        supervisor.supervise("bronze_ingest", command(), echo=quiet)
+    assert "action=stop" in str(waiting.value)
+    assert "driver failed: boom" in str(waiting.value)  # the log's tail
+    assert supervisor.driver_pid("bronze_ingest") is None
+    _age_starts(91)
+    with pytest.raises(supervisor.SupervisorError, match=r"started it again \(pid \d+\)"):
+        supervisor.supervise("bronze_ingest", command(), echo=quiet)
+    assert supervisor.driver_pid("bronze_ingest") is not None  # restarted all the same
+    time.sleep(0.5)
+    assert supervisor.supervise("bronze_ingest", command(), echo=quiet) == "bronze_ingest: healthy"
+
+
+def test_a_stable_run_earns_a_fresh_budget(home: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Kubernetes' rule: a container that ran 10 minutes without trouble has its back-off
+    reset. Here 1 s: a job killed once in a while (the soak's six kills an hour) never
+    counts as crash-looping."""
+    monkeypatch.setenv("INGEST_SUPERVISOR__CRASH_LOOP_RESTARTS", "2")
+    monkeypatch.setenv("INGEST_SUPERVISOR__STABLE_AFTER_S", "1")
     get_settings.cache_clear()
-    with pytest.raises(supervisor.SupervisorError, match="exited with code 3"):
-        supervisor.supervise("bronze_ingest", command("crash"), echo=lambda _: None)
-    with pytest.raises(supervisor.SupervisorError, match="after 2 starts"):
-        supervisor.supervise("bronze_ingest", command(), echo=lambda _: None)
+
+    def round_() -> str:
+        return supervisor.supervise("bronze_ingest", command(), echo=lambda _: None)
+
+    def kill() -> None:
+        pid = supervisor.driver_pid("bronze_ingest")
+        assert pid is not None
+        os.kill(pid, signal.SIGKILL)
+        time.sleep(0.5)
+
+    for _ in range(3):
+        assert "started" in round_()
+        time.sleep(1.2)
+        assert round_() == "bronze_ingest: healthy"  # ran 1 s: the starts before forgotten
+        kill()
+    assert "started" in round_()  # a fourth start, not a crash loop
 
 
 def test_an_outage_longer_than_the_budget_waits_then_resumes(home: Path, monkeypatch) -> None:
     """A dependency down (the broker, here a probe that says so) makes the supervisor wait
     instead of spending its restart budget; once it answers, the job starts again with a
-    fresh budget, even though it crashed ``max_restarts`` times during the outage."""
-    monkeypatch.setenv("INGEST_SUPERVISOR__MAX_RESTARTS", "2")
+    fresh budget, even though it crashed ``crash_loop_restarts`` times as the outage began;
+    while it waits, its rounds say what for and do not fail."""
+    monkeypatch.setenv("INGEST_SUPERVISOR__CRASH_LOOP_RESTARTS", "2")
     get_settings.cache_clear()
     quiet = lambda _: None  # noqa: E731
     for _ in range(2):  # the job dies while the broker goes away (the probe not asked yet)
         with pytest.raises(supervisor.SupervisorError, match="exited with code 3"):
             supervisor.supervise("bronze_ingest", command("crash"), echo=quiet)
-    with pytest.raises(supervisor.SupervisorError, match="after 2 starts"):
-        supervisor.supervise("bronze_ingest", command(), echo=quiet)  # today's loud failure
     down = lambda: "Kafka at 127.0.0.1:9 (NoBrokersAvailable)"  # noqa: E731
     for _ in range(3):
         outcome = supervisor.supervise("bronze_ingest", command(), echo=quiet, probe=down)
@@ -146,9 +203,12 @@ def test_the_broker_probe_names_an_unreachable_cluster(home: Path, monkeypatch) 
     (port,) = free_ports(1)  # nothing listens there
     monkeypatch.setenv("INGEST_KAFKA__PORT", str(port))
     get_settings.cache_clear()
-    problem = broker_problem(timeout_s=1)
-    assert problem is not None
-    assert f"Kafka at 127.0.0.1:{port}" in problem
+    threads = threading.active_count()
+    for _ in range(3):  # the supervisor asks every round while the broker is down
+        problem = broker_problem(timeout_s=1)
+        assert problem is not None
+        assert f"Kafka at 127.0.0.1:{port}" in problem
+    assert threading.active_count() == threads  # no kafka-python IO thread left behind
 
 
 def test_graceful_stop_disables_until_started_again(home: Path) -> None:
@@ -197,7 +257,7 @@ def test_a_pause_does_not_spend_the_restart_budget(
 ) -> None:
     """Soak run 5: maintenance paused payment_alerts four times in an hour; each restart
     counted as a failure and the supervisor gave up on a healthy job."""
-    monkeypatch.setenv("INGEST_SUPERVISOR__MAX_RESTARTS", "2")
+    monkeypatch.setenv("INGEST_SUPERVISOR__CRASH_LOOP_RESTARTS", "2")
     get_settings.cache_clear()
 
     def round_() -> str:

@@ -1,58 +1,63 @@
-"""Event contracts: the one place that says what an event on each topic looks like.
+"""Event contracts: what an event on each topic looks like, loaded from the declarations in
+``include/contracts/`` (one file per source topic, JSON Schema 2020-12 written in YAML;
+``docs/contracts.md`` is the reference). This module is the loader, not the definitions.
 
-Kafka values are UTF-8 JSON objects; the Kafka key is the entity id (order id for orders,
-payments and refunds; customer id for customer activity) so that one entity's events keep
-their order inside a partition.
+Kafka values are UTF-8 JSON objects; the Kafka key is the source's ``key`` field (the
+entity id: order id for orders and payments, refund id, customer id) so that one entity's
+events keep their order inside a partition.
 
-Envelope (every event):
+``envelope.yaml`` declares the envelope every event carries (``event_id``, ``event_type``,
+``event_time`` with an offset, ``schema_version``) and shared definitions (``currency``,
+``money``). Each other file declares one source: its ``x-ingest-source`` block (topic, key,
+event types, Silver table) and its payload's properties, ``required`` fields, enums,
+ranges and money. From them this module derives what the rest of the platform reads:
 
-=================  =========  ==========================================================
-field              type       rule
-=================  =========  ==========================================================
-``event_id``       string     required; the business id and deduplication key
-``event_type``     string     required; one of :data:`EVENT_TYPES`
-``event_time``     string     required; ISO-8601 *with* an offset; stored as UTC timestamp
-``schema_version`` integer    required; :data:`SCHEMA_VERSION` (1)
-=================  =========  ==========================================================
+* :data:`CONTRACTS` (:class:`EventContract` per event type), :data:`TOPICS`;
+* :data:`PAYLOAD_DDL` and :data:`ENVELOPE_DDL`: Spark DDL of each payload (money
+  ``decimal(18,2)``, integers ``int``), read by Silver's parser, late corrections and
+  the lineage schema facets;
+* :data:`ID_FIELDS`, :data:`ITEM_ID_FIELDS`: identifiers (``x-ingest-id``), quarantined as
+  ``control_character`` when they hold control characters;
+* enums (:func:`enum_of`; :data:`CURRENCIES`, :data:`PAYMENT_METHODS`...), read by Silver's
+  quarantine rules (``x-ingest-quarantine``) and the gates' expectations.
 
-Payloads by event type (``?`` = optional, may be null or absent):
+Money is a JSON number with at most 2 decimals (``multipleOf: 0.01``), never negative
+(``minimum: 0``). Fields a payload does not declare are kept in Silver's ``_rescued_data``
+column, never dropped.
 
-* ``order_placed``, ``order_status_changed``, ``order_canceled`` (topic ``orders``):
-  ``order_id``, ``customer_id?``, ``status``, ``items?`` (array of ``product_id``,
-  ``seller_id?``, ``quantity?``, ``price``, ``freight?``), ``total``, ``currency``.
-  ``customer_id`` is null for guest orders (a third of UCI Online Retail lines have none).
-* ``payment`` (topic ``payments``): ``payment_id``, ``order_id``, ``customer_id?``,
-  ``method`` (:data:`PAYMENT_METHODS`), ``installments?``, ``amount``, ``currency``,
-  ``status`` (``authorized`` or ``failed``).
-* ``refund`` (topic ``refunds``): ``refund_id``, ``order_id?`` (UCI cancellations do not
-  reference their invoice), ``customer_id?``, ``amount`` (positive), ``currency``, ``reason?``.
-* ``customer_activity`` (topic ``customer_activity``): ``customer_id``, ``activity``
-  (:data:`ACTIVITIES`), ``session_id?``, ``url?``, ``product_id?``.
-
-Money is a JSON number with at most 2 decimals, stored as ``decimal(18,2)``; currency codes
-are ISO 4217 (stored upper-case). Fields a payload does not declare are kept in Silver's
-``_rescued_data`` column, never dropped.
-
-Imports neither pyspark nor Airflow: the DDL strings here become Spark schemas in
-:func:`spark_jobs.transforms.silver.payload_schema`.
+Imports neither pyspark nor Airflow.
 """
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import dataclass
+from functools import lru_cache
+from pathlib import Path
+from typing import Any
 
-SCHEMA_VERSION = 1
-ENVELOPE_FIELDS = ("event_id", "event_type", "event_time", "schema_version")
+import yaml
 
-#: Olist's payment types plus debit_card; ``not_defined`` is Olist's own value for a payment
-#: whose method was not recorded (one row of the 3,000-order sample).
-PAYMENT_METHODS = frozenset({"credit_card", "boleto", "voucher", "debit_card", "not_defined"})
-PAYMENT_STATUSES = frozenset({"authorized", "failed"})
-ACTIVITIES = frozenset({"page_view", "add_to_cart", "checkout"})
-#: ISO 4217 codes the platform accepts (the currencies of its markets and datasets).
-CURRENCIES = frozenset(
-    {"BRL", "GBP", "EUR", "USD", "CHF", "SEK", "NOK", "DKK", "PLN", "AUD", "CAD", "JPY"}
-)
+from ingest_core.settings import INCLUDE_DIR
+
+#: The folder of the declarations.
+CONTRACTS_DIR: Path = INCLUDE_DIR / "contracts"
+#: The file of the envelope and the shared definitions.
+ENVELOPE_FILE = "envelope.yaml"
+#: JSON Schema types the platform maps to Spark types (a ``"null"`` beside one makes the
+#: field nullable, nothing else).
+SPARK_TYPES = {"string": "string", "integer": "int"}
+#: The keys of a source's ``x-ingest-source`` block: the first four are required.
+#: ``customer_column``: the field whose null share the Silver gate caps
+#: (``quality.max_null_customer_rate``).
+SOURCE_KEYS = ("topic", "key", "event_types", "silver_table", "customer_column")
+#: Spark type of a number with ``multipleOf: 0.01``: money.
+MONEY_TYPE = "decimal(18,2)"
+
+
+class ContractError(ValueError):
+    """A contract file is not a valid declaration; the message names the file and the
+    field."""
 
 
 @dataclass(frozen=True)
@@ -75,83 +80,297 @@ class EventContract:
     silver_table: str
 
 
-_ORDER = dict(
-    topic="orders",
-    key_field="order_id",
-    required=("order_id", "status", "total", "currency"),
-    money_fields=("total",),
-    silver_table="silver_orders",
-)
-CONTRACTS: dict[str, EventContract] = {
-    c.event_type: c
-    for c in (
-        EventContract("order_placed", **_ORDER),  # type: ignore[arg-type]
-        EventContract("order_status_changed", **_ORDER),  # type: ignore[arg-type]
-        EventContract("order_canceled", **_ORDER),  # type: ignore[arg-type]
-        EventContract(
-            "payment",
-            topic="payments",
-            key_field="order_id",
-            required=("payment_id", "order_id", "method", "amount", "currency", "status"),
-            money_fields=("amount",),
-            silver_table="silver_payments",
-        ),
-        EventContract(
-            "refund",
-            topic="refunds",
-            key_field="refund_id",
-            required=("refund_id", "amount", "currency"),
-            money_fields=("amount",),
-            silver_table="silver_refunds",
-        ),
-        EventContract(
-            "customer_activity",
-            topic="customer_activity",
-            key_field="customer_id",
-            required=("customer_id", "activity"),
-            money_fields=(),
-            silver_table="silver_customer_activity",
-        ),
+@dataclass(frozen=True)
+class Field:
+    """One declared field, resolved (``$ref`` followed).
+
+    :param name: the JSON property name.
+    :param spark_type: Spark DDL type (``string``, ``int``, ``decimal(18,2)``,
+        ``array<struct<...>>``).
+    :param nullable: the declaration allows ``null``.
+    :param schema: the field's resolved JSON Schema (enum, minimum, ``x-ingest-*``...).
+    """
+
+    name: str
+    spark_type: str
+    nullable: bool
+    schema: dict[str, Any]
+
+    @property
+    def is_money(self) -> bool:
+        """A number with ``multipleOf: 0.01``."""
+        return self.spark_type == MONEY_TYPE
+
+    @property
+    def is_id(self) -> bool:
+        """Declared ``x-ingest-id``: an identifier (no control characters)."""
+        return bool(self.schema.get("x-ingest-id"))
+
+
+@dataclass(frozen=True)
+class SourceContract:
+    """One source topic's declaration, as loaded.
+
+    :param path: the file it was read from.
+    :param schema: the document, as written (a JSON Schema of the whole event).
+    :param fields: payload fields in declaration order (envelope excluded).
+    :param items: the fields of each element of an array-of-objects field, by field name.
+    """
+
+    path: Path
+    topic: str
+    key_field: str
+    event_types: tuple[str, ...]
+    silver_table: str
+    required: tuple[str, ...]
+    fields: tuple[Field, ...]
+    items: dict[str, tuple[Field, ...]]
+    schema: dict[str, Any]
+
+    def field(self, name: str) -> Field:
+        """:raises KeyError: no such payload field."""
+        for field in self.fields:
+            if field.name == name:
+                return field
+        raise KeyError(f"{self.topic} declares no field {name!r}")
+
+
+@dataclass(frozen=True)
+class Contracts:
+    """Everything in ``include/contracts/``: the envelope and the sources by topic."""
+
+    envelope: dict[str, Any]
+    envelope_fields: tuple[Field, ...]
+    sources: dict[str, SourceContract]
+
+
+def _read(path: Path) -> dict[str, Any]:
+    try:
+        document = yaml.safe_load(path.read_text(encoding="utf-8"))
+    except (OSError, yaml.YAMLError) as error:
+        raise ContractError(f"{path}: cannot be read as YAML: {error}") from None
+    if not isinstance(document, dict):
+        raise ContractError(f"{path}: a contract is a mapping (a JSON Schema object)")
+    from jsonschema import Draft202012Validator
+    from jsonschema.exceptions import SchemaError
+
+    try:
+        Draft202012Validator.check_schema(document)
+    except SchemaError as error:
+        where = "/".join(str(p) for p in error.absolute_path) or "(top)"
+        raise ContractError(
+            f"{path}: not a valid JSON Schema at {where}: {error.message}"
+        ) from None
+    return document
+
+
+def _resolve(schema: dict[str, Any], envelope: dict[str, Any], where: str) -> dict[str, Any]:
+    """Follow a ``$ref`` into the envelope file's ``$defs`` (the only references allowed)."""
+    ref = schema.get("$ref")
+    if ref is None:
+        return schema
+    prefix = f"{ENVELOPE_FILE}#/$defs/"
+    name = ref.removeprefix(prefix)
+    if not ref.startswith(prefix) or name not in envelope.get("$defs", {}):
+        known = sorted(envelope.get("$defs", {}))
+        raise ContractError(f"{where}: $ref {ref!r} is not {prefix}<one of {known}>")
+    return {**envelope["$defs"][name], **{k: v for k, v in schema.items() if k != "$ref"}}
+
+
+def _field(name: str, schema: dict[str, Any], envelope: dict[str, Any], where: str) -> Field:
+    """Map one property's JSON Schema to a :class:`Field`.
+
+    :raises ContractError: a type the platform does not map (see :data:`SPARK_TYPES`).
+    """
+    schema = _resolve(schema, envelope, f"{where}.{name}")
+    if "x-ingest-quarantine" in schema and "enum" not in schema:
+        raise ContractError(f"{where}.{name}: x-ingest-quarantine needs an enum to check")
+    if schema.get("x-ingest-case", "upper") != "upper":
+        raise ContractError(f"{where}.{name}: x-ingest-case may only be 'upper'")
+    declared = schema.get("type")
+    types = [declared] if isinstance(declared, str) else list(declared or [])
+    nullable = "null" in types
+    kinds = [t for t in types if t != "null"]
+    if len(kinds) != 1:
+        raise ContractError(
+            f'{where}.{name}: declare one type (and optionally "null"), found {declared!r}'
+        )
+    kind = kinds[0]
+    if kind == "number":
+        if schema.get("multipleOf") != 0.01:
+            raise ContractError(
+                f"{where}.{name}: a number must be money (multipleOf: 0.01, stored "
+                f"{MONEY_TYPE}); the platform stores no floating-point values"
+            )
+        return Field(name, MONEY_TYPE, nullable, schema)
+    if kind == "array":
+        element = _resolve(schema.get("items") or {}, envelope, f"{where}.{name}[]")
+        if element.get("type") != "object":
+            raise ContractError(f"{where}.{name}: an array's items must be objects")
+        fields = _fields(element, envelope, f"{where}.{name}[]")
+        struct = ", ".join(f"{f.name}: {f.spark_type}" for f in fields)
+        return Field(name, f"array<struct<{struct}>>", nullable, schema)
+    if kind not in SPARK_TYPES:
+        raise ContractError(
+            f"{where}.{name}: unknown type {kind!r}; the platform maps "
+            f"{sorted([*SPARK_TYPES, 'number (money)', 'array (of objects)'])}"
+        )
+    return Field(name, SPARK_TYPES[kind], nullable, schema)
+
+
+def _fields(schema: dict[str, Any], envelope: dict[str, Any], where: str) -> tuple[Field, ...]:
+    properties = schema.get("properties") or {}
+    fields = tuple(_field(n, s, envelope, where) for n, s in properties.items())
+    for name in schema.get("required", []):
+        if name not in properties:
+            raise ContractError(f"{where}: required field {name!r} is not a declared property")
+    return fields
+
+
+def _source(path: Path, envelope: dict[str, Any]) -> SourceContract:
+    document = _read(path)
+    where = path.name
+    source = document.get("x-ingest-source")
+    if not isinstance(source, dict):
+        raise ContractError(f"{where}: no x-ingest-source block (topic, key, event_types, ...)")
+    missing = [k for k in SOURCE_KEYS[:4] if k not in source]
+    if missing:
+        raise ContractError(f"{where}: x-ingest-source lacks {', '.join(missing)}")
+    unknown = sorted(set(source) - set(SOURCE_KEYS))
+    if unknown:
+        raise ContractError(f"{where}: x-ingest-source has unknown {unknown}; known: {SOURCE_KEYS}")
+    if document.get("allOf") != [{"$ref": ENVELOPE_FILE}]:
+        raise ContractError(
+            f"{where}: must extend the envelope: allOf: [{{$ref: {ENVELOPE_FILE}}}]"
+        )
+    fields = _fields(document, envelope, where)
+    names = [f.name for f in fields]
+    clash = sorted(set(names) & set(envelope.get("properties", {})))
+    if clash:
+        raise ContractError(f"{where}: {clash} are envelope fields; a payload may not redeclare")
+    for role in ("key", "customer_column"):
+        if role in source and source[role] not in names:
+            raise ContractError(
+                f"{where}: {role} {source[role]!r} is not a field (fields: {names})"
+            )
+    items = {
+        f.name: _fields(_resolve(f.schema["items"], envelope, where), envelope, f"{where}.{f.name}")
+        for f in fields
+        if f.spark_type.startswith("array<")
+    }
+    return SourceContract(
+        path=path,
+        topic=str(source["topic"]),
+        key_field=str(source["key"]),
+        event_types=tuple(source["event_types"]),
+        silver_table=str(source["silver_table"]),
+        required=tuple(document.get("required", ())),
+        fields=fields,
+        items=items,
+        schema=document,
     )
+
+
+def load_contracts(folder: Path | None = None, table_order: Sequence[str] = ()) -> Contracts:
+    """Read and check every declaration in ``folder`` (default :data:`CONTRACTS_DIR`).
+
+    :param table_order: Silver table names; the sources come in the order of their tables
+        there (the catalog's order: what the jobs and pages list first), then by file name.
+    :returns: the envelope and the sources by topic.
+    :raises ContractError: a file is not valid YAML or JSON Schema, uses a type the
+        platform does not map, names a key or required field it does not declare, or two
+        files declare one topic or one event type; the message names the file and field.
+    """
+    folder = folder or CONTRACTS_DIR
+    envelope = _read(folder / ENVELOPE_FILE)
+    envelope_fields = _fields(envelope, envelope, ENVELOPE_FILE)
+    sources: dict[str, SourceContract] = {}
+    owner: dict[str, str] = {}
+    for path in sorted(folder.glob("*.yaml")):
+        if path.name == ENVELOPE_FILE:
+            continue
+        source = _source(path, envelope)
+        if source.topic in sources:
+            raise ContractError(
+                f"{path.name}: topic {source.topic!r} is already declared by "
+                f"{sources[source.topic].path.name}"
+            )
+        for event_type in source.event_types:
+            if event_type in owner:
+                first = owner[event_type]
+                raise ContractError(
+                    f"{path.name}: event type {event_type!r} is already declared by {first}"
+                )
+            owner[event_type] = path.name
+        sources[source.topic] = source
+    position = {table: i for i, table in enumerate(table_order)}
+    ordered = sorted(sources.values(), key=lambda s: position.get(s.silver_table, len(position)))
+    return Contracts(envelope, envelope_fields, {s.topic: s for s in ordered})
+
+
+@lru_cache(maxsize=1)
+def get_contracts() -> Contracts:
+    """:func:`load_contracts` of :data:`CONTRACTS_DIR` in the catalog's table order, once
+    per process."""
+    from ingest_core.catalog import get_catalog
+
+    return load_contracts(table_order=list(get_catalog().tables))
+
+
+def enum_of(topic: str, field: str) -> frozenset[str]:
+    """The values ``topic``'s ``field`` declares (``enum``).
+
+    :raises KeyError: no such topic or field, or the field declares no enum.
+    """
+    values = get_contracts().sources[topic].field(field).schema.get("enum")
+    if values is None:
+        raise KeyError(f"{topic}.{field} declares no enum")
+    return frozenset(str(v) for v in values)
+
+
+def _ddl(fields: tuple[Field, ...]) -> str:
+    return ", ".join(f"{f.name} {f.spark_type}" for f in fields)
+
+
+_LOADED = get_contracts()
+
+SCHEMA_VERSION: int = int(_LOADED.envelope["properties"]["schema_version"]["const"])
+ENVELOPE_FIELDS: tuple[str, ...] = tuple(f.name for f in _LOADED.envelope_fields)
+#: Spark DDL of the envelope; ``event_time`` stays a string here (Silver parses it to UTC).
+ENVELOPE_DDL: str = _ddl(_LOADED.envelope_fields)
+CONTRACTS: dict[str, EventContract] = {
+    event_type: EventContract(
+        event_type=event_type,
+        topic=source.topic,
+        key_field=source.key_field,
+        required=source.required,
+        money_fields=tuple(f.name for f in source.fields if f.is_money),
+        silver_table=source.silver_table,
+    )
+    for source in _LOADED.sources.values()
+    for event_type in source.event_types
 }
 EVENT_TYPES = frozenset(CONTRACTS)
-TOPICS: tuple[str, ...] = tuple(dict.fromkeys(c.topic for c in CONTRACTS.values()))
-
-#: Spark DDL of each payload (envelope fields excluded), by topic. Money is parsed as
-#: decimal(18,2); timestamps arrive as strings and are converted to UTC by the Silver job.
-PAYLOAD_DDL: dict[str, str] = {
-    "orders": (
-        "order_id string, customer_id string, status string, "
-        "items array<struct<product_id: string, seller_id: string, quantity: int, "
-        "price: decimal(18,2), freight: decimal(18,2)>>, "
-        "total decimal(18,2), currency string"
-    ),
-    "payments": (
-        "payment_id string, order_id string, customer_id string, method string, "
-        "installments int, amount decimal(18,2), currency string, status string"
-    ),
-    "refunds": (
-        "refund_id string, order_id string, customer_id string, amount decimal(18,2), "
-        "currency string, reason string"
-    ),
-    "customer_activity": (
-        "customer_id string, activity string, session_id string, url string, product_id string"
-    ),
-}
-ENVELOPE_DDL = "event_id string, event_type string, event_time string, schema_version int"
-
-#: Identifier fields by topic (envelope and payload): strings that may not contain control
-#: characters (Unicode category Cc: U+0000-U+001F, U+007F-U+009F). JSON can carry them
-#: escaped (``"c\u0000"`` is valid JSON), and an id with a NUL in it joins with nothing and
-#: prints as something else; Silver quarantines such a record as ``control_character``.
+TOPICS: tuple[str, ...] = tuple(_LOADED.sources)
+#: Spark DDL of each payload (envelope fields excluded), by topic.
+PAYLOAD_DDL: dict[str, str] = {t: _ddl(s.fields) for t, s in _LOADED.sources.items()}
+#: Identifier fields by topic (envelope and payload; ``x-ingest-id``): strings that may not
+#: contain control characters (Unicode category Cc: U+0000-U+001F, U+007F-U+009F). JSON can
+#: carry them escaped (``"c\u0000"`` is valid JSON), and an id with a NUL in it joins with
+#: nothing and prints as something else; Silver quarantines such a record as
+#: ``control_character``.
 ID_FIELDS: dict[str, tuple[str, ...]] = {
-    "orders": ("event_id", "order_id", "customer_id"),
-    "payments": ("event_id", "payment_id", "order_id", "customer_id"),
-    "refunds": ("event_id", "refund_id", "order_id", "customer_id"),
-    "customer_activity": ("event_id", "customer_id", "session_id", "product_id"),
+    topic: tuple(f.name for f in (*_LOADED.envelope_fields, *source.fields) if f.is_id)
+    for topic, source in _LOADED.sources.items()
 }
 #: Identifier fields of each element of an order's ``items`` (same rule as :data:`ID_FIELDS`).
-ITEM_ID_FIELDS = ("product_id", "seller_id")
+ITEM_ID_FIELDS: tuple[str, ...] = tuple(
+    f.name for f in _LOADED.sources["orders"].items.get("items", ()) if f.is_id
+)
+CURRENCIES = frozenset(str(v) for v in _LOADED.envelope["$defs"]["currency"]["enum"])
+PAYMENT_METHODS = enum_of("payments", "method")
+PAYMENT_STATUSES = enum_of("payments", "status")
+ACTIVITIES = enum_of("customer_activity", "activity")
 
 
 def contract_for(event_type: str) -> EventContract:

@@ -15,7 +15,14 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 
 from ingest_core.catalog import get_catalog
-from ingest_core.contracts import ACTIVITIES, CURRENCIES, PAYMENT_METHODS, PAYMENT_STATUSES
+from ingest_core.contracts import (
+    CURRENCIES,
+    MONEY_TYPE,
+    PAYMENT_METHODS,
+    Field,
+    SourceContract,
+    get_contracts,
+)
 from ingest_core.settings import QualitySettings
 
 #: Column of each increment row telling whether its key was already in the table before the
@@ -80,61 +87,49 @@ PANDAS_TYPES = {
 #: GX execution engines a suite is built for.
 ENGINES = ("spark", "pandas")
 
-_ENVELOPE = {"event_id": "StringType", "event_type": "StringType", "event_time": "TimestampType"}
 _WINDOW = {"window_start": "TimestampType", "window_end": "TimestampType"}
 
+#: GX's Spark type name of each contract field type (``ingest_core.contracts.Field``).
+_GX_TYPES = {"string": "StringType", "int": "IntegerType", MONEY_TYPE: "DecimalType"}
+
+
+def contract_rules(source: SourceContract, envelope: tuple[Field, ...]) -> TableRules:
+    """A Silver table's rules, derived from its source's declaration (``include/contracts``):
+    the envelope and every required field with its type, required fields not null, money in
+    range, every declared ``enum`` as a set, the event-time field's freshness, ``event_id``
+    new to the table, and ``x-ingest-source.customer_column``'s null share capped.
+
+    :param envelope: the envelope's fields (:attr:`ingest_core.contracts.Contracts.
+        envelope_fields`).
+    """
+    by_name = {f.name: f for f in source.fields}
+    time_column = next(f.name for f in envelope if f.schema.get("x-ingest-event-time"))
+    columns = {
+        f.name: "TimestampType" if f.name == time_column else _GX_TYPES[f.spark_type]
+        for f in envelope
+        if f.name != "schema_version"  # Silver does not keep it
+    }
+    columns |= {name: _GX_TYPES[by_name[name].spark_type] for name in source.required}
+    return TableRules(
+        source.silver_table,
+        columns,
+        not_null=source.required,
+        unique_in_table=True,
+        amounts=tuple(f.name for f in source.fields if f.is_money),
+        sets={
+            f.name: frozenset(str(v) for v in f.schema["enum"])
+            for f in source.fields
+            if "enum" in f.schema
+        },
+        customer_column=source.schema["x-ingest-source"].get("customer_column"),
+        time_column=time_column,
+    )
+
+
 LAYER_RULES: dict[str, tuple[TableRules, ...]] = {
-    "silver": (
-        TableRules(
-            "silver_orders",
-            _ENVELOPE
-            | {
-                "order_id": "StringType",
-                "status": "StringType",
-                "total": "DecimalType",
-                "currency": "StringType",
-            },
-            unique_in_table=True,
-            amounts=("total",),
-            sets={"currency": CURRENCIES},
-            customer_column="customer_id",
-            time_column="event_time",
-        ),
-        TableRules(
-            "silver_payments",
-            _ENVELOPE
-            | {
-                "payment_id": "StringType",
-                "order_id": "StringType",
-                "method": "StringType",
-                "amount": "DecimalType",
-                "currency": "StringType",
-                "status": "StringType",
-            },
-            unique_in_table=True,
-            amounts=("amount",),
-            sets={"currency": CURRENCIES, "method": PAYMENT_METHODS, "status": PAYMENT_STATUSES},
-            customer_column="customer_id",
-            time_column="event_time",
-        ),
-        TableRules(
-            "silver_refunds",
-            _ENVELOPE
-            | {"refund_id": "StringType", "amount": "DecimalType", "currency": "StringType"},
-            unique_in_table=True,
-            amounts=("amount",),
-            sets={"currency": CURRENCIES},
-            time_column="event_time",
-        ),
-        TableRules(
-            "silver_customer_activity",
-            _ENVELOPE | {"customer_id": "StringType", "activity": "StringType"},
-            # Keyed on event_id like every Silver table; customer_id is required (contract).
-            not_null=("customer_id",),
-            unique_in_table=True,
-            sets={"activity": ACTIVITIES},
-            time_column="event_time",
-        ),
+    "silver": tuple(
+        contract_rules(source, get_contracts().envelope_fields)
+        for source in get_contracts().sources.values()
     ),
     "gold": (
         *(

@@ -48,14 +48,13 @@ from pyspark.sql.types import StructType
 
 from ingest_core.contracts import (
     CONTRACTS,
-    CURRENCIES,
     ENVELOPE_DDL,
     ENVELOPE_FIELDS,
     ID_FIELDS,
     ITEM_ID_FIELDS,
     PAYLOAD_DDL,
-    PAYMENT_STATUSES,
     SCHEMA_VERSION,
+    get_contracts,
 )
 
 if TYPE_CHECKING:
@@ -271,7 +270,6 @@ def _topic_plan(
     contracts = [c for c in CONTRACTS.values() if c.topic == topic]
     event_types = sorted(c.event_type for c in contracts)
     required_payload = sorted({f for c in contracts for f in c.required})
-    money_fields = sorted({f for c in contracts for f in c.money_fields})
     known = [f.name for f in schema.fields]
 
     text = F.col("_text")
@@ -397,15 +395,18 @@ def _topic_plan(
         ("event_time before 1970", event_time < F.lit(EARLIEST_EVENT_TIME)),
     ]
     fields = {**typed, "event_time": event_time}
-    if "currency" in typed:
-        fields["currency"] = F.upper(typed["currency"])
-        invalid.append(("unknown currency", ~fields["currency"].isin(*sorted(CURRENCIES))))
-    for money in money_fields:
-        exact = F.try_variant_get(v, f"$.{money}", "decimal(38,18)")
-        invalid.append((f"negative {money}", typed[money] < 0))
-        invalid.append((f"{money} has more than 2 decimals", exact != typed[money]))
-    if "status" in typed and topic == "payments":
-        invalid.append(("unknown payment status", ~typed["status"].isin(*PAYMENT_STATUSES)))
+    for declared in get_contracts().sources[topic].fields:  # include/contracts/<topic>.yaml
+        name = declared.name
+        if declared.schema.get("x-ingest-case") == "upper":
+            fields[name] = F.upper(typed[name])
+        label = declared.schema.get("x-ingest-quarantine")
+        if label and "enum" in declared.schema:
+            detail = label if isinstance(label, str) else f"unknown {name}"
+            invalid.append((detail, ~fields[name].isin(*sorted(declared.schema["enum"]))))
+        if declared.is_money:
+            exact = F.try_variant_get(v, f"$.{name}", "decimal(38,18)")
+            invalid.append((f"negative {name}", typed[name] < 0))
+            invalid.append((f"{name} has more than 2 decimals", exact != typed[name]))
     if "items" in typed:
         item_mismatch, item_invalid = _item_checks(v)
         payload_mismatch = [

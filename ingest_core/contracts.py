@@ -308,6 +308,33 @@ def load_contracts(folder: Path | None = None, table_order: Sequence[str] = ()) 
     return Contracts(envelope, envelope_fields, {s.topic: s for s in ordered})
 
 
+def contract_problems(folder: Path | None = None) -> list[str]:
+    """Every problem :func:`load_contracts` would refuse, one line each (the first of each
+    file, then the clashes between files), for ``ingestctl catalog check``.
+
+    :returns: ``[]`` when the folder loads.
+    """
+    folder = folder or CONTRACTS_DIR
+    try:
+        envelope = _read(folder / ENVELOPE_FILE)
+        _fields(envelope, envelope, ENVELOPE_FILE)
+    except ContractError as error:
+        return [str(error)]
+    problems = []
+    for path in sorted(folder.glob("*.yaml")):
+        if path.name != ENVELOPE_FILE:
+            try:
+                _source(path, envelope)
+            except ContractError as error:
+                problems.append(str(error))
+    if not problems:
+        try:
+            load_contracts(folder)
+        except ContractError as error:
+            problems.append(str(error))
+    return problems
+
+
 @lru_cache(maxsize=1)
 def get_contracts() -> Contracts:
     """:func:`load_contracts` of :data:`CONTRACTS_DIR` in the catalog's table order, once
@@ -332,45 +359,79 @@ def _ddl(fields: tuple[Field, ...]) -> str:
     return ", ".join(f"{f.name} {f.spark_type}" for f in fields)
 
 
-_LOADED = get_contracts()
-
-SCHEMA_VERSION: int = int(_LOADED.envelope["properties"]["schema_version"]["const"])
-ENVELOPE_FIELDS: tuple[str, ...] = tuple(f.name for f in _LOADED.envelope_fields)
+# What the rest of the platform imports, derived from the declarations on first use
+# (PEP 562 ``__getattr__``): importing this module reads no file, so a broken declaration
+# is reported by ``ingestctl catalog check`` instead of failing every import.
+SCHEMA_VERSION: int
+ENVELOPE_FIELDS: tuple[str, ...]
 #: Spark DDL of the envelope; ``event_time`` stays a string here (Silver parses it to UTC).
-ENVELOPE_DDL: str = _ddl(_LOADED.envelope_fields)
-CONTRACTS: dict[str, EventContract] = {
-    event_type: EventContract(
-        event_type=event_type,
-        topic=source.topic,
-        key_field=source.key_field,
-        required=source.required,
-        money_fields=tuple(f.name for f in source.fields if f.is_money),
-        silver_table=source.silver_table,
-    )
-    for source in _LOADED.sources.values()
-    for event_type in source.event_types
-}
-EVENT_TYPES = frozenset(CONTRACTS)
-TOPICS: tuple[str, ...] = tuple(_LOADED.sources)
+ENVELOPE_DDL: str
+CONTRACTS: dict[str, EventContract]
+EVENT_TYPES: frozenset[str]
+TOPICS: tuple[str, ...]
 #: Spark DDL of each payload (envelope fields excluded), by topic.
-PAYLOAD_DDL: dict[str, str] = {t: _ddl(s.fields) for t, s in _LOADED.sources.items()}
+PAYLOAD_DDL: dict[str, str]
 #: Identifier fields by topic (envelope and payload; ``x-ingest-id``): strings that may not
 #: contain control characters (Unicode category Cc: U+0000-U+001F, U+007F-U+009F). JSON can
 #: carry them escaped (``"c\u0000"`` is valid JSON), and an id with a NUL in it joins with
 #: nothing and prints as something else; Silver quarantines such a record as
 #: ``control_character``.
-ID_FIELDS: dict[str, tuple[str, ...]] = {
-    topic: tuple(f.name for f in (*_LOADED.envelope_fields, *source.fields) if f.is_id)
-    for topic, source in _LOADED.sources.items()
-}
+ID_FIELDS: dict[str, tuple[str, ...]]
 #: Identifier fields of each element of an order's ``items`` (same rule as :data:`ID_FIELDS`).
-ITEM_ID_FIELDS: tuple[str, ...] = tuple(
-    f.name for f in _LOADED.sources["orders"].items.get("items", ()) if f.is_id
-)
-CURRENCIES = frozenset(str(v) for v in _LOADED.envelope["$defs"]["currency"]["enum"])
-PAYMENT_METHODS = enum_of("payments", "method")
-PAYMENT_STATUSES = enum_of("payments", "status")
-ACTIVITIES = enum_of("customer_activity", "activity")
+ITEM_ID_FIELDS: tuple[str, ...]
+CURRENCIES: frozenset[str]
+PAYMENT_METHODS: frozenset[str]
+PAYMENT_STATUSES: frozenset[str]
+ACTIVITIES: frozenset[str]
+
+
+@lru_cache(maxsize=1)
+def _derived() -> dict[str, Any]:
+    loaded = get_contracts()
+    contracts = {
+        event_type: EventContract(
+            event_type=event_type,
+            topic=source.topic,
+            key_field=source.key_field,
+            required=source.required,
+            money_fields=tuple(f.name for f in source.fields if f.is_money),
+            silver_table=source.silver_table,
+        )
+        for source in loaded.sources.values()
+        for event_type in source.event_types
+    }
+    orders = loaded.sources.get("orders")
+    return {
+        "SCHEMA_VERSION": int(loaded.envelope["properties"]["schema_version"]["const"]),
+        "ENVELOPE_FIELDS": tuple(f.name for f in loaded.envelope_fields),
+        "ENVELOPE_DDL": _ddl(loaded.envelope_fields),
+        "CONTRACTS": contracts,
+        "EVENT_TYPES": frozenset(contracts),
+        "TOPICS": tuple(loaded.sources),
+        "PAYLOAD_DDL": {t: _ddl(s.fields) for t, s in loaded.sources.items()},
+        "ID_FIELDS": {
+            topic: tuple(f.name for f in (*loaded.envelope_fields, *source.fields) if f.is_id)
+            for topic, source in loaded.sources.items()
+        },
+        "ITEM_ID_FIELDS": tuple(
+            f.name for f in (orders.items.get("items", ()) if orders else ()) if f.is_id
+        ),
+        "CURRENCIES": frozenset(str(v) for v in loaded.envelope["$defs"]["currency"]["enum"]),
+        "PAYMENT_METHODS": enum_of("payments", "method"),
+        "PAYMENT_STATUSES": enum_of("payments", "status"),
+        "ACTIVITIES": enum_of("customer_activity", "activity"),
+    }
+
+
+def __getattr__(name: str) -> Any:
+    """The derived constants above, computed once on first use.
+
+    :raises ContractError: a declaration is broken (``ingestctl catalog check`` lists all).
+    """
+    derived = _derived()
+    if name in derived:
+        return derived[name]
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
 
 
 def contract_for(event_type: str) -> EventContract:
@@ -378,7 +439,8 @@ def contract_for(event_type: str) -> EventContract:
 
     :raises KeyError: unknown event type; the message lists the known ones.
     """
+    contracts: dict[str, EventContract] = _derived()["CONTRACTS"]
     try:
-        return CONTRACTS[event_type]
+        return contracts[event_type]
     except KeyError:
-        raise KeyError(f"unknown event type {event_type!r}; known: {sorted(CONTRACTS)}") from None
+        raise KeyError(f"unknown event type {event_type!r}; known: {sorted(contracts)}") from None

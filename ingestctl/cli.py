@@ -858,6 +858,39 @@ def generate(
     _send("generator", events, options)
 
 
+catalog_app = typer.Typer(
+    help="Check the catalog (include/pipeline.yaml) and the event contracts.", no_args_is_help=True
+)
+app.add_typer(catalog_app, name="catalog")
+
+
+@catalog_app.command("check")
+def catalog_check(
+    include: Annotated[
+        Path | None,
+        typer.Option(
+            "--include",
+            exists=True,
+            file_okay=False,
+            help="The folder holding pipeline.yaml and contracts/ (default: the repository's).",
+        ),
+    ] = None,
+) -> None:
+    """Check pipeline.yaml and every contract in contracts/ before anything runs: one line
+    per problem, naming the file and the key or field; exit 1 when there is any."""
+    from ingest_core.catalog_check import check
+    from ingest_core.settings import INCLUDE_DIR
+
+    folder = include or INCLUDE_DIR
+    problems = check(folder)
+    for problem in problems:
+        typer.echo(problem, err=True)
+    if problems:
+        raise typer.Exit(1)
+    sources = len([p for p in (folder / "contracts").glob("*.yaml") if p.name != "envelope.yaml"])
+    typer.echo(f"{folder}: pipeline.yaml and {sources} event contracts: no problem found")
+
+
 checkpoints_app = typer.Typer(
     help="Back up, restore, check and repair streaming checkpoints.", no_args_is_help=True
 )

@@ -98,3 +98,18 @@ def unresolved_failures(layer: str, settings: PlatformSettings | None = None) ->
         if cleared is None or row["validated_at"] > cleared["validated_at"]:
             keep.append(index)
     return failed.loc[keep].sort_values("validated_at")
+
+
+def failed_in_run(layer: str, run_id: str, settings: PlatformSettings | None = None) -> bool:
+    """Whether a gate of ``layer`` recorded a failed expectation in the DAG run ``run_id``:
+    the gate ran to its verdict and the data failed (a data problem, not to be retried),
+    as opposed to a gate that died before its verdict (killed, its driver lost: retried)."""
+    results = gate_results(settings)
+    if results.empty:
+        return False
+    failed = results[
+        (results["layer"] == layer)
+        & (results["run_id"] == run_id)
+        & (results["status"] == "failed")
+    ]
+    return not failed.empty

@@ -358,12 +358,17 @@ class LayerGateOperator(SparkJobOperator):
         """Nothing pending: pass. A small increment: validate it here without Spark. Else
         run the gate job with spark-submit.
 
-        :raises airflow.sdk.exceptions.AirflowException: an expectation failed (the log
-            names each one and the remedy), or the gate job failed.
+        :raises airflow.sdk.exceptions.AirflowFailException: an expectation failed (the log
+            names each one and the remedy): a data problem, failed without a retry.
+        :raises airflow.sdk.exceptions.AirflowException: the gate died before its verdict
+            (its process or driver killed, the metadata database away): retried like any
+            task (``retries``). Soak run 7: a scheduler killed twice within two minutes
+            took two attempts of a gate with it, and with ``retries=0`` on every gate the
+            run failed although its data was fine.
         """
-        from airflow.sdk.exceptions import AirflowException
+        from airflow.sdk.exceptions import AirflowException, AirflowFailException
 
-        from ingest_core.quality.state import pending
+        from ingest_core.quality.state import failed_in_run, pending
         from spark_jobs.quality import gate
 
         increments = pending(self.layer)
@@ -388,10 +393,15 @@ class LayerGateOperator(SparkJobOperator):
                 self.layer,
                 settings.quality.pandas_max_rows,
             )
-            return super().execute(context)
+            try:
+                return super().execute(context)
+            except AirflowException:
+                if failed_in_run(self.layer, str(context["run_id"]), settings):
+                    raise AirflowFailException(gate.failure_message(self.layer)) from None
+                raise
         self.log.info("%s", gate.report(self.layer, outcomes, settings))
         if any(o.status == "failed" for o in outcomes):
-            raise AirflowException(gate.failure_message(self.layer))
+            raise AirflowFailException(gate.failure_message(self.layer))
         return None
 
 

@@ -396,17 +396,17 @@ def _topic_plan(
     ]
     fields = {**typed, "event_time": event_time}
     for declared in get_contracts().sources[topic].fields:  # include/contracts/<topic>.yaml
-        name = declared.name
+        field_name = declared.name
         if declared.schema.get("x-ingest-case") == "upper":
-            fields[name] = F.upper(typed[name])
+            fields[field_name] = F.upper(typed[field_name])
         label = declared.schema.get("x-ingest-quarantine")
         if label and "enum" in declared.schema:
-            detail = label if isinstance(label, str) else f"unknown {name}"
-            invalid.append((detail, ~fields[name].isin(*sorted(declared.schema["enum"]))))
+            why = label if isinstance(label, str) else f"unknown {field_name}"
+            invalid.append((why, ~fields[field_name].isin(*sorted(declared.schema["enum"]))))
         if declared.is_money:
-            exact = F.try_variant_get(v, f"$.{name}", "decimal(38,18)")
-            invalid.append((f"negative {name}", typed[name] < 0))
-            invalid.append((f"{name} has more than 2 decimals", exact != typed[name]))
+            exact = F.try_variant_get(v, f"$.{field_name}", "decimal(38,18)")
+            invalid.append((f"negative {field_name}", typed[field_name] < 0))
+            invalid.append((f"{field_name} has more than 2 decimals", exact != typed[field_name]))
     if "items" in typed:
         item_mismatch, item_invalid = _item_checks(v)
         payload_mismatch = [

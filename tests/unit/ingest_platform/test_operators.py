@@ -81,7 +81,7 @@ def _gate(monkeypatch: pytest.MonkeyPatch) -> tuple[object, list[str]]:
 def test_a_small_increment_is_validated_in_the_task_without_spark(
     home: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    from airflow.sdk.exceptions import AirflowException
+    from airflow.sdk.exceptions import AirflowFailException
 
     from ingest_core.quality import state
 
@@ -93,10 +93,11 @@ def test_a_small_increment_is_validated_in_the_task_without_spark(
         ("r1", "passed", 3)
     ]
     assert state.pending("silver") == []
-    # A bad increment fails the task with the remedy; the mark stays, so it fails again.
+    # A bad increment fails the task with the remedy, without a retry (a data problem); the
+    # mark stays, so it fails again.
     _append(_payments(["d", "e"], amount="9000000.00"))
     for run_id in ("r2", "r3"):
-        with pytest.raises(AirflowException, match=r"gate silver FAILED.*quarantine\|accept"):
+        with pytest.raises(AirflowFailException, match=r"gate silver FAILED.*quarantine\|accept"):
             operator.execute({"run_id": run_id})
     failed = state.unresolved_failures("silver")
     assert list(failed.run_id) == ["r2", "r3"]
@@ -119,6 +120,35 @@ def test_an_increment_above_the_row_limit_goes_to_spark_submit(
     assert submitted == ["x"]
     assert state.gate_results().empty  # nothing recorded by the in-task path
     assert operator.job_args[-2:] == ["--engine", "spark"]
+
+
+def test_a_spark_gate_that_died_is_retried_one_that_failed_on_data_is_not(
+    home: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Soak run 7: the gates had ``retries=0`` ("a failed gate is a data problem"), so a gate
+    killed with its scheduler failed the run. Now only a recorded failed expectation fails
+    without a retry (AirflowFailException); a gate job that died before its verdict raises a
+    plain AirflowException, which Airflow retries."""
+    from airflow.sdk.exceptions import AirflowException, AirflowFailException
+
+    from ingest_platform.operators import LayerGateOperator, SparkJobOperator
+
+    operator = LayerGateOperator(task_id="gate_silver", layer="silver")
+    _append(_payments(["a", "b"], amount="9000000.00"))
+    with pytest.raises(AirflowFailException):  # in the task: the verdict recorded for r1
+        operator.execute({"run_id": "r1"})
+    monkeypatch.setenv("INGEST_QUALITY__PANDAS_MAX_ROWS", "1")  # now spark-submit's turn
+    get_settings.cache_clear()
+
+    def died(self: object, context: object) -> None:
+        raise AirflowException("Cannot execute: spark-submit ... Error code is: -9.")
+
+    monkeypatch.setattr(SparkJobOperator, "execute", died)
+    with pytest.raises(AirflowException) as killed:
+        operator.execute({"run_id": "r2"})
+    assert not isinstance(killed.value, AirflowFailException)
+    with pytest.raises(AirflowFailException, match="gate silver FAILED"):
+        operator.execute({"run_id": "r1"})  # the Spark gate recorded its failed verdict
 
 
 def test_the_options_passed_on_to_spark_submit_are_the_providers_hook_arguments() -> None:

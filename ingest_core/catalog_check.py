@@ -1,0 +1,97 @@
+"""``ingestctl catalog check``: the catalog (``include/pipeline.yaml``) and every event
+contract (``include/contracts/``) checked before anything runs, one line per problem
+saying what is wrong and where."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import yaml
+from pydantic import ValidationError
+
+from ingest_core.catalog import Catalog
+from ingest_core.contracts import ContractError, contract_problems, load_contracts
+from ingest_core.settings import INCLUDE_DIR
+
+
+def _catalog(path: Path) -> tuple[Catalog | None, list[str]]:
+    try:
+        return Catalog.model_validate(yaml.safe_load(path.read_text(encoding="utf-8"))), []
+    except (OSError, yaml.YAMLError) as error:
+        return None, [f"{path.name}: cannot be read as YAML: {error}"]
+    except ValidationError as error:
+        return None, [
+            f"{path.name}: {'.'.join(str(p) for p in e['loc']) or '(top)'}: "
+            f"{e['msg'].removeprefix('Value error, ')}"
+            for e in error.errors()
+        ]
+
+
+def _cross_problems(catalog: Catalog, include: Path) -> list[str]:
+    """Contracts against the catalog: each source lands in a declared Silver table whose
+    schema is the contract's, each such table has a source, and the Bronze jobs read every
+    source's topic and no topic without a contract."""
+    try:
+        sources = load_contracts(include / "contracts").sources
+    except ContractError as error:  # pragma: no cover - contract_problems found it first
+        return [str(error)]
+    problems = []
+    landing = {s.silver_table: s for s in sources.values()}
+    for source in sources.values():
+        where = f"contracts/{source.path.name}"
+        table = catalog.tables.get(source.silver_table)
+        if table is None:
+            problems.append(
+                f"{where}: silver_table {source.silver_table!r} is not declared in "
+                "pipeline.yaml's tables"
+            )
+        elif table.layer != "silver" or table.schema_from != "contract":
+            problems.append(
+                f"{where}: silver_table {source.silver_table!r} must be declared with "
+                f"layer: silver and schema_from: contract (it has layer: {table.layer}, "
+                f"schema_from: {table.schema_from})"
+            )
+    for table in catalog.tables.values():
+        if table.schema_from == "contract" and table.name not in landing:
+            problems.append(
+                f"pipeline.yaml: tables.{table.name}: schema_from contract, but no file in "
+                "contracts/ declares it as its silver_table"
+            )
+    for job in catalog.applications.values():
+        read = _kafka_topics(job)
+        if read is None or "bronze_events" not in job.outputs:
+            continue
+        section = "jobs" if job.name in catalog.jobs else "batch_jobs"
+        for topic in sorted(set(sources) - set(read)):
+            problems.append(
+                f"pipeline.yaml: {section}.{job.name}: does not read topic {topic!r}, which "
+                f"contracts/{sources[topic].path.name} declares: its events would never land"
+            )
+        for topic in sorted(set(read) - set(sources)):
+            problems.append(
+                f"pipeline.yaml: {section}.{job.name}: reads topic {topic!r}, which no "
+                "contract declares: Silver could not parse its events"
+            )
+    return problems
+
+
+def _kafka_topics(job: object) -> list[str] | None:
+    source = getattr(job, "source", None)
+    if source is not None and getattr(source, "kind", None) == "kafka":
+        return list(source.topics)
+    topics = getattr(job, "topics", None)
+    return list(topics) if topics else None
+
+
+def check(include: Path = INCLUDE_DIR) -> list[str]:
+    """Check ``include/pipeline.yaml`` and ``include/contracts/`` under ``include``.
+
+    :returns: one line per problem, naming the file and the key or field; ``[]`` when all
+        is well. Never raises for a bad declaration.
+    """
+    catalog, problems = _catalog(include / "pipeline.yaml")
+    found = contract_problems(include / "contracts")
+    problems += [f"contracts/{p}" for p in found]
+    if catalog is not None and not found:
+        problems += _cross_problems(catalog, include)
+    return problems

@@ -1,0 +1,115 @@
+"""``ingestctl catalog check``: the catalog and the contracts checked together, one line per
+problem; each refusal on a copy of ``include/`` changed in one place."""
+
+from __future__ import annotations
+
+import shutil
+from pathlib import Path
+from typing import Any
+
+import pytest
+import yaml
+from typer.testing import CliRunner
+
+from ingest_core.catalog_check import check
+from ingest_core.settings import INCLUDE_DIR
+from ingestctl.cli import app
+
+pytestmark = pytest.mark.unit
+
+
+@pytest.fixture
+def include(tmp_path: Path) -> Path:
+    """A copy of the repository's ``pipeline.yaml`` and ``contracts/``."""
+    shutil.copy(INCLUDE_DIR / "pipeline.yaml", tmp_path / "pipeline.yaml")
+    shutil.copytree(INCLUDE_DIR / "contracts", tmp_path / "contracts")
+    return tmp_path
+
+
+def _edit(path: Path, change: Any) -> None:
+    document = yaml.safe_load(path.read_text())
+    change(document)
+    path.write_text(yaml.safe_dump(document, sort_keys=False))
+
+
+def test_the_repository_passes(include: Path) -> None:
+    assert check(include) == []
+    assert check() == []
+
+
+def test_a_contract_landing_in_an_undeclared_table(include: Path) -> None:
+    _edit(
+        include / "contracts" / "refunds.yaml",
+        lambda d: d["x-ingest-source"].update(silver_table="silver_returns"),
+    )
+    assert (
+        "contracts/refunds.yaml: silver_table 'silver_returns' is not declared in pipeline.yaml's"
+        " tables"
+    ) in check(include)
+    # and the table it left has no contract any more
+    assert any(
+        p.startswith("pipeline.yaml: tables.silver_refunds: schema_from contract")
+        for p in check(include)
+    )
+
+
+def test_a_contract_landing_in_a_table_of_another_layer(include: Path) -> None:
+    _edit(
+        include / "contracts" / "refunds.yaml",
+        lambda d: d["x-ingest-source"].update(silver_table="bronze_events"),
+    )
+    assert any(
+        p.startswith("contracts/refunds.yaml: silver_table 'bronze_events' must be declared")
+        for p in check(include)
+    )
+
+
+def test_a_topic_bronze_does_not_read_and_one_without_contract(include: Path) -> None:
+    _edit(
+        include / "pipeline.yaml",
+        lambda d: d["jobs"]["bronze_ingest"]["source"].update(
+            topics=["orders", "payments", "customer_activity", "returns"]
+        ),
+    )
+    problems = check(include)
+    assert (
+        "pipeline.yaml: jobs.bronze_ingest: does not read topic 'refunds', which "
+        "contracts/refunds.yaml declares: its events would never land"
+    ) in problems
+    assert (
+        "pipeline.yaml: jobs.bronze_ingest: reads topic 'returns', which no contract declares: "
+        "Silver could not parse its events"
+    ) in problems
+
+
+def test_every_broken_contract_is_listed_not_only_the_first(include: Path) -> None:
+    _edit(include / "contracts" / "orders.yaml", lambda d: d.update(required=["order_no"]))
+    _edit(
+        include / "contracts" / "payments.yaml",
+        lambda d: d["properties"].update(fee={"type": "number"}),
+    )
+    problems = check(include)
+    assert "contracts/orders.yaml: required field 'order_no' is not a declared property" in problems
+    assert any(
+        p.startswith("contracts/payments.yaml.fee: a number must be money") for p in problems
+    )
+
+
+def test_a_malformed_catalog_names_the_key(include: Path) -> None:
+    _edit(
+        include / "pipeline.yaml", lambda d: d["tables"]["silver_orders"].update(layer="platinum")
+    )
+    problems = check(include)
+    assert problems
+    assert all(p.startswith("pipeline.yaml: tables.silver_orders.layer") for p in problems)
+
+
+def test_the_command_prints_one_line_per_problem_and_exits_1(include: Path) -> None:
+    runner = CliRunner()
+    ok = runner.invoke(app, ["catalog", "check", "--include", str(include)])
+    assert ok.exit_code == 0, ok.output
+    assert "4 event contracts: no problem found" in ok.output
+    _edit(include / "contracts" / "orders.yaml", lambda d: d.update(required=["order_no"]))
+    bad = runner.invoke(app, ["catalog", "check", "--include", str(include)])
+    assert bad.exit_code == 1
+    assert "contracts/orders.yaml: required field 'order_no'" in bad.output

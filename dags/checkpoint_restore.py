@@ -9,7 +9,9 @@ recorded in the audit log).
 Before touching anything it refuses, naming the problem, when the job is running (stop an
 always-on job first: `streaming_supervisor` with `action=stop`), the backup does not verify
 or lacks `metadata`, the query id differs from the live checkpoint's, the job's
-configuration changed since the backup, or Kafka lost the offsets. The live checkpoint is
+configuration changed since the backup, or Kafka lost the offsets: these fail the task
+without a retry. Kafka not answering is retried (3 times, 2 minutes apart: soak run 7's
+restore met a broker outage). The live checkpoint is
 moved aside, never deleted, and later intact batches are carried over so that no batch the
 sinks committed is re-planned (no duplicate, no loss). Then start the job again
 (`streaming_supervisor` with `action=start`, or the next scheduled run).
@@ -17,7 +19,7 @@ sinks committed is re-planned (no duplicate, no loss). Then start the job again
 
 from __future__ import annotations
 
-from datetime import UTC, datetime
+from datetime import UTC, datetime, timedelta
 
 from airflow.sdk import DAG, Param, task
 
@@ -31,7 +33,8 @@ with DAG(
     start_date=datetime(2026, 1, 1, tzinfo=UTC),
     catchup=False,
     max_active_runs=1,
-    default_args={"owner": "data-platform", "retries": 0},
+    # Retries only for a Kafka that does not answer; every other refusal fails at once.
+    default_args={"owner": "data-platform", "retries": 3, "retry_delay": timedelta(minutes=2)},
     tags=["checkpoints", "operations"],
     doc_md=__doc__,
     params={
@@ -51,14 +54,35 @@ with DAG(
     @task
     def restore_checkpoint(params: dict | None = None) -> str:
         """Restore the chosen backup (see the DAG's doc)."""
-        from ingest_core.recovery import restore
+        from airflow.sdk.exceptions import AirflowFailException
+
+        from ingest_core.checkpoint_health import (
+            ConfigurationChangedError,
+            DamagedCheckpointError,
+        )
+        from ingest_core.locks import CheckpointBusyError
+        from ingest_core.recovery import KafkaUnavailableError, RestoreRefusedError, restore
+
+        final = (
+            RestoreRefusedError,
+            CheckpointBusyError,
+            DamagedCheckpointError,
+            ConfigurationChangedError,
+            ValueError,
+            KeyError,
+        )
 
         params = params or {}
-        result = restore(
-            str(params["job"]),
-            str(params["backup_id"]),
-            accept_data_loss=bool(params.get("accept_data_loss")),
-        )
+        try:
+            result = restore(
+                str(params["job"]),
+                str(params["backup_id"]),
+                accept_data_loss=bool(params.get("accept_data_loss")),
+            )
+        except KafkaUnavailableError:
+            raise  # retried: Kafka may be back by then
+        except final as refused:
+            raise AirflowFailException(str(refused)) from None
         return (
             f"restored {result.job} from {result.backup_id}: resumes after "
             f"{result.resumes_after}; previous checkpoint at {result.moved_aside}"

@@ -64,6 +64,11 @@ class RestoreRefusedError(RuntimeError):
     problem and the way out."""
 
 
+class KafkaUnavailableError(RestoreRefusedError):
+    """Refused because Kafka did not answer: the same restore may succeed once it is back
+    (the ``checkpoint_restore`` DAG retries it; every other refusal is final)."""
+
+
 @dataclass(frozen=True)
 class RestoreResult:
     """What a restore did: the backup's batch per query, the batch each query resumes after
@@ -332,7 +337,7 @@ def _kafka_gaps(
         except KafkaError as error:
             # Nothing is touched yet: refusing is safe, and trying again once Kafka is back
             # is the remedy (soak run 4 met a raw KafkaTimeoutError here, broker stopped).
-            raise RestoreRefusedError(
+            raise KafkaUnavailableError(
                 f"Kafka at {settings.kafka.bootstrap_servers} does not answer ({error}): the "
                 f"restore checks that Kafka still holds the offsets backup resumes from; try "
                 "again once the broker is back"

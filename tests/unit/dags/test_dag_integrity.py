@@ -156,3 +156,37 @@ def test_the_supervisor_s_actions_are_retried(dagbag) -> None:
     dag = dagbag.dags["streaming_supervisor"]
     assert dag.tasks
     assert all(task.retries >= 1 for task in dag.tasks)
+
+
+@pytest.mark.parametrize(
+    ("refusal", "retried"),
+    [
+        ("kafka", True),  # Kafka away: the same restore may work once it is back
+        ("refused", False),  # a bad backup, a changed configuration...: final
+        ("busy", False),  # the job runs: an operator must stop it first
+    ],
+)
+def test_a_restore_is_retried_only_while_kafka_does_not_answer(
+    dagbag, monkeypatch: pytest.MonkeyPatch, refusal: str, retried: bool
+) -> None:
+    """Soak run 7: a restore met a broker outage and failed for good (no retries)."""
+    from airflow.sdk.exceptions import AirflowFailException
+
+    from ingest_core import recovery
+    from ingest_core.locks import CheckpointBusyError
+
+    errors = {
+        "kafka": recovery.KafkaUnavailableError("Kafka at x does not answer"),
+        "refused": recovery.RestoreRefusedError("backup does not verify"),
+        "busy": CheckpointBusyError("bronze_ingest runs"),
+    }
+
+    def refuse(*args: object, **kwargs: object) -> None:
+        raise errors[refusal]
+
+    monkeypatch.setattr(recovery, "restore", refuse)
+    task = dagbag.dags["checkpoint_restore"].get_task("restore_checkpoint")
+    assert task.retries >= 1
+    with pytest.raises(type(errors[refusal]) if retried else AirflowFailException) as raised:
+        task.python_callable(params={"job": "bronze_ingest", "backup_id": "20260101T000000Z"})
+    assert isinstance(raised.value, AirflowFailException) is not retried

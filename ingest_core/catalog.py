@@ -24,9 +24,11 @@ from ingest_core.settings import (
     TOPIC_PATTERN,
     JavaOptions,
     PlatformSettings,
+    catalog_dir,
     get_settings,
 )
 
+#: The repository's catalog (``INGEST_CATALOG_DIR`` may point elsewhere: :func:`get_catalog`).
 PIPELINE_YAML: Path = INCLUDE_DIR / "pipeline.yaml"
 _NAME = r"^[a-z][a-z0-9_]*$"
 
@@ -583,5 +585,6 @@ class Catalog(BaseModel):
 
 @lru_cache(maxsize=1)
 def get_catalog() -> Catalog:
-    """Load and validate ``include/pipeline.yaml`` once per process."""
-    return Catalog.model_validate(yaml.safe_load(PIPELINE_YAML.read_text()))
+    """Load and validate ``pipeline.yaml`` of :func:`ingest_core.settings.catalog_dir`
+    (``include/`` unless ``INGEST_CATALOG_DIR`` says otherwise) once per process."""
+    return Catalog.model_validate(yaml.safe_load((catalog_dir() / "pipeline.yaml").read_text()))

@@ -11,7 +11,7 @@ from pydantic import ValidationError
 
 from ingest_core.catalog import Catalog
 from ingest_core.contracts import ContractError, contract_problems, load_contracts
-from ingest_core.settings import INCLUDE_DIR
+from ingest_core.settings import catalog_dir
 
 
 def _catalog(path: Path) -> tuple[Catalog | None, list[str]]:
@@ -83,12 +83,14 @@ def _kafka_topics(job: object) -> list[str] | None:
     return list(topics) if topics else None
 
 
-def check(include: Path = INCLUDE_DIR) -> list[str]:
-    """Check ``include/pipeline.yaml`` and ``include/contracts/`` under ``include``.
+def check(include: Path | None = None) -> list[str]:
+    """Check ``pipeline.yaml`` and ``contracts/`` under ``include`` (default:
+    :func:`ingest_core.settings.catalog_dir`).
 
     :returns: one line per problem, naming the file and the key or field; ``[]`` when all
         is well. Never raises for a bad declaration.
     """
+    include = include or catalog_dir()
     catalog, problems = _catalog(include / "pipeline.yaml")
     found = contract_problems(include / "contracts")
     problems += [f"contracts/{p}" for p in found]

@@ -38,9 +38,10 @@ from typing import Any
 
 import yaml
 
-from ingest_core.settings import INCLUDE_DIR
+from ingest_core.settings import INCLUDE_DIR, catalog_dir
 
-#: The folder of the declarations.
+#: The repository's declarations (``INGEST_CATALOG_DIR`` may point elsewhere:
+#: :func:`contracts_dir`).
 CONTRACTS_DIR: Path = INCLUDE_DIR / "contracts"
 #: The file of the envelope and the shared definitions.
 ENVELOPE_FILE = "envelope.yaml"
@@ -50,7 +51,11 @@ SPARK_TYPES = {"string": "string", "integer": "int"}
 #: The keys of a source's ``x-ingest-source`` block: the first four are required.
 #: ``customer_column``: the field whose null share the Silver gate caps
 #: (``quality.max_null_customer_rate``).
-SOURCE_KEYS = ("topic", "key", "event_types", "silver_table", "customer_column")
+#: ``enrich``: dimensions Silver joins in (:data:`ENRICHMENTS`).
+SOURCE_KEYS = ("topic", "key", "event_types", "silver_table", "customer_column", "enrich")
+#: Dimensions a source may ask Silver to join in, and the field each joins on: ``customers``
+#: adds ``customer_city``, ``customer_state``, ``customer_country`` from ``silver_customers``.
+ENRICHMENTS = {"customers": "customer_id"}
 #: Spark type of a number with ``multipleOf: 0.01``: money.
 MONEY_TYPE = "decimal(18,2)"
 
@@ -115,6 +120,7 @@ class SourceContract:
     :param schema: the document, as written (a JSON Schema of the whole event).
     :param fields: payload fields in declaration order (envelope excluded).
     :param items: the fields of each element of an array-of-objects field, by field name.
+    :param enrich: dimensions Silver joins in (:data:`ENRICHMENTS`).
     """
 
     path: Path
@@ -126,6 +132,7 @@ class SourceContract:
     fields: tuple[Field, ...]
     items: dict[str, tuple[Field, ...]]
     schema: dict[str, Any]
+    enrich: tuple[str, ...] = ()
 
     def field(self, name: str) -> Field:
         """:raises KeyError: no such payload field."""
@@ -142,6 +149,11 @@ class Contracts:
     envelope: dict[str, Any]
     envelope_fields: tuple[Field, ...]
     sources: dict[str, SourceContract]
+
+
+def contracts_dir() -> Path:
+    """``contracts/`` of :func:`ingest_core.settings.catalog_dir`."""
+    return catalog_dir() / "contracts"
 
 
 def _read(path: Path) -> dict[str, Any]:
@@ -248,6 +260,15 @@ def _source(path: Path, envelope: dict[str, Any]) -> SourceContract:
     clash = sorted(set(names) & set(envelope.get("properties", {})))
     if clash:
         raise ContractError(f"{where}: {clash} are envelope fields; a payload may not redeclare")
+    enrich = source.get("enrich", [])
+    unknown_enrich = sorted(set(enrich) - set(ENRICHMENTS))
+    if not isinstance(enrich, list) or unknown_enrich:
+        raise ContractError(f"{where}: enrich is a list of {sorted(ENRICHMENTS)}, not {enrich!r}")
+    for dimension in enrich:
+        if ENRICHMENTS[dimension] not in names:
+            raise ContractError(
+                f"{where}: enrich {dimension} joins on {ENRICHMENTS[dimension]!r}, not a field"
+            )
     for role in ("key", "customer_column"):
         if role in source and source[role] not in names:
             raise ContractError(
@@ -268,11 +289,12 @@ def _source(path: Path, envelope: dict[str, Any]) -> SourceContract:
         fields=fields,
         items=items,
         schema=document,
+        enrich=tuple(enrich),
     )
 
 
 def load_contracts(folder: Path | None = None, table_order: Sequence[str] = ()) -> Contracts:
-    """Read and check every declaration in ``folder`` (default :data:`CONTRACTS_DIR`).
+    """Read and check every declaration in ``folder`` (default :func:`contracts_dir`).
 
     :param table_order: Silver table names; the sources come in the order of their tables
         there (the catalog's order: what the jobs and pages list first), then by file name.
@@ -281,7 +303,7 @@ def load_contracts(folder: Path | None = None, table_order: Sequence[str] = ()) 
         platform does not map, names a key or required field it does not declare, or two
         files declare one topic or one event type; the message names the file and field.
     """
-    folder = folder or CONTRACTS_DIR
+    folder = folder or contracts_dir()
     envelope = _read(folder / ENVELOPE_FILE)
     envelope_fields = _fields(envelope, envelope, ENVELOPE_FILE)
     sources: dict[str, SourceContract] = {}
@@ -314,7 +336,7 @@ def contract_problems(folder: Path | None = None) -> list[str]:
 
     :returns: ``[]`` when the folder loads.
     """
-    folder = folder or CONTRACTS_DIR
+    folder = folder or contracts_dir()
     try:
         envelope = _read(folder / ENVELOPE_FILE)
         _fields(envelope, envelope, ENVELOPE_FILE)
@@ -337,7 +359,7 @@ def contract_problems(folder: Path | None = None) -> list[str]:
 
 @lru_cache(maxsize=1)
 def get_contracts() -> Contracts:
-    """:func:`load_contracts` of :data:`CONTRACTS_DIR` in the catalog's table order, once
+    """:func:`load_contracts` of :func:`contracts_dir` in the catalog's table order, once
     per process."""
     from ingest_core.catalog import get_catalog
 

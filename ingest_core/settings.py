@@ -48,6 +48,18 @@ def ingest_home() -> Path:
     return Path(os.environ.get("INGEST_HOME", PROJECT_ROOT / ".ingest")).resolve()
 
 
+def catalog_dir() -> Path:
+    """Return the folder of the catalog (``pipeline.yaml``) and the event contracts
+    (``contracts/``).
+
+    ``INGEST_CATALOG_DIR`` if set, else ``<repository>/include``: a team keeps its sources
+    in a folder of its own (docs/contracts.md), and a test onboards a source from a
+    temporary one. The platform's other configuration (``platform.yaml``, jars, log4j)
+    stays in ``include/``.
+    """
+    return Path(os.environ.get("INGEST_CATALOG_DIR", INCLUDE_DIR)).resolve()
+
+
 def jars_dir() -> Path:
     """Return the folder of the Maven-fetched jars (``spark/`` and ``kafka/`` below it).
 

@@ -872,16 +872,17 @@ def catalog_check(
             "--include",
             exists=True,
             file_okay=False,
-            help="The folder holding pipeline.yaml and contracts/ (default: the repository's).",
+            help="The folder holding pipeline.yaml and contracts/ (default: INGEST_CATALOG_DIR, "
+            "else the repository's include/).",
         ),
     ] = None,
 ) -> None:
     """Check pipeline.yaml and every contract in contracts/ before anything runs: one line
     per problem, naming the file and the key or field; exit 1 when there is any."""
     from ingest_core.catalog_check import check
-    from ingest_core.settings import INCLUDE_DIR
+    from ingest_core.settings import catalog_dir
 
-    folder = include or INCLUDE_DIR
+    folder = include or catalog_dir()
     problems = check(folder)
     for problem in problems:
         typer.echo(problem, err=True)

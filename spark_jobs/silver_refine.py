@@ -13,7 +13,8 @@ once, the decisions are materialised once and one aggregation gives every count;
    retention's ``keep`` in the catalog, 30 days, before the watermark) and inside the
    batch; a duplicate whose payload differs from the kept one is recorded in
    ``silver_dedup_conflicts``;
-4. orders and payments are enriched with the customers dimension (read fresh each batch);
+4. sources declaring ``enrich: [customers]`` (orders, payments) are enriched with the
+   customers dimension (read fresh each batch);
 5. the counts must balance: read = written + quarantined + duplicates + late, else the run
    fails with the numbers; they are recorded in ``silver_reconciliation`` with the watermarks.
 
@@ -305,7 +306,7 @@ class SilverBatchWriter:
         count and watermark; the writes then read the materialised decisions."""
         from pyspark.sql import functions as F
 
-        from ingest_core.contracts import CONTRACTS
+        from ingest_core.contracts import CONTRACTS, get_contracts
         from spark_jobs.transforms.silver import (
             COORDINATES,
             DUPLICATE,
@@ -350,9 +351,11 @@ class SilverBatchWriter:
             # write below (one per table) planned the whole parse-decide-enrich plan again
             # when it was only persisted (constraint sets, cache lookups by canonical plan);
             # a medallion integration test ran 112-125 s instead of 136 s.
-            decided = enrich_with_customers(
-                decide(parsed, watermarks, seen), self._customers()
-            ).localCheckpoint()
+            decided = decide(parsed, watermarks, seen)
+            sources = get_contracts().sources
+            if any("customers" in sources[topic].enrich for topic in columns):
+                decided = enrich_with_customers(decided, self._customers())
+            decided = decided.localCheckpoint()
             batch.unpersist()  # everything below reads `decided`
             summary = (
                 decided.groupBy("_contract_topic", "partition", "_decision")
@@ -383,7 +386,7 @@ class SilverBatchWriter:
                 # event_id first (where the join with the id history used to put it), then
                 # the parsed columns, then (orders, payments) the customer's.
                 fields = ["event_id", *[c for c in columns[topic] if c not in _NOT_IN_SILVER]]
-                if topic in ("orders", "payments"):
+                if "customers" in sources[topic].enrich:  # x-ingest-source.enrich
                     fields += ["customer_city", "customer_state", "customer_country"]
                 first = first.select(*fields)
                 table = next(c.silver_table for c in CONTRACTS.values() if c.topic == topic)

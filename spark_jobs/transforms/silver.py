@@ -25,9 +25,10 @@ Quarantine reasons, checked in this order (the first that applies is recorded):
 ``control_character``           an id (:data:`ingest_core.contracts.ID_FIELDS`, item
                                 ``product_id``/``seller_id``) holds a control character,
                                 e.g. an escaped ``\\u0000`` (valid JSON, useless as an id)
-``invalid_value``               negative money, more than 2 decimals, unknown currency code,
-                                an unknown payment status, an event time without offset or
-                                before 1970
+``invalid_value``               negative money, more than 2 decimals, a value outside an
+                                enum declared ``x-ingest-quarantine`` (currency, payment
+                                status), an integer outside its declared ``minimum`` /
+                                ``maximum``, an event time without offset or before 1970
 ``event_time_skew``             ``event_time`` more than ``max_future_skew`` ahead of ``now``
                                 (the batch's clock), or more than ``event_time_skew`` ahead
                                 of the record's Kafka timestamp (the producer's clock) or of
@@ -403,6 +404,13 @@ def _topic_plan(
         if label and "enum" in declared.schema:
             why = label if isinstance(label, str) else f"unknown {field_name}"
             invalid.append((why, ~fields[field_name].isin(*sorted(declared.schema["enum"]))))
+        for bound, outside in (("minimum", "below"), ("maximum", "above")):
+            limit = declared.schema.get(bound)
+            if limit is not None and not declared.is_money and declared.spark_type == "int":
+                beyond = (
+                    typed[field_name] < limit if bound == "minimum" else typed[field_name] > limit
+                )
+                invalid.append((f"{field_name} {outside} {limit}", beyond))
         if declared.is_money:
             exact = F.try_variant_get(v, f"$.{field_name}", "decimal(38,18)")
             invalid.append((f"negative {field_name}", typed[field_name] < 0))

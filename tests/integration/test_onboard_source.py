@@ -1,0 +1,166 @@
+"""A new event source landed by configuration only (issue 53): a contract file and four
+catalog lines in a catalog folder of its own (``INGEST_CATALOG_DIR``), no Python. Real
+broker, the real Bronze and Silver drivers (``python -m``, fresh processes that read the
+folder), Delta tables read back with delta-rs and compared with pandas over the sent
+events."""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import subprocess
+import sys
+import uuid
+from pathlib import Path
+from typing import Any
+
+import pandas as pd
+import pytest
+import yaml
+from deltalake import DeltaTable
+
+from ingest_core.settings import INCLUDE_DIR, PROJECT_ROOT
+from ingest_core.topics import ensure_topics
+from ingestctl.producer import Message, produce
+
+pytestmark = pytest.mark.integration
+
+#: Olist's order reviews as an event (score 1-5; free text with newlines and accents).
+REVIEWS = {
+    "$schema": "https://json-schema.org/draft/2020-12/schema",
+    "$id": "reviews.yaml",
+    "title": "Review events",
+    "type": "object",
+    "allOf": [{"$ref": "envelope.yaml"}],
+    "x-ingest-source": {
+        "topic": "reviews",
+        "key": "order_id",
+        "event_types": ["review_submitted"],
+        "silver_table": "silver_reviews",
+    },
+    "required": ["review_id", "order_id", "score"],
+    "properties": {
+        "review_id": {"type": "string", "x-ingest-id": True},
+        "order_id": {"type": "string", "x-ingest-id": True},
+        "score": {"type": "integer", "minimum": 1, "maximum": 5},
+        "title": {"type": ["string", "null"]},
+        "message": {"type": ["string", "null"]},
+    },
+}
+
+
+def _catalog(folder: Path) -> Path:
+    """The repository's catalog plus the reviews source: the whole change a user makes."""
+    shutil.copytree(INCLUDE_DIR / "contracts", folder / "contracts")
+    (folder / "contracts" / "reviews.yaml").write_text(yaml.safe_dump(REVIEWS, sort_keys=False))
+    pipeline = yaml.safe_load((INCLUDE_DIR / "pipeline.yaml").read_text())
+    pipeline["tables"]["silver_reviews"] = {
+        "layer": "silver",
+        "schema_from": "contract",
+        "description": "Order reviews, parsed and deduplicated.",
+        "partition_by": ["event_date"],
+        "keys": ["event_id"],
+    }
+    pipeline["jobs"]["bronze_ingest"]["source"]["topics"].append("reviews")
+    pipeline["batch_jobs"]["bronze_replay"]["topics"].append("reviews")
+    pipeline["jobs"]["silver_refine"]["outputs"].append("silver_reviews")
+    (folder / "pipeline.yaml").write_text(yaml.safe_dump(pipeline, sort_keys=False))
+    return folder
+
+
+def _review(n: int, score: Any = 4, **changes: Any) -> dict[str, Any]:
+    value = {
+        "event_id": f"rev-{n}",
+        "event_type": "review_submitted",
+        "event_time": f"2026-03-01T10:{n:02d}:00-03:00",
+        "schema_version": 1,
+        "review_id": f"r{n}",
+        "order_id": f"o{n}",
+        "score": score,
+        "title": "Ótimo" if n % 2 else None,
+        "message": f"Chegou antes do prazo.\nRecomendo, nº {n}",
+    }
+    for key, new in changes.items():
+        if new is None:
+            value.pop(key)
+        else:
+            value[key] = new
+    return value
+
+
+def _run(module: str, env: dict[str, str]) -> None:
+    done = subprocess.run(
+        [sys.executable, "-m", module, "--trigger", "available-now"],
+        cwd=PROJECT_ROOT,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=900,
+    )
+    assert done.returncode == 0, f"{module}: {done.stderr[-3000:]}"
+
+
+def test_a_new_source_lands_in_bronze_and_silver_by_configuration_only(
+    kafka_bootstrap: str, tmp_path: Path
+) -> None:
+    from ingest_core.catalog_check import check
+
+    catalog = _catalog(tmp_path / "catalog")
+    assert check(catalog) == []  # what `ingestctl catalog check` says of the user's folder
+    prefix = f"o{uuid.uuid4().hex[:8]}."
+    host, port = kafka_bootstrap.rsplit(":", 1)
+    env = {
+        **os.environ,
+        "INGEST_CATALOG_DIR": str(catalog),
+        "INGEST_HOME": str(tmp_path / "home"),
+        "INGEST_KAFKA__HOST": host,
+        "INGEST_KAFKA__PORT": port,
+        "INGEST_KAFKA__TOPIC_PREFIX": prefix,
+    }
+    topics = ["orders", "payments", "refunds", "customer_activity", "reviews"]
+    ensure_topics(kafka_bootstrap, [prefix + t for t in topics], partitions=2)
+    valid = [_review(n, score=1 + n % 5) for n in range(12)]
+    bad = {
+        "invalid_value": _review(20, score=7),
+        "missing_required_field": _review(21, order_id=None),
+        "type_mismatch": _review(22, score="five"),
+    }
+    sent = [*valid, valid[3], *bad.values()]  # valid[3] twice: one Silver row
+    produce(kafka_bootstrap, [Message(prefix + "reviews", str(v.get("order_id")), v) for v in sent])
+
+    _run("spark_jobs.bronze_ingest", env)
+    _run("spark_jobs.silver_refine", env)
+
+    home = tmp_path / "home"
+
+    def read(table: str) -> pd.DataFrame:
+        found = list(home.rglob(f"{table}/_delta_log"))
+        assert len(found) == 1, f"{table}: {found}"
+        return DeltaTable(str(found[0].parent)).to_pandas()
+
+    bronze = read("bronze_events")
+    assert len(bronze[bronze.topic == prefix + "reviews"]) == len(sent)
+
+    expected = pd.DataFrame(valid).drop_duplicates("event_id")  # the independent computation
+    silver = read("silver_reviews").sort_values("event_id").reset_index(drop=True)
+    expected = expected.sort_values("event_id").reset_index(drop=True)
+    columns = ["event_id", "review_id", "order_id", "score", "title", "message"]
+    assert silver[columns].astype(object).where(silver[columns].notna(), None).to_dict(
+        "records"
+    ) == expected[columns].astype(object).where(expected[columns].notna(), None).to_dict("records")
+
+    def naive_utc(column: pd.Series) -> list[pd.Timestamp]:
+        return list(pd.to_datetime(column, utc=True, format="ISO8601").dt.tz_convert(None))
+
+    assert naive_utc(silver.event_time) == naive_utc(expected.event_time)  # -03:00 -> UTC
+
+    quarantine = read("silver_quarantine")
+    quarantine = quarantine[quarantine.topic == prefix + "reviews"]
+    reasons = {
+        json.loads(v)["event_id"]: r
+        for v, r in zip(quarantine.value, quarantine.reason, strict=True)
+    }
+    assert reasons == {value["event_id"]: reason for reason, value in bad.items()}
+    detail = quarantine[quarantine.reason == "invalid_value"].detail.iloc[0]
+    assert "score above 5" in detail

@@ -600,7 +600,8 @@ def backfill(platform: SoakPlatform, fault: PlannedFault) -> Recovery:
     def create() -> subprocess.CompletedProcess[str] | None:
         """``airflow backfill create``; None while Airflow refuses it because another backfill
         of the DAG still runs (one per DAG; its runs may all have finished before Airflow
-        marks it completed): an operator waits, as here."""
+        marks it completed), or while its metadata database does not answer: an operator
+        waits and tries again, as here."""
         before.clear()
         before.update(r["dag_run_id"] for r in backfills())
         done = run_cli(
@@ -616,8 +617,12 @@ def backfill(platform: SoakPlatform, fault: PlannedFault) -> Recovery:
             ],
             check=False,
         )
-        refused = "AlreadyRunningBackfill" in done.stdout + done.stderr
-        return None if refused else done
+        said = done.stdout + done.stderr
+        refused = "AlreadyRunningBackfill" in said
+        # The metadata database away (another fault): the operator tries again (soak run 7's
+        # create met a killed PostgreSQL: "sqlite3/psycopg OperationalError ... sqlalche.me").
+        unreachable = done.returncode != 0 and "OperationalError" in said
+        return None if refused or unreachable else done
 
     before: set[str] = set()
     done = wait_until(create, 1800, 30, what="the running backfill to finish")

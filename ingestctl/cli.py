@@ -217,8 +217,9 @@ def kafka_create_topics(
         ),
     ] = None,
 ) -> None:
-    """Create the contract topics the jobs read (orders, payments, refunds,
-    customer_activity, with the profile's topic prefix) if they are missing."""
+    """Create the contract topics the jobs read (every source of the event contracts:
+    orders, payments, refunds, customer_activity, and any you add; with the profile's topic
+    prefix) if they are missing."""
     from kafka.errors import KafkaError
 
     from ingest_core.contracts import TOPICS

@@ -13,7 +13,7 @@ after each layer. `choose_path` sends each run down one of two paths:
   interval that ended more than 15 minutes ago): `recompute_gold` → `gate_backfill` →
   `publish_assets`. The streaming steps are skipped; the Gold windows and sessions that
   start in the run's data interval are recomputed from Silver plus late events and
-  replaced (`spark_jobs.gold_backfill`). Running it twice changes nothing.
+  replaced (`spark_jobs.gold.gold_backfill`). Running it twice changes nothing.
 
 Every task that writes or gates Gold runs in the `gold_layer` pool (one slot), so backfill
 runs (which have their own `max_active_runs`) and scheduled runs never write Gold at once;

@@ -20,7 +20,8 @@ from ingest_core.settings import get_settings
 from ingest_core.topics import ensure_topics
 from ingest_core.waiting import wait_until
 from ingestctl.producer import Message, produce
-from spark_jobs import bronze_ingest, gold_aggregate, late_corrections, silver_refine
+from spark_jobs import bronze_ingest, silver_refine
+from spark_jobs.gold import gold_aggregate, late_corrections
 from spark_jobs.triggers import TriggerSpec
 
 AVAILABLE_NOW = TriggerSpec("available-now")

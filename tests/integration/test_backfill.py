@@ -1,4 +1,4 @@
-"""Interval-scoped Gold backfills (``spark_jobs.gold_backfill``) on real Kafka, Spark and
+"""Interval-scoped Gold backfills (``spark_jobs.gold.gold_backfill``) on real Kafka, Spark and
 Delta: a backfill over the incremental range changes nothing; after late events it gives
 what an independent pandas computation gives; a repeated backfill commits nothing."""
 
@@ -11,8 +11,8 @@ import pytest
 
 from ingest_core.time_range import TimeRange, TimeRangeError
 from ingestctl.replay.generator import generate_events
-from spark_jobs import gold_backfill
-from spark_jobs.gold_backfill import windowed_tables
+from spark_jobs.gold import gold_backfill
+from spark_jobs.gold.gold_backfill import windowed_tables
 from tests.integration.medallion import Platform, activity, payment
 
 pytestmark = pytest.mark.integration

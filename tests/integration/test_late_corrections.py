@@ -10,7 +10,7 @@ from typing import Any
 import pandas as pd
 import pytest
 
-from spark_jobs import gold_aggregate, late_corrections
+from spark_jobs.gold import gold_aggregate, late_corrections
 from tests.integration.medallion import (
     Platform,
     activity,

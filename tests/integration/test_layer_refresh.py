@@ -20,7 +20,8 @@ from ingest_core.quality.state import pending
 from ingest_core.refresh import RefreshError, RefreshLayout
 from ingest_core.settings import get_settings
 from ingestctl.replay.generator import generate_events
-from spark_jobs import gold_aggregate, late_corrections, layer_refresh
+from spark_jobs import layer_refresh
+from spark_jobs.gold import gold_aggregate, late_corrections
 from spark_jobs.quality import gate
 from tests.integration.medallion import AVAILABLE_NOW, Platform, payment
 

@@ -17,7 +17,7 @@ from ingest_core.settings import get_settings
 from ingestctl.producer import Message, produce
 from ingestctl.replay.faults import DelayDistribution, FaultConfig, FaultCounts, inject
 from ingestctl.replay.generator import generate_events
-from spark_jobs.late_corrections import gold_watermark
+from spark_jobs.gold.late_corrections import gold_watermark
 from tests.integration.medallion import Platform, actual_sessions, expected_sessions, payment
 
 pytestmark = pytest.mark.integration

@@ -25,7 +25,8 @@ from ingestctl.airflow_runtime import run_cli
 from ingestctl.replay import runner
 from ingestctl.replay.faults import FaultConfig
 from ingestctl.replay.generator import generate_events
-from spark_jobs import bronze_ingest, gold_aggregate, silver_refine
+from spark_jobs import bronze_ingest, silver_refine
+from spark_jobs.gold import gold_aggregate
 from spark_jobs.triggers import TriggerSpec
 from tests.conftest import free_port
 from tests.integration.spark_standalone import StandaloneCluster

@@ -104,3 +104,25 @@ def test_the_airflow_side_and_the_cli_import_no_more_of_the_spark_jobs() -> None
     assert not new, "\n".join(new)
     gone = SPARK_JOBS_STILL_IMPORTED - {module for _, module in seen}
     assert not gone, f"no longer imported: take {sorted(gone)} off the list"
+
+
+def test_no_gold_job_imports_another() -> None:
+    """Issue 52: ``gold_aggregate`` and ``late_corrections`` imported each other, and
+    ``gold_backfill`` both; what they share lives in ``spark_jobs.gold.common``."""
+    gold = PACKAGES["spark_jobs"] / "gold"
+    jobs = {p.stem for p in gold.glob("*.py")} - {"__init__", "common"}
+    assert jobs == {"gold_aggregate", "late_corrections", "gold_backfill"}
+    bad = []
+    for path in sorted(gold.glob("*.py")):
+        for node in ast.walk(ast.parse(path.read_text())):
+            names: list[str] = []
+            if isinstance(node, ast.Import):
+                names = [alias.name for alias in node.names]
+            elif isinstance(node, ast.ImportFrom) and node.module:
+                names = [node.module, *(f"{node.module}.{a.name}" for a in node.names)]
+            bad += [
+                f"{path.name}:{node.lineno} imports {name}"
+                for name in names
+                if name.startswith("spark_jobs.gold.") and name.split(".")[2] in jobs - {path.stem}
+            ]
+    assert not bad, "\n".join(bad)

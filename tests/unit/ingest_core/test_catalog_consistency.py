@@ -28,6 +28,40 @@ def table_names_used(source: str, tables: set[str]) -> set[str]:
     }
 
 
+def used_through_shared(
+    source: str, tables: set[str], shared: str = "spark_jobs.gold.common"
+) -> set[str]:
+    """Catalog table names the functions ``source`` imports from ``shared`` use, following
+    the calls inside ``shared`` (the Gold jobs' common code reads tables for them)."""
+    spec = importlib.util.find_spec(shared)
+    assert spec is not None
+    assert spec.origin is not None
+    defs = {
+        node.name: node
+        for node in ast.parse(Path(spec.origin).read_text()).body
+        if isinstance(node, ast.FunctionDef | ast.ClassDef)
+    }
+    wanted = [
+        alias.name
+        for node in ast.walk(ast.parse(source))
+        if isinstance(node, ast.ImportFrom) and node.module == shared
+        for alias in node.names
+    ]
+    seen: set[str] = set()
+    used: set[str] = set()
+    while wanted:
+        name = wanted.pop()
+        if name in seen or name not in defs:
+            continue
+        seen.add(name)
+        for node in ast.walk(defs[name]):
+            if isinstance(node, ast.Constant) and node.value in tables:
+                used.add(node.value)
+            elif isinstance(node, ast.Name) and node.id in defs:
+                wanted.append(node.id)
+    return used
+
+
 def _schema_problems(table: str, schema_from: str) -> list[str]:
     """``schema_from`` names something that exists: contracts landing in ``table``, or an
     attribute of an importable module."""
@@ -83,7 +117,8 @@ def problems(catalog: Catalog) -> list[str]:
             found.append(f"{name}: module {job.module!r} not found")
             continue
         found += [f"{name}: writes undeclared table {t!r}" for t in job.outputs if t not in tables]
-        used = table_names_used(Path(spec.origin).read_text(), tables)
+        source = Path(spec.origin).read_text()
+        used = table_names_used(source, tables) | used_through_shared(source, tables)
         undeclared = sorted(used - set(job.inputs) - set(job.outputs))
         if undeclared:
             found.append(f"{name}: {job.module} uses {undeclared}, not in its inputs or outputs")
@@ -148,9 +183,9 @@ def test_every_operator_job_is_a_catalog_job() -> None:
 
 
 def test_the_gold_jobs_share_one_definition_of_each_window() -> None:
-    from spark_jobs.gold_aggregate import windowed_definitions
-    from spark_jobs.gold_backfill import windowed_tables
-    from spark_jobs.late_corrections import payment_windows
+    from spark_jobs.gold.gold_aggregate import windowed_definitions
+    from spark_jobs.gold.gold_backfill import windowed_tables
+    from spark_jobs.gold.late_corrections import payment_windows
 
     windowed = get_catalog().windowed_tables()
     assert list(windowed_definitions()) == list(windowed) == list(windowed_tables())

@@ -200,7 +200,7 @@ def test_submit_goes_through_the_providers_public_submit(monkeypatch) -> None:
         )
         hook.submit()
     (provider_hook, application), _ = submit.call_args
-    assert application == str(Path("spark_jobs/gold_aggregate.py").resolve())
+    assert application == str(Path("spark_jobs/gold/gold_aggregate.py").resolve())
     assert isinstance(provider_hook, SparkSubmitHook)
     failing = mock.patch.object(SparkSubmitHook, "submit", side_effect=RuntimeError("boom"))
     with failing, pytest.raises(RuntimeError, match="boom"):
@@ -233,7 +233,7 @@ def test_the_provider_hook_gets_the_platform_conf_and_environment(monkeypatch) -
     assert kwargs["env_vars"] == {**hooks.job_environment(), "EXTRA": "1"}
     assert kwargs["executor_memory"] == "2g"
     provider.return_value.submit.assert_called_once_with(
-        str(Path("spark_jobs/gold_aggregate.py").resolve())
+        str(Path("spark_jobs/gold/gold_aggregate.py").resolve())
     )
 
 

@@ -11,7 +11,7 @@ from typing import Any
 import pytest
 from pyspark.sql import functions as F
 
-from spark_jobs.gold_backfill import interval_changes
+from spark_jobs.gold.gold_backfill import interval_changes
 
 pytestmark = pytest.mark.unit
 

@@ -31,7 +31,7 @@ def entry_points() -> list[str]:
 
 def test_the_entry_points_are_found() -> None:
     found = entry_points()
-    assert "spark_jobs.late_corrections" in found
+    assert "spark_jobs.gold.late_corrections" in found
     assert "spark_jobs.silver_refine" in found
     assert "spark_jobs.quality.gate" in found
     assert len(found) >= 9

@@ -45,7 +45,7 @@ def test_real_time_refused_with_the_jobs_reason() -> None:
         parse_trigger("real-time=1s", real_time_refusal="writes a Delta table")
 
 
-@pytest.mark.parametrize("module", ["bronze_ingest", "silver_refine", "gold_aggregate"])
+@pytest.mark.parametrize("module", ["bronze_ingest", "silver_refine", "gold.gold_aggregate"])
 def test_every_job_refuses_real_time_naming_the_reason(module: str, capsys) -> None:
     import importlib
 

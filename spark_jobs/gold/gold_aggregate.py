@@ -13,7 +13,7 @@ Windowed tables use append mode: a window is written once, when the watermark (1
 for payments, 30 for sessions; ``include/pipeline.yaml``) has passed its end, so every row
 in them is final. The watermark lives in each query's checkpoint and carries over between
 AvailableNow runs. Events that arrive later than that are in ``silver_late_events``, or
-in Silver but behind this query's watermark (``late_corrections.behind_gold``); the
+in Silver but behind this query's watermark (``spark_jobs.gold.common.behind_gold``); the
 late-corrections job folds both in.
 
 ``gold_customer_metrics`` is upserted by MERGE in ``foreachBatch``; the MERGE carries Delta's
@@ -22,7 +22,7 @@ do not share them), so a replayed batch is not counted twice.
 
 Run::
 
-    python -m spark_jobs.gold_aggregate --trigger available-now
+    python -m spark_jobs.gold.gold_aggregate --trigger available-now
 """
 
 from __future__ import annotations
@@ -36,6 +36,7 @@ from typing import TYPE_CHECKING
 from ingest_core.catalog import get_catalog
 from ingest_core.delta_tables import checkpoint_query_id, table_exists
 from ingest_core.settings import PlatformSettings, get_settings
+from spark_jobs.gold.common import merge_customer_metrics, reconcile_payment_totals
 from spark_jobs.job_cli import job_parser, operator_errors, owned_checkpoint, parse_job_args
 from spark_jobs.quality.holds import without_held
 from spark_jobs.triggers import TriggerError, TriggerSpec
@@ -69,52 +70,6 @@ def windowed_definitions() -> dict[str, tuple[str, str, Callable[[DataFrame], Da
         )
         for table, window in catalog.windowed_tables().items()
     }
-
-
-def merge_customer_metrics(
-    spark: SparkSession, path: str, increment: DataFrame, *, app_id: str, version: int
-) -> None:
-    """Add ``increment`` to ``gold_customer_metrics`` at ``path`` by one MERGE, once per
-    (``app_id``, ``version``): Delta skips the MERGE when it already committed that version
-    (or a later one) for ``app_id``, so a repeated call adds nothing.
-
-    :param spark: a session of the caller's own (``spark.newSession()``): the transaction
-        settings are set on it for the MERGE and unset afterwards, so concurrent writers on
-        another session never carry them.
-    :param increment: :func:`spark_jobs.transforms.gold.customer_metrics_increment` rows
-        (``customer_id``, ``currency``, ``order_count``, ``spend``, ``last_order_time``).
-    :param app_id: Delta ``txnAppId``: one per writer (the stream's query, the late
-        corrections).
-    :param version: Delta ``txnVersion``: the writer's batch or run number, increasing.
-    """
-    from delta.tables import DeltaTable
-
-    if not table_exists(path):
-        increment.limit(0).write.format("delta").save(path)
-    keys = get_catalog().table("gold_customer_metrics").keys
-    spark.conf.set("spark.databricks.delta.write.txnAppId", app_id)
-    spark.conf.set("spark.databricks.delta.write.txnVersion", str(version))
-    try:
-        (
-            DeltaTable.forPath(spark, path)
-            .alias("t")
-            .merge(
-                increment.alias("s"),
-                " AND ".join(f"t.{k} = s.{k}" for k in keys),
-            )
-            .whenMatchedUpdate(
-                set={
-                    "order_count": "t.order_count + s.order_count",
-                    "spend": "t.spend + s.spend",
-                    "last_order_time": "greatest(t.last_order_time, s.last_order_time)",
-                }
-            )
-            .whenNotMatchedInsertAll()
-            .execute()
-        )
-    finally:
-        spark.conf.unset("spark.databricks.delta.write.txnAppId")
-        spark.conf.unset("spark.databricks.delta.write.txnVersion")
 
 
 class CustomerMetricsMerge:
@@ -209,10 +164,9 @@ def run(
 
     :returns: number of queries run.
     :raises pyspark.errors.StreamingQueryException: a query failed.
-    :raises spark_jobs.late_corrections.GoldReconciliationError: final windows disagree with
+    :raises spark_jobs.gold.common.GoldReconciliationError: final windows disagree with
         a batch recomputation from Silver.
     """
-    from spark_jobs.late_corrections import reconcile_payment_totals
 
     queries = start(spark, trigger=trigger, settings=settings)
     for query in queries:

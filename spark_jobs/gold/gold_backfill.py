@@ -28,7 +28,7 @@ the streaming Gold job or the late corrections (Airflow also serialises them wit
 
 Run::
 
-    python -m spark_jobs.gold_backfill --start 2018-08-01T10:00:00Z --end 2018-08-01T10:15:00Z
+    python -m spark_jobs.gold.gold_backfill --start 2018-08-01T10:00:00Z --end 2018-08-01T10:15:00Z
 """
 
 from __future__ import annotations
@@ -45,6 +45,7 @@ from typing import TYPE_CHECKING
 from ingest_core.catalog import get_catalog
 from ingest_core.settings import PlatformSettings, get_settings
 from ingest_core.time_range import TimeRange, TimeRangeError
+from spark_jobs.gold.common import gold_watermark, silver_with_late
 
 if TYPE_CHECKING:
     from pyspark.sql import Column, DataFrame, SparkSession
@@ -149,7 +150,6 @@ def _source(
     """``spec.source``'s rows with late events; with ``interval``, only the rows its
     windows can reach (every Gold table of the source has a ``reach``), read from the
     partitions of those days only."""
-    from spark_jobs.late_corrections import silver_with_late
 
     reaches = [s.reach for s in _specs().values() if s.source == spec.source]
     between = None
@@ -262,7 +262,6 @@ def backfill_table(
 
     from ingest_core.delta_tables import delta_version
     from spark_jobs.delta_io import read_table
-    from spark_jobs.late_corrections import gold_watermark
 
     settings = settings or get_settings()
     spec = _specs()[table]

@@ -1,0 +1,302 @@
+"""Late corrections: apply the late events to every Gold table they affect, check Gold.
+
+The late events are those of ``silver_late_events``; after applying them the job checks Gold
+against an independent batch recomputation from Silver.
+
+An event older than Silver's watermark lands in ``silver_late_events``, not in its Silver
+table, so the streaming Gold queries never see it. This batch job (``correct_late`` in
+``medallion_incremental``, after ``gold_aggregate``) applies them:
+
+* **payments -> the three payment window tables.** It finds the windows the late payments
+  fall in, keeping only windows the streaming query has already finalised (window end at or
+  before its watermark, read from its checkpoint: an open window is still the stream's to
+  write), recomputes those windows from all payments with the same pure functions as the
+  stream (:mod:`spark_jobs.transforms.gold`) and MERGEs them, keyed on the window and
+  currency or method.
+* **customer activity -> ``gold_customer_sessions``.** For the customers with late activity
+  it recomputes their sessions from all their activity (on-time plus late), keeps the
+  sessions that contain a late event and that the stream has finalised (session end at or
+  before its watermark), and replaces by one MERGE the stream's sessions they overlap (a
+  late event can extend a session, or join two into one).
+* **late ``order_placed`` -> ``gold_customer_metrics``.** A running total cannot be
+  recomputed without knowing which orders the stream has already added, so late orders are
+  *added*, each exactly once: ``gold_late_corrections`` records every late event applied,
+  with the correction run that applied it. A run first re-issues the MERGE of the last run
+  recorded (Delta skips it when it was committed: same ``txnAppId``, same ``txnVersion`` =
+  the run number), then writes the new run's event ids to the ledger and MERGEs their
+  increment with the next ``txnVersion``. A crash between the two writes is finished by the
+  next run; a repeated run finds nothing new and commits nothing.
+
+Events Silver kept but Gold's window queries dropped (on time for Silver's watermark, 30
+minutes behind the slowest partition; behind Gold's, 10 minutes behind the newest event for
+payments) are corrected the same way as late payments and activity: :func:`behind_gold` finds
+them from each Gold query's checkpoint and Silver's change data feed.
+
+The window and session corrections replace rows by recomputation and the metrics are added
+once per event, so running the job twice changes nothing (and the second run commits
+nothing). A late event whose window or session the stream has not finalised yet is applied
+by a later run, once it is final.
+
+An event id that is both late and on time (a duplicate that arrived after the watermark)
+counts once: the on-time row wins. Several late rows with one id: the first one Kafka
+received (lowest topic, partition, offset) counts.
+
+Run::
+
+    python -m spark_jobs.gold.late_corrections
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+from collections.abc import Sequence
+from typing import TYPE_CHECKING
+
+from ingest_core.catalog import get_catalog
+from ingest_core.delta_tables import table_exists
+from ingest_core.settings import PlatformSettings, get_settings
+from spark_jobs.delta_io import append_idempotent, read_table
+from spark_jobs.gold.common import (
+    ACTIVITY_COLUMNS,
+    ORDER_COLUMNS,
+    all_payments,
+    behind_gold,
+    gold_watermark,
+    late_for_gold,
+    merge_customer_metrics,
+    payment_windows,
+    recompute_windows,
+    reconcile_payment_totals,
+    silver_with_late,
+    window_columns,
+)
+from spark_jobs.job_cli import operator_errors
+
+if TYPE_CHECKING:
+    from pyspark.sql import SparkSession
+
+
+JOB_NAME = "late_corrections"
+LEDGER_TABLE = "gold_late_corrections"
+
+
+def correct(spark: SparkSession, settings: PlatformSettings | None = None) -> dict[str, int]:
+    """Apply the late events to every Gold table they affect (see the module docstring).
+
+    :returns: Gold table -> rows changed: windows rewritten for the payment tables,
+        sessions written or removed for ``gold_customer_sessions``, (customer, currency)
+        rows incremented for ``gold_customer_metrics``; 0 everywhere when nothing changed.
+    """
+    changed = correct_payment_windows(spark, settings)
+    changed["gold_customer_sessions"] = correct_customer_sessions(spark, settings)
+    changed["gold_customer_metrics"] = correct_customer_metrics(spark, settings)
+    return changed
+
+
+def correct_payment_windows(
+    spark: SparkSession, settings: PlatformSettings | None = None
+) -> dict[str, int]:
+    """Recompute and MERGE the finalised windows that late payments touch.
+
+    :returns: payment window table -> windows rewritten (0 when nothing changed).
+    """
+    from delta.tables import DeltaTable
+    from pyspark.sql import functions as F
+
+    settings = settings or get_settings()
+    catalog = get_catalog()
+    payments = all_payments(spark, settings).persist()
+    changed: dict[str, int] = {}
+    try:
+        for table, window in payment_windows().items():
+            columns = window_columns(window)
+            path = str(catalog.table(table).path(settings))
+            watermark = gold_watermark(table, settings)
+            changed[table] = 0
+            if watermark is None or not table_exists(path):
+                continue
+            late = late_for_gold(payments, behind_gold(spark, table, settings))
+            if late.isEmpty():
+                continue
+            touched = (
+                recompute_windows(table, late.withColumn("status", F.lit("authorized")))
+                .select(*columns)
+                .where(F.col(window.end_column) <= F.lit(watermark))
+                .distinct()
+            )
+            fresh = recompute_windows(table, payments).join(touched, columns, "left_semi")
+            current = spark.read.format("delta").load(path)
+            diff = fresh.exceptAll(current.select(*fresh.columns)).persist()
+            changed[table] = diff.count()
+            if changed[table]:
+                condition = " AND ".join(f"t.{c} = s.{c}" for c in columns)
+                (
+                    DeltaTable.forPath(spark, path)
+                    .alias("t")
+                    .merge(diff.alias("s"), condition)
+                    .whenMatchedUpdateAll()
+                    .whenNotMatchedInsertAll()
+                    .execute()
+                )
+            diff.unpersist()
+    finally:
+        payments.unpersist()
+    return changed
+
+
+def correct_customer_sessions(spark: SparkSession, settings: PlatformSettings | None = None) -> int:
+    """Replace the finalised sessions of ``gold_customer_sessions`` that late activity
+    changes by their recomputation from all activity (on-time plus late), in one MERGE.
+
+    A recomputed session that contains a late event and ends at or before the sessions
+    query's watermark supersedes every session of the same customer it overlaps (a late
+    event can move a session's start or end, or join two sessions into one): those are
+    deleted unless they have the same key, which is updated. Nothing is written before the
+    stream has committed a batch, and nothing when the table already holds the result.
+
+    :returns: sessions inserted, updated or deleted (0: nothing committed).
+    """
+    from delta.tables import DeltaTable
+    from pyspark.sql import functions as F
+
+    from spark_jobs.transforms import gold
+
+    settings = settings or get_settings()
+    table = "gold_customer_sessions"
+    path = str(get_catalog().table(table).path(settings))
+    watermark = gold_watermark(table, settings)
+    if watermark is None or not table_exists(path):
+        return 0
+    activity = silver_with_late(spark, "silver_customer_activity", ACTIVITY_COLUMNS, settings)
+    activity = activity.where(F.col("customer_id").isNotNull()).localCheckpoint()
+    late = late_for_gold(activity, behind_gold(spark, table, settings))
+    if late.isEmpty():
+        return 0
+    rows = activity.join(late.select("customer_id").distinct(), "customer_id", "left_semi")
+    gap = get_catalog().window_gap(table)
+    # Materialised before filtering: Spark 4.2 pushes a filter on session_window's bounds
+    # below the aggregation, where it cuts sessions short (see gold_backfill.recompute).
+    sessions = gold.customer_sessions(rows.drop("late"), gap).localCheckpoint()
+    s, lt = sessions.alias("s"), late.alias("l")
+    touched = s.join(
+        lt,
+        (F.col("s.customer_id") == F.col("l.customer_id"))
+        & (F.col("l.event_time") >= F.col("s.session_start"))
+        & (F.col("l.event_time") < F.col("s.session_end")),
+        "left_semi",
+    ).where(F.col("session_end") <= F.lit(watermark))
+    columns = sessions.columns
+    current = spark.read.format("delta").load(path).select(*columns)
+    upserts = touched.exceptAll(current)
+    t, n = current.alias("t"), touched.alias("n")
+    overlapped = t.join(
+        n,
+        (F.col("t.customer_id") == F.col("n.customer_id"))
+        & (F.col("t.session_start") < F.col("n.session_end"))
+        & (F.col("n.session_start") < F.col("t.session_end")),
+        "left_semi",
+    )
+    keys = get_catalog().table(table).keys
+    stale = overlapped.join(touched.select(*keys), keys, "left_anti")
+    source = (
+        upserts.withColumn("_delete", F.lit(False))
+        .unionByName(stale.withColumn("_delete", F.lit(True)))
+        .localCheckpoint()
+    )
+    count = source.count()
+    if count:
+        (
+            DeltaTable.forPath(spark, path)
+            .alias("t")
+            .merge(source.alias("s"), " AND ".join(f"t.{k} = s.{k}" for k in keys))
+            .whenMatchedDelete(condition="s._delete")
+            .whenMatchedUpdate(set={c: f"s.{c}" for c in columns})
+            .whenNotMatchedInsert(condition="NOT s._delete", values={c: f"s.{c}" for c in columns})
+            .execute()
+        )
+    return count
+
+
+def correct_customer_metrics(spark: SparkSession, settings: PlatformSettings | None = None) -> int:
+    """Add each late ``order_placed`` (with a customer) to ``gold_customer_metrics`` exactly
+    once, recording it in ``gold_late_corrections`` (see the module docstring).
+
+    :returns: (customer, currency) rows the new run incremented (0: nothing new; a
+        re-issued MERGE of the previous run, skipped or finished, is not counted).
+    """
+    from pyspark.sql import functions as F
+
+    from spark_jobs.transforms.gold import customer_metrics_increment
+
+    settings = settings or get_settings()
+    catalog = get_catalog()
+    table = "gold_customer_metrics"
+    path = str(catalog.table(table).path(settings))
+    ledger_path = catalog.table(LEDGER_TABLE).path(settings)
+    app_id = f"{JOB_NAME}-{table}"
+    # Its own session: the MERGE's transaction settings must not reach any other write.
+    merge_session = spark.newSession()
+    orders = silver_with_late(spark, "silver_orders", ORDER_COLUMNS, settings)
+    late = orders.where(
+        F.col("late") & (F.col("event_type") == "order_placed") & F.col("customer_id").isNotNull()
+    ).drop("late")
+    ledger = read_table(spark, ledger_path)
+    last = None
+    if ledger is not None:
+        ledger = ledger.where(F.col("gold_table") == table)
+        last = ledger.agg(F.max("run")).collect()[0][0]
+    if ledger is not None and last is not None:
+        # The last run may have stopped between its ledger write and its MERGE: finish it.
+        # Delta skips this MERGE when that run committed it (same app id and version).
+        redo = late.join(ledger.where(F.col("run") == last), "event_id", "left_semi")
+        merge_customer_metrics(
+            merge_session, path, customer_metrics_increment(redo), app_id=app_id, version=last
+        )
+        late = late.join(ledger.select("event_id"), "event_id", "left_anti")
+    run = 0 if last is None else last + 1
+    # Materialised now: once the ledger holds these ids, re-reading would find none.
+    pending = late.localCheckpoint()
+    if pending.isEmpty():
+        return 0
+    entries = pending.select(
+        F.lit(table).alias("gold_table"), "event_id", F.lit(run).cast("long").alias("run")
+    )
+    append_idempotent(entries, ledger_path, app_id=f"{JOB_NAME}-ledger-{table}", version=run)
+    increment = customer_metrics_increment(pending).localCheckpoint()
+    merge_customer_metrics(merge_session, path, increment, app_id=app_id, version=run)
+    return increment.count()
+
+
+def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
+    """Parse the command line (no options besides ``--help``: the job works on every late
+    event not yet applied); ``--help`` prints the usage and exits 0 before Spark starts."""
+    parser = argparse.ArgumentParser(
+        prog=JOB_NAME,
+        description=__doc__.splitlines()[0],
+        epilog="Holds gold_aggregate's checkpoint lock while it writes; run it after "
+        "gold_aggregate (medallion_incremental's correct_late task does).",
+    )
+    return parser.parse_args(argv)
+
+
+@operator_errors
+def main(argv: Sequence[str] | None = None) -> int:
+    """Entry point: correct, then reconcile including late payments."""
+    from ingest_core.locks import checkpoint_lock
+    from spark_jobs.session import build_spark_session
+
+    parse_args(argv)
+    # The Gold tables are gold_aggregate's: never rewrite them beside its driver (or a
+    # backfill, which holds the same lock).
+    with checkpoint_lock(get_catalog().job("gold_aggregate").checkpoint()):
+        spark = build_spark_session(JOB_NAME)
+        changed = correct(spark)
+        print(f"late corrections: rows changed {changed}")
+        checked = reconcile_payment_totals(spark, include_late=True)
+        print(f"gold_payment_totals_5m: {checked} final windows match Silver")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

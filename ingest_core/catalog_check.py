@@ -16,9 +16,23 @@ from ingest_core.settings import catalog_dir
 
 def _catalog(path: Path) -> tuple[Catalog | None, list[str]]:
     try:
-        return Catalog.model_validate(yaml.safe_load(path.read_text(encoding="utf-8"))), []
+        document = yaml.safe_load(path.read_text(encoding="utf-8"))
+    except UnicodeDecodeError as error:
+        return None, [f"{path.name}: not UTF-8 ({error.reason} at byte {error.start})"]
     except (OSError, yaml.YAMLError) as error:
-        return None, [f"{path.name}: cannot be read as YAML: {error}"]
+        return None, [f"{path.name}: cannot be read as YAML: {' '.join(str(error).split())}"]
+    sections = ("tables", "jobs", "batch_jobs")
+    if not isinstance(document, dict) or not all(
+        isinstance(document.get(s) or {}, dict)
+        and all(isinstance(spec, dict) for spec in (document.get(s) or {}).values())
+        for s in sections
+    ):
+        return None, [
+            f"{path.name}: a mapping with tables, jobs and batch_jobs, each a mapping of "
+            "names to mappings"
+        ]
+    try:
+        return Catalog.model_validate(document), []
     except ValidationError as error:
         return None, [
             f"{path.name}: {'.'.join(str(p) for p in e['loc']) or '(top)'}: "

@@ -30,6 +30,7 @@ Imports neither pyspark nor Airflow.
 
 from __future__ import annotations
 
+import re
 from collections.abc import Sequence
 from dataclasses import dataclass
 from functools import lru_cache
@@ -56,6 +57,33 @@ SOURCE_KEYS = ("topic", "key", "event_types", "silver_table", "customer_column",
 #: Dimensions a source may ask Silver to join in, and the field each joins on: ``customers``
 #: adds ``customer_city``, ``customer_state``, ``customer_country`` from ``silver_customers``.
 ENRICHMENTS = {"customers": "customer_id"}
+#: A field, event type or table name: a plain Spark identifier (no quoting anywhere).
+FIELD_NAME = r"[a-z][a-z0-9_]*"
+#: A topic name Kafka accepts (before the profile's prefix), without "." or "..".
+TOPIC_NAME = r"(?!\.\.?$)[A-Za-z0-9._-]{1,200}"
+#: Columns Silver adds beside a payload's fields: a field may not be called so.
+RESERVED_FIELDS = frozenset(
+    {
+        "topic",
+        "topic_id",
+        "partition",
+        "offset",
+        "key",
+        "value",
+        "kafka_timestamp",
+        "kafka_timestamp_type",
+        "ingestion_time",
+        "ingestion_date",
+        "event_date",
+        "payload_hash",
+        "watermark",
+        "lateness_seconds",
+        "first_payload_hash",
+        "customer_city",
+        "customer_state",
+        "customer_country",
+    }
+)
 #: Spark type of a number with ``multipleOf: 0.01``: money.
 MONEY_TYPE = "decimal(18,2)"
 
@@ -134,6 +162,11 @@ class SourceContract:
     schema: dict[str, Any]
     enrich: tuple[str, ...] = ()
 
+    @property
+    def names(self) -> tuple[str, ...]:
+        """The payload's field names, in declaration order."""
+        return tuple(f.name for f in self.fields)
+
     def field(self, name: str) -> Field:
         """:raises KeyError: no such payload field."""
         for field in self.fields:
@@ -156,13 +189,32 @@ def contracts_dir() -> Path:
     return catalog_dir() / "contracts"
 
 
+class _UniqueKeyLoader(yaml.SafeLoader):
+    """YAML's safe loader refusing a key given twice in one mapping (YAML's last-one-wins
+    would silently replace a field's declaration)."""
+
+    def construct_mapping(self, node: yaml.MappingNode, deep: bool = False) -> dict[Any, Any]:
+        keys = [self.construct_object(k, deep=deep) for k, _ in node.value]
+        twice = sorted({str(k) for k in keys if keys.count(k) > 1})
+        if twice:
+            raise yaml.constructor.ConstructorError(
+                None, None, f"key(s) {twice} given twice in one mapping", node.start_mark
+            )
+        return super().construct_mapping(node, deep=deep)
+
+
 def _read(path: Path) -> dict[str, Any]:
     try:
-        document = yaml.safe_load(path.read_text(encoding="utf-8"))
+        document = yaml.load(path.read_text(encoding="utf-8"), Loader=_UniqueKeyLoader)
+    except UnicodeDecodeError as error:
+        raise ContractError(
+            f"{path.name}: not UTF-8 ({error.reason} at byte {error.start})"
+        ) from None
     except (OSError, yaml.YAMLError) as error:
-        raise ContractError(f"{path}: cannot be read as YAML: {error}") from None
+        text = " ".join(str(error).split())
+        raise ContractError(f"{path.name}: cannot be read as YAML: {text}") from None
     if not isinstance(document, dict):
-        raise ContractError(f"{path}: a contract is a mapping (a JSON Schema object)")
+        raise ContractError(f"{path.name}: a contract is a mapping (a JSON Schema object)")
     from jsonschema import Draft202012Validator
     from jsonschema.exceptions import SchemaError
 
@@ -171,13 +223,15 @@ def _read(path: Path) -> dict[str, Any]:
     except SchemaError as error:
         where = "/".join(str(p) for p in error.absolute_path) or "(top)"
         raise ContractError(
-            f"{path}: not a valid JSON Schema at {where}: {error.message}"
+            f"{path.name}: not a valid JSON Schema at {where}: {error.message}"
         ) from None
     return document
 
 
 def _resolve(schema: dict[str, Any], envelope: dict[str, Any], where: str) -> dict[str, Any]:
     """Follow a ``$ref`` into the envelope file's ``$defs`` (the only references allowed)."""
+    if not isinstance(schema, dict):
+        raise ContractError(f"{where}: declare the field as a mapping with a type, not {schema!r}")
     ref = schema.get("$ref")
     if ref is None:
         return schema
@@ -186,7 +240,10 @@ def _resolve(schema: dict[str, Any], envelope: dict[str, Any], where: str) -> di
     if not ref.startswith(prefix) or name not in envelope.get("$defs", {}):
         known = sorted(envelope.get("$defs", {}))
         raise ContractError(f"{where}: $ref {ref!r} is not {prefix}<one of {known}>")
-    return {**envelope["$defs"][name], **{k: v for k, v in schema.items() if k != "$ref"}}
+    target = envelope["$defs"][name]
+    if not isinstance(target, dict) or "$ref" in target:
+        raise ContractError(f"{where}: $ref {ref!r} must name a definition with a type")
+    return {**target, **{k: v for k, v in schema.items() if k != "$ref"}}
 
 
 def _field(name: str, schema: dict[str, Any], envelope: dict[str, Any], where: str) -> Field:
@@ -195,6 +252,11 @@ def _field(name: str, schema: dict[str, Any], envelope: dict[str, Any], where: s
     :raises ContractError: a type the platform does not map (see :data:`SPARK_TYPES`).
     """
     schema = _resolve(schema, envelope, f"{where}.{name}")
+    if "enum" in schema and not all(isinstance(v, str) for v in schema["enum"]):
+        raise ContractError(
+            f"{where}.{name}: enum values are strings (quote yes/no/on/off: YAML reads them "
+            f"as booleans), not {schema['enum']!r}"
+        )
     if "x-ingest-quarantine" in schema and "enum" not in schema:
         raise ContractError(f"{where}.{name}: x-ingest-quarantine needs an enum to check")
     if schema.get("x-ingest-case", "upper") != "upper":
@@ -232,10 +294,36 @@ def _field(name: str, schema: dict[str, Any], envelope: dict[str, Any], where: s
 
 def _fields(schema: dict[str, Any], envelope: dict[str, Any], where: str) -> tuple[Field, ...]:
     properties = schema.get("properties") or {}
+    for name in properties:
+        if not re.fullmatch(FIELD_NAME, name) or name in RESERVED_FIELDS:
+            raise ContractError(
+                f"{where}.{name}: a field name matches {FIELD_NAME} and is none of Silver's "
+                f"own columns {sorted(RESERVED_FIELDS)}"
+            )
+    lower = [n.lower() for n in properties]
+    if len(set(lower)) != len(lower):
+        raise ContractError(f"{where}: field names differ only by case (Spark would mix them)")
     fields = tuple(_field(n, s, envelope, where) for n, s in properties.items())
     for name in schema.get("required", []):
         if name not in properties:
             raise ContractError(f"{where}: required field {name!r} is not a declared property")
+    return fields
+
+
+#: The envelope fields the platform's code reads by name.
+ENVELOPE_NAMES = ("event_id", "event_type", "event_time", "schema_version")
+
+
+def _envelope_fields(envelope: dict[str, Any]) -> tuple[Field, ...]:
+    fields = _fields(envelope, envelope, ENVELOPE_FILE)
+    names = [f.name for f in fields]
+    if [n for n in ENVELOPE_NAMES if n in names] != list(ENVELOPE_NAMES):
+        raise ContractError(f"{ENVELOPE_FILE}: declares {names}; it must declare {ENVELOPE_NAMES}")
+    timed = [f.name for f in fields if f.schema.get("x-ingest-event-time")]
+    if timed != ["event_time"]:
+        raise ContractError(f"{ENVELOPE_FILE}: event_time (only) is x-ingest-event-time: true")
+    if not isinstance(envelope["properties"]["schema_version"].get("const"), int):
+        raise ContractError(f"{ENVELOPE_FILE}.schema_version: const is the version, an integer")
     return fields
 
 
@@ -251,6 +339,27 @@ def _source(path: Path, envelope: dict[str, Any]) -> SourceContract:
     unknown = sorted(set(source) - set(SOURCE_KEYS))
     if unknown:
         raise ContractError(f"{where}: x-ingest-source has unknown {unknown}; known: {SOURCE_KEYS}")
+    event_types = source["event_types"]
+    if (
+        not isinstance(event_types, list)
+        or not event_types
+        or not all(isinstance(t, str) and re.fullmatch(FIELD_NAME, t) for t in event_types)
+    ):
+        raise ContractError(
+            f"{where}: event_types is a non-empty list of names matching {FIELD_NAME}, "
+            f"not {event_types!r}"
+        )
+    for role in ("topic", "key", "silver_table", "customer_column"):
+        if role in source and not isinstance(source[role], str):
+            raise ContractError(f"{where}: x-ingest-source.{role} is a name, not {source[role]!r}")
+    if not re.fullmatch(TOPIC_NAME, source["topic"]):
+        raise ContractError(
+            f"{where}: topic {source['topic']!r} is not a Kafka topic name ({TOPIC_NAME})"
+        )
+    if not re.fullmatch(FIELD_NAME, source["silver_table"]):
+        raise ContractError(
+            f"{where}: silver_table {source['silver_table']!r} must match {FIELD_NAME}"
+        )
     if document.get("allOf") != [{"$ref": ENVELOPE_FILE}]:
         raise ContractError(
             f"{where}: must extend the envelope: allOf: [{{$ref: {ENVELOPE_FILE}}}]"
@@ -261,8 +370,9 @@ def _source(path: Path, envelope: dict[str, Any]) -> SourceContract:
     if clash:
         raise ContractError(f"{where}: {clash} are envelope fields; a payload may not redeclare")
     enrich = source.get("enrich", [])
-    unknown_enrich = sorted(set(enrich) - set(ENRICHMENTS))
-    if not isinstance(enrich, list) or unknown_enrich:
+    if not isinstance(enrich, list) or not all(
+        isinstance(e, str) and e in ENRICHMENTS for e in enrich
+    ):
         raise ContractError(f"{where}: enrich is a list of {sorted(ENRICHMENTS)}, not {enrich!r}")
     for dimension in enrich:
         if ENRICHMENTS[dimension] not in names:
@@ -274,6 +384,8 @@ def _source(path: Path, envelope: dict[str, Any]) -> SourceContract:
             raise ContractError(
                 f"{where}: {role} {source[role]!r} is not a field (fields: {names})"
             )
+    if source["key"] not in document.get("required", []):
+        raise ContractError(f"{where}: key {source['key']!r} must be a required field")
     items = {
         f.name: _fields(_resolve(f.schema["items"], envelope, where), envelope, f"{where}.{f.name}")
         for f in fields
@@ -305,7 +417,7 @@ def load_contracts(folder: Path | None = None, table_order: Sequence[str] = ()) 
     """
     folder = folder or contracts_dir()
     envelope = _read(folder / ENVELOPE_FILE)
-    envelope_fields = _fields(envelope, envelope, ENVELOPE_FILE)
+    envelope_fields = _envelope_fields(envelope)
     sources: dict[str, SourceContract] = {}
     owner: dict[str, str] = {}
     for path in sorted(folder.glob("*.yaml")):
@@ -324,6 +436,27 @@ def load_contracts(folder: Path | None = None, table_order: Sequence[str] = ()) 
                     f"{path.name}: event type {event_type!r} is already declared by {first}"
                 )
             owner[event_type] = path.name
+        for other in sources.values():
+            if other.silver_table == source.silver_table:
+                raise ContractError(
+                    f"{path.name}: silver_table {source.silver_table!r} is already "
+                    f"{other.path.name}'s; one source per Silver table"
+                )
+            if other.topic.replace(".", "_") == source.topic.replace(".", "_"):
+                raise ContractError(
+                    f"{path.name}: topic {source.topic!r} collides with {other.topic!r} "
+                    f"({other.path.name}): Kafka treats '.' and '_' alike"
+                )
+            for field in source.fields:
+                if (
+                    field.name in other.names
+                    and other.field(field.name).spark_type != field.spark_type
+                ):
+                    raise ContractError(
+                        f"{path.name}.{field.name}: {field.spark_type}, but "
+                        f"{other.path.name} declares it {other.field(field.name).spark_type}: "
+                        "Silver reads the topics together, one type per field name"
+                    )
         sources[source.topic] = source
     position = {table: i for i, table in enumerate(table_order)}
     ordered = sorted(sources.values(), key=lambda s: position.get(s.silver_table, len(position)))
@@ -339,7 +472,7 @@ def contract_problems(folder: Path | None = None) -> list[str]:
     folder = folder or contracts_dir()
     try:
         envelope = _read(folder / ENVELOPE_FILE)
-        _fields(envelope, envelope, ENVELOPE_FILE)
+        _envelope_fields(envelope)
     except ContractError as error:
         return [str(error)]
     problems = []
@@ -351,9 +484,12 @@ def contract_problems(folder: Path | None = None) -> list[str]:
                 problems.append(str(error))
     if not problems:
         try:
-            load_contracts(folder)
+            _derive(load_contracts(folder))
         except ContractError as error:
             problems.append(str(error))
+        except (KeyError, ValueError, TypeError) as error:
+            what = error.args[0] if error.args else error
+            problems.append(f"the platform's code needs {what!r}, which the files do not declare")
     return problems
 
 
@@ -409,7 +545,26 @@ ACTIVITIES: frozenset[str]
 
 @lru_cache(maxsize=1)
 def _derived() -> dict[str, Any]:
-    loaded = get_contracts()
+    return _derive(get_contracts())
+
+
+def _derive(loaded: Contracts) -> dict[str, Any]:
+    """The constants above from ``loaded``.
+
+    :raises KeyError, ValueError, TypeError: the declarations lack what the platform's own
+        code still names (the envelope's ``schema_version`` const, ``$defs.currency``'s
+        enum, ``payments.method`` ...); :func:`contract_problems` reports it.
+    """
+
+    def enum(topic: str, field: str) -> frozenset[str]:
+        source = loaded.sources.get(topic)
+        if source is None:
+            return frozenset()
+        values = source.field(field).schema.get("enum")
+        if values is None:
+            raise KeyError(f"{topic}.{field} declares no enum")
+        return frozenset(str(v) for v in values)
+
     contracts = {
         event_type: EventContract(
             event_type=event_type,
@@ -439,9 +594,9 @@ def _derived() -> dict[str, Any]:
             f.name for f in (orders.items.get("items", ()) if orders else ()) if f.is_id
         ),
         "CURRENCIES": frozenset(str(v) for v in loaded.envelope["$defs"]["currency"]["enum"]),
-        "PAYMENT_METHODS": enum_of("payments", "method"),
-        "PAYMENT_STATUSES": enum_of("payments", "status"),
-        "ACTIVITIES": enum_of("customer_activity", "activity"),
+        "PAYMENT_METHODS": enum("payments", "method"),
+        "PAYMENT_STATUSES": enum("payments", "status"),
+        "ACTIVITIES": enum("customer_activity", "activity"),
     }
 
 

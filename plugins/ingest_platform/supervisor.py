@@ -235,7 +235,23 @@ def resume(job: str, token: Path, settings: PlatformSettings | None = None) -> N
 
 
 def _record(files: RuntimeFiles) -> dict[str, Any]:
-    return read_json(files.supervisor) or {"starts": []}
+    """The job's supervisor record; what a hand edit or a foreign write left unreadable
+    (``starts`` not a list of numbers, ``budget_from`` not a number) is dropped, never
+    raised on every round (a job never restarted again)."""
+    record = read_json(files.supervisor)
+    if not isinstance(record, dict):
+        return {"starts": []}
+    starts = record.get("starts")
+    record["starts"] = [
+        float(t) for t in (starts if isinstance(starts, list) else []) if _number(t)
+    ]
+    if not _number(record.get("budget_from", 0)):
+        record.pop("budget_from")
+    return record
+
+
+def _number(value: Any) -> bool:
+    return isinstance(value, int | float) and not isinstance(value, bool)
 
 
 def log_tail(files: RuntimeFiles, lines: int = 30) -> str:
@@ -400,8 +416,13 @@ def _supervise(
     if current.paused_by and not current.running:
         return f"{job}: paused by {'; '.join(current.paused_by)}: starts once that ends"
     record = _record(files)
-    starts = [float(t) for t in record.get("starts", [])]
+    starts = sorted(record["starts"])
     since_start = now - starts[-1] if starts else None
+    if since_start is not None and since_start < 0:
+        # The wall clock stepped back (NTP) past the last start: how long ago it was is
+        # unknown, so neither a back-off nor a start-up grace holds (a hung driver must not
+        # look like one still starting until the clock catches up).
+        since_start = float("inf")
     reason = "not running"
     if current.running:
         age = current.heartbeat_age_s

@@ -10,7 +10,7 @@ from typing import Any
 import pandas as pd
 import pytest
 
-from spark_jobs.gold import gold_aggregate, late_corrections
+from spark_jobs.gold import late_corrections
 from tests.integration.medallion import (
     Platform,
     activity,
@@ -124,18 +124,18 @@ def test_a_run_stopped_between_ledger_and_merge_is_finished_once(
     platform.all_layers()
     platform.send("orders", LATE_ORDERS)
     platform.all_layers()
-    real_merge = gold_aggregate.merge_customer_metrics
+    real_merge = late_corrections.merge_customer_metrics
 
     def crash(*args: Any, **kwargs: Any) -> None:
         raise RuntimeError("driver killed")
 
-    monkeypatch.setattr(gold_aggregate, "merge_customer_metrics", crash)
+    monkeypatch.setattr(late_corrections, "merge_customer_metrics", crash)
     with pytest.raises(RuntimeError, match="driver killed"):
         late_corrections.correct_customer_metrics(platform.spark)
     assert sorted(platform.read("gold_late_corrections").event_id) == ["l1", "l2"]
     pd.testing.assert_frame_equal(actual_metrics(platform), expected_metrics(ON_TIME_ORDERS))
 
-    monkeypatch.setattr(gold_aggregate, "merge_customer_metrics", real_merge)
+    monkeypatch.setattr(late_corrections, "merge_customer_metrics", real_merge)
     late_corrections.correct_customer_metrics(platform.spark)
     want = expected_metrics(ON_TIME_ORDERS + LATE_ORDERS)
     pd.testing.assert_frame_equal(actual_metrics(platform), want)

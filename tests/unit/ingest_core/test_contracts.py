@@ -229,6 +229,80 @@ def test_the_loader_refuses_a_bad_declaration_naming_file_and_field(
     assert "reviews.yaml" in str(refused.value)
 
 
+@pytest.mark.parametrize(
+    ("changes", "message"),
+    [
+        (
+            {"x-ingest-source": {**_source()["x-ingest-source"], "event_types": "review"}},
+            "event_types is a non-empty list of names",
+        ),
+        (
+            {"x-ingest-source": {**_source()["x-ingest-source"], "enrich": [["customers"]]}},
+            "enrich is a list of ['customers']",
+        ),
+        (
+            {"x-ingest-source": {**_source()["x-ingest-source"], "topic": ".."}},
+            "topic '..' is not a Kafka topic name",
+        ),
+        (
+            {"properties": {**_source()["properties"], "payload_hash": {"type": "string"}}},
+            "reviews.yaml.payload_hash: a field name matches",
+        ),
+        (
+            {"properties": {**_source()["properties"], "Score": {"type": "integer"}}},
+            "reviews.yaml.Score: a field name matches",
+        ),
+        (
+            {"properties": {**_source()["properties"], "flag": {"type": "string", "enum": [True]}}},
+            "enum values are strings",
+        ),
+        (
+            {"properties": {**_source()["properties"], "note": True}},
+            "reviews.yaml.note: declare the field as a mapping",
+        ),
+        ({"required": ["score"]}, "key 'review_id' must be a required field"),
+    ],
+)
+def test_the_loader_refuses_what_would_break_silver(
+    tmp_path: Path, changes: dict[str, Any], message: str
+) -> None:
+    """Found by trying to break the loader (helper report, stop 58): each of these loaded,
+    or raised a traceback, and would have broken Silver or every import later."""
+    with pytest.raises(ContractError) as refused:
+        load_contracts(_folder(tmp_path, _source(**changes), "reviews.yaml"))
+    assert message in str(refused.value)
+
+
+def test_a_key_given_twice_in_a_file_is_refused(tmp_path: Path) -> None:
+    folder = _folder(tmp_path, _source(), "reviews.yaml")
+    text = (folder / "reviews.yaml").read_text()
+    (folder / "reviews.yaml").write_text(
+        text.replace("properties:\n", "properties:\n  score: {type: string}\n", 1)
+    )
+    with pytest.raises(ContractError, match=r"key\(s\) \['score'\] given twice"):
+        load_contracts(folder)
+
+
+def test_two_sources_may_not_share_a_table_or_a_field_type(tmp_path: Path) -> None:
+    folder = _folder(tmp_path, _source(), "reviews.yaml")
+    other = _source()
+    other["x-ingest-source"] = {
+        **other["x-ingest-source"],
+        "topic": "ratings",
+        "event_types": ["rating_given"],
+    }
+    (folder / "ratings.yaml").write_text(yaml.safe_dump(other, sort_keys=False))
+    with pytest.raises(ContractError, match="silver_table 'silver_reviews' is already"):
+        load_contracts(folder)
+    other["x-ingest-source"]["silver_table"] = "silver_ratings"
+    other["properties"]["score"] = {"type": "string"}
+    (folder / "ratings.yaml").write_text(yaml.safe_dump(other, sort_keys=False))
+    with pytest.raises(
+        ContractError, match=r"reviews\.yaml\.score: int, but ratings\.yaml declares it string"
+    ):
+        load_contracts(folder)
+
+
 def test_two_files_may_not_declare_one_topic_or_one_event_type(tmp_path: Path) -> None:
     folder = _folder(tmp_path, _source(), "reviews.yaml")
     (folder / "reviews_again.yaml").write_text(yaml.safe_dump(_source(), sort_keys=False))

@@ -147,10 +147,44 @@ def test_a_crash_loop_fails_each_round_but_never_stops_restarting(
     assert supervisor.supervise("bronze_ingest", command(), echo=quiet) == "bronze_ingest: healthy"
 
 
+@pytest.mark.parametrize(
+    "record",
+    [
+        {"starts": ["abc", None]},
+        {"starts": 5},
+        {"starts": None, "budget_from": "x"},
+        {"starts": [True]},
+    ],
+)
+def test_an_unreadable_record_is_dropped_not_raised_every_round(
+    home: Path, record: dict[str, object]
+) -> None:
+    """Found by a helper trying to break it: garbage in supervisor.json raised on every
+    round, and the job was never restarted."""
+    from ingest_core.runtime_files import write_json
+
+    files = runtime_files("bronze_ingest")
+    files.folder.mkdir(parents=True, exist_ok=True)
+    write_json(files.supervisor, record)
+    assert "started" in supervisor.supervise("bronze_ingest", command(), echo=lambda _: None)
+
+
+def test_a_clock_stepped_back_neither_stretches_the_back_off_nor_hides_a_hang(
+    home: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setenv("INGEST_SUPERVISOR__BACKOFF_BASE_S", "60")
+    get_settings.cache_clear()
+    with pytest.raises(supervisor.SupervisorError, match="exited with code 3"):
+        supervisor.supervise("bronze_ingest", command("crash"), echo=lambda _: None)
+    _age_starts(-3600)  # the start now lies an hour ahead of the clock
+    outcome = supervisor.supervise("bronze_ingest", command(), echo=lambda _: None)
+    assert outcome.startswith("bronze_ingest: started (pid ")  # no 3,660 s back-off
+
+
 def test_a_stable_run_earns_a_fresh_budget(home: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     """Kubernetes' rule: a container that ran 10 minutes without trouble has its back-off
-    reset. Here 1 s: a job killed once in a while (the soak's six kills an hour) never
-    counts as crash-looping."""
+    reset. Here 1 s: a job that runs ``stable_after_s`` (and one supervisor round more)
+    between kills never counts as crash-looping, however many kills."""
     monkeypatch.setenv("INGEST_SUPERVISOR__CRASH_LOOP_RESTARTS", "2")
     monkeypatch.setenv("INGEST_SUPERVISOR__STABLE_AFTER_S", "1")
     get_settings.cache_clear()

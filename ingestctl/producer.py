@@ -29,6 +29,10 @@ Record = tuple[str, str | None, Mapping[str, Any] | bytes | None]
 MAX_REQUEST_BYTES = 1024 * 1024
 #: A record not acknowledged within this many milliseconds fails with KafkaTimeoutError.
 DELIVERY_TIMEOUT_MS = 30_000
+#: A producer replaced while the broker is away is tried again every this many seconds, for
+#: at most ``REPLACE_WITHIN_S`` (longer than the soak's longest broker outage, 300 s).
+REPLACE_EVERY_S = 5.0
+REPLACE_WITHIN_S = 600.0
 
 
 @dataclass(frozen=True)
@@ -176,9 +180,24 @@ def produce(
         if stuck:  # a producer whose requests never end would wedge every later send too
             with contextlib.suppress(Exception):
                 producer.close(timeout=0)
-            producer = KafkaProducer(**settings)
+            producer = replacement()
         if on_resolved:
             on_resolved(result)
+
+    def replacement() -> Any:
+        """A new producer, tried every few seconds while the broker does not answer: its
+        constructor bootstraps, and raised while the broker was down, which ended the
+        soak's stream (runs 6 and 7, at 62 and 85 minutes: a stuck group during a broker
+        outage, then no producer to go on with). Gives up after ``REPLACE_WITHIN_S``."""
+        from tenacity import retry, retry_if_exception_type, stop_after_delay, wait_fixed
+
+        make = retry(
+            retry=retry_if_exception_type(KafkaError),
+            wait=wait_fixed(REPLACE_EVERY_S),
+            stop=stop_after_delay(REPLACE_WITHIN_S),
+            reraise=True,
+        )(lambda: KafkaProducer(**settings))
+        return make()
 
     def flush() -> None:
         # A flush that times out (the broker away longer than the delivery timeout) leaves

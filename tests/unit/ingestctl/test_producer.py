@@ -103,3 +103,33 @@ def test_a_close_that_times_out_does_not_end_the_stream(monkeypatch: pytest.Monk
     monkeypatch.setattr(kafka, "KafkaProducer", _StuckOnClose)
     result = produce("127.0.0.1:1", [Message("t", "k", {"i": 1}, "ok")], raise_on_failure=False)
     assert result.acknowledged == 1
+
+
+class _DownThenUp(_WedgedThenHealthy):
+    """The first producer never acknowledges; the next two cannot even be made (the broker is
+    away: kafka-python's constructor bootstraps), the fourth works."""
+
+    def __init__(self, **config: Any) -> None:
+        from kafka.errors import KafkaTimeoutError
+
+        if len(_WedgedThenHealthy.made) in (1, 2):
+            _WedgedThenHealthy.made.append(self)
+            raise KafkaTimeoutError("Unable to bootstrap from 127.0.0.1:1")
+        super().__init__(**config)
+
+
+def test_a_producer_replaced_while_the_broker_is_away_is_tried_again(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """Soak runs 6 and 7: a stuck group during a broker outage replaced the producer, whose
+    constructor raised KafkaTimeoutError ("Unable to bootstrap"), and the stream ended (at 62 and 85 minutes)."""
+    import kafka
+
+    _WedgedThenHealthy.made = []
+    monkeypatch.setattr(kafka, "KafkaProducer", _DownThenUp)
+    monkeypatch.setattr(producer_module, "DELIVERY_TIMEOUT_MS", -29_000)  # a 1 s deadline
+    monkeypatch.setattr(producer_module, "REPLACE_EVERY_S", 0.1)
+    messages = [Message("t", str(i), {"i": i}, "ok") for i in range(20)]
+    result = produce("127.0.0.1:1", messages, raise_on_failure=False, batch_flush=10)
+    assert (result.failed, result.acknowledged) == (10, 10)
+    assert len(_WedgedThenHealthy.made) == 4  # two attempts refused, the third made it

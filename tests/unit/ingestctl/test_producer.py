@@ -122,7 +122,8 @@ def test_a_producer_replaced_while_the_broker_is_away_is_tried_again(
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
     """Soak runs 6 and 7: a stuck group during a broker outage replaced the producer, whose
-    constructor raised KafkaTimeoutError ("Unable to bootstrap"), and the stream ended (at 62 and 85 minutes)."""
+    constructor raised KafkaTimeoutError ("Unable to bootstrap"), and the stream ended (at
+    62 and 85 minutes)."""
     import kafka
 
     _WedgedThenHealthy.made = []

@@ -39,7 +39,7 @@ from typing import Any
 
 import yaml
 
-from ingest_core.settings import INCLUDE_DIR, catalog_dir
+from ingest_core.settings import INCLUDE_DIR, catalog_dir, topic_collision_key
 
 #: The repository's declarations (``INGEST_CATALOG_DIR`` may point elsewhere:
 #: :func:`contracts_dir`).
@@ -135,6 +135,12 @@ class Field:
         return self.spark_type == MONEY_TYPE
 
     @property
+    def enum(self) -> frozenset[str] | None:
+        """The declared ``enum``'s values (strings: the loader refuses others), or None."""
+        values = self.schema.get("enum")
+        return None if values is None else frozenset(str(v) for v in values)
+
+    @property
     def is_id(self) -> bool:
         """Declared ``x-ingest-id``: an identifier (no control characters)."""
         return bool(self.schema.get("x-ingest-id"))
@@ -166,6 +172,13 @@ class SourceContract:
     def names(self) -> tuple[str, ...]:
         """The payload's field names, in declaration order."""
         return tuple(f.name for f in self.fields)
+
+    def enum(self, name: str) -> frozenset[str]:
+        """The values field ``name`` declares. :raises KeyError: no such field, or no enum."""
+        values = self.field(name).enum
+        if values is None:
+            raise KeyError(f"{self.topic}.{name} declares no enum")
+        return values
 
     def field(self, name: str) -> Field:
         """:raises KeyError: no such payload field."""
@@ -442,7 +455,7 @@ def load_contracts(folder: Path | None = None, table_order: Sequence[str] = ()) 
                     f"{path.name}: silver_table {source.silver_table!r} is already "
                     f"{other.path.name}'s; one source per Silver table"
                 )
-            if other.topic.replace(".", "_") == source.topic.replace(".", "_"):
+            if topic_collision_key(other.topic) == topic_collision_key(source.topic):
                 raise ContractError(
                     f"{path.name}: topic {source.topic!r} collides with {other.topic!r} "
                     f"({other.path.name}): Kafka treats '.' and '_' alike"
@@ -507,10 +520,7 @@ def enum_of(topic: str, field: str) -> frozenset[str]:
 
     :raises KeyError: no such topic or field, or the field declares no enum.
     """
-    values = get_contracts().sources[topic].field(field).schema.get("enum")
-    if values is None:
-        raise KeyError(f"{topic}.{field} declares no enum")
-    return frozenset(str(v) for v in values)
+    return get_contracts().sources[topic].enum(field)
 
 
 def _ddl(fields: tuple[Field, ...]) -> str:
@@ -556,14 +566,9 @@ def _derive(loaded: Contracts) -> dict[str, Any]:
         enum, ``payments.method`` ...); :func:`contract_problems` reports it.
     """
 
-    def enum(topic: str, field: str) -> frozenset[str]:
+    def enum(topic: str, field: str) -> frozenset[str]:  # a catalog without the topic: none
         source = loaded.sources.get(topic)
-        if source is None:
-            return frozenset()
-        values = source.field(field).schema.get("enum")
-        if values is None:
-            raise KeyError(f"{topic}.{field} declares no enum")
-        return frozenset(str(v) for v in values)
+        return source.enum(field) if source is not None else frozenset()
 
     contracts = {
         event_type: EventContract(

@@ -116,11 +116,7 @@ def contract_rules(source: SourceContract, envelope: tuple[Field, ...]) -> Table
         not_null=source.required,
         unique_in_table=True,
         amounts=tuple(f.name for f in source.fields if f.is_money),
-        sets={
-            f.name: frozenset(str(v) for v in f.schema["enum"])
-            for f in source.fields
-            if "enum" in f.schema
-        },
+        sets={f.name: f.enum for f in source.fields if f.enum is not None},
         customer_column=source.schema["x-ingest-source"].get("customer_column"),
         time_column=time_column,
     )

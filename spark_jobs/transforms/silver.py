@@ -401,9 +401,9 @@ def _topic_plan(
         if declared.schema.get("x-ingest-case") == "upper":
             fields[field_name] = F.upper(typed[field_name])
         label = declared.schema.get("x-ingest-quarantine")
-        if label and "enum" in declared.schema:
+        if label and declared.enum is not None:
             why = label if isinstance(label, str) else f"unknown {field_name}"
-            invalid.append((why, ~fields[field_name].isin(*sorted(declared.schema["enum"]))))
+            invalid.append((why, ~fields[field_name].isin(*sorted(declared.enum))))
         for bound, outside in (("minimum", "below"), ("maximum", "above")):
             limit = declared.schema.get(bound)
             if limit is not None and not declared.is_money and declared.spark_type == "int":

@@ -16,7 +16,7 @@ from pathlib import Path
 from typing import Literal
 
 import yaml
-from pydantic import BaseModel, Field, field_validator, model_validator
+from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
 
 from ingest_core.intervals import IntervalError, parse_interval
 from ingest_core.settings import (
@@ -44,18 +44,179 @@ def _interval(text: str | None, what: str) -> str | None:
     return text
 
 
+_COMPARISONS = ("equals", "in_", "at_least", "at_most")
+
+
+class Condition(BaseModel):
+    """A row predicate of a declared Gold aggregate: ``column`` compared with one value,
+    e.g. ``{column: status, equals: authorized}`` or ``{column: score, at_most: 2}``.
+
+    Exactly one comparison: ``equals`` (a string, number or boolean), ``in`` (a list),
+    ``at_least`` or ``at_most`` (numbers, inclusive). A null never matches (SQL's rule).
+
+    :raises pydantic.ValidationError: no comparison or several, or an unknown key.
+    """
+
+    model_config = ConfigDict(extra="forbid", populate_by_name=True, frozen=True)
+
+    column: str = Field(pattern=_NAME)
+    equals: str | bool | int | float | None = None
+    in_: tuple[str | int | float, ...] | None = Field(None, alias="in", min_length=1)
+    at_least: float | None = None
+    at_most: float | None = None
+
+    @model_validator(mode="after")
+    def _one_comparison(self) -> Condition:
+        given = [k for k in _COMPARISONS if getattr(self, k) is not None]
+        if len(given) != 1:
+            raise ValueError(
+                f"condition on {self.column!r}: give exactly one of equals, in, at_least, "
+                f"at_most (given: {[k.rstrip('_') for k in given] or 'none'})"
+            )
+        return self
+
+    @property
+    def numeric(self) -> bool:
+        """Whether the comparison needs a numeric column (``at_least``/``at_most``)."""
+        return self.at_least is not None or self.at_most is not None
+
+    def describe(self) -> str:
+        """The condition as a reader writes it, e.g. ``score <= 2``."""
+        if self.equals is not None:
+            return f"{self.column} = {self.equals!r}"
+        if self.in_ is not None:
+            return f"{self.column} in {list(self.in_)!r}"
+        if self.at_least is not None:
+            return f"{self.column} >= {self.at_least:g}"
+        return f"{self.column} <= {self.at_most:g}"
+
+
+#: Measures over a column: the column's values aggregated.
+COLUMN_MEASURES = ("sum", "min", "max", "avg")
+#: Measures over a condition: ``count_if`` counts the rows matching it, ``any`` is true when
+#: one row of the window does.
+CONDITION_MEASURES = ("count_if", "any")
+
+
+class Measure(BaseModel):
+    """One column of a declared Gold aggregate, written in ``include/pipeline.yaml`` as:
+
+    ==============================  =====================================================
+    ``count``                       rows in the window (bigint)
+    ``{sum|min|max|avg: column}``   the column's sum, minimum, maximum or mean (Spark's
+                                    result type: a decimal's sum gains 10 digits of
+                                    precision, an integer's mean is a double)
+    ``{count_if: condition}``       rows matching the :class:`Condition` (bigint)
+    ``{any: condition}``            whether a row matches it (boolean)
+    ``{ratio: [a, b]}``             measure ``a`` / measure ``b`` of the same row (double;
+                                    null when ``b`` is 0), e.g. a success rate
+    ==============================  =====================================================
+
+    All but ``ratio`` merge across partial aggregates, which is what a streaming
+    aggregation's state keeps; a ratio is computed from two of them.
+
+    :raises pydantic.ValidationError: an unknown form.
+    """
+
+    model_config = ConfigDict(frozen=True)
+
+    kind: Literal["count", "count_if", "any", "sum", "min", "max", "avg", "ratio"]
+    column: str | None = Field(None, pattern=_NAME)
+    where: Condition | None = None
+    of: tuple[str, str] | None = None
+
+    @model_validator(mode="before")
+    @classmethod
+    def _short_form(cls, value: object) -> object:
+        if value == "count":
+            return {"kind": "count"}
+        if isinstance(value, dict) and len(value) == 1 and "kind" not in value:
+            ((kind, argument),) = value.items()
+            if kind in COLUMN_MEASURES:
+                return {"kind": kind, "column": argument}
+            if kind in CONDITION_MEASURES:
+                return {"kind": kind, "where": argument}
+            if kind == "ratio":
+                return {"kind": kind, "of": argument}
+            raise ValueError(
+                f"unknown measure {kind!r}; measures: count, {', '.join(COLUMN_MEASURES)}, "
+                f"{', '.join(CONDITION_MEASURES)}, ratio"
+            )
+        if isinstance(value, dict) and "kind" in value:
+            return value
+        raise ValueError(
+            f"a measure is `count` or a one-key mapping such as {{sum: amount}}, not {value!r}"
+        )
+
+    @model_validator(mode="after")
+    def _arguments_of_kind(self) -> Measure:
+        needs = (
+            ("column", self.kind in COLUMN_MEASURES),
+            ("where", self.kind in CONDITION_MEASURES),
+            ("of", self.kind == "ratio"),
+        )
+        for argument, needed in needs:
+            if (getattr(self, argument) is not None) != needed:
+                verb = "needs" if needed else "takes no"
+                raise ValueError(f"measure {self.kind} {verb} {argument}")
+        return self
+
+    def result_type(self, column_type: str | None = None) -> str:
+        """The Spark DDL type of the measure's result: ``bigint`` for ``count`` and
+        ``count_if``, ``boolean`` for ``any``, ``double`` for ``ratio``; for a column
+        measure Spark's rule for ``column_type``: an ``int``'s sum is a ``bigint`` and its
+        mean a ``double``, a ``decimal(p,s)``'s sum a ``decimal(p+10,s)`` and its mean a
+        ``decimal(p+4,s+4)``; min and max keep the type.
+
+        :raises ValueError: a type the measure does not take (a sum of strings).
+        """
+        fixed = {"count": "bigint", "count_if": "bigint", "any": "boolean", "ratio": "double"}
+        if self.kind in fixed:
+            return fixed[self.kind]
+        decimal = re.fullmatch(r"decimal\((\d+),\s*(\d+)\)", column_type or "")
+        if decimal:
+            precision, scale = int(decimal[1]), int(decimal[2])
+            if self.kind == "sum":
+                return f"decimal({min(precision + 10, 38)},{scale})"
+            if self.kind == "avg":
+                return f"decimal({min(precision + 4, 38)},{min(scale + 4, 38)})"
+            return f"decimal({precision},{scale})"
+        if column_type in ("int", "bigint"):
+            return {"sum": "bigint", "avg": "double"}.get(self.kind, column_type)
+        if self.kind in ("min", "max") and column_type in ("string", "timestamp", "date"):
+            return column_type
+        raise ValueError(
+            f"{self.kind} of {self.column!r}: a {column_type} column cannot be "
+            f"{'summed' if self.kind == 'sum' else 'averaged' if self.kind == 'avg' else 'ordered'}"
+            " (sum and avg take numbers; min and max numbers, strings and times)"
+        )
+
+    @property
+    def reads(self) -> tuple[str, ...]:
+        """The source columns the measure reads (none for ``count`` and ``ratio``)."""
+        if self.column is not None:
+            return (self.column,)
+        if self.where is not None:
+            return (self.where.column,)
+        return ()
+
+
 class WindowSpec(BaseModel):
-    """How a Gold table aggregates Silver in event time: one definition, used by the
-    streaming job (``gold_aggregate``), the late corrections and the backfill.
+    """How a Gold table aggregates Silver in event time, declared in
+    ``include/pipeline.yaml`` and compiled into Spark by
+    :func:`spark_jobs.transforms.gold.aggregate_window`: one definition, used by the
+    streaming job (``gold_aggregate``), the late corrections, the backfill, the gate's
+    rules (:mod:`ingest_core.quality.rules`) and the catalog check.
 
     :param kind: ``tumbling`` (``duration``), ``sliding`` (``duration`` and ``slide``) or
         ``session`` (``gap``).
     :param source: the Silver table aggregated.
-    :param aggregate: name of the pure function of :mod:`spark_jobs.transforms.gold` that
-        computes the rows (``payment_totals``, ``payment_success_rate``,
-        ``customer_sessions``).
     :param time_column: the event-time column windows are cut on (a timestamp).
-    :param group_by: grouping columns besides the window, in order.
+    :param group_by: grouping columns besides the window, in order (a session window needs
+        one: sessions are per key).
+    :param where: only the rows matching this :class:`Condition` are aggregated (a window
+        with none has no row).
+    :param measures: output column -> :class:`Measure`, in output order.
     :param duration: window length, e.g. ``"5 minutes"`` (tumbling and sliding).
     :param slide: how far a sliding window moves, e.g. ``"5 minutes"``; at most ``duration``.
     :param gap: name of the writing job's setting holding the session gap (sessions only).
@@ -63,14 +224,18 @@ class WindowSpec(BaseModel):
         watermark are job settings so that they are part of the job's checkpoint fingerprint
         (a checkpoint's state only fits the gap and watermark it was made with).
     :raises pydantic.ValidationError: a field the kind needs is missing, one it does not take
-        is set, or an interval is malformed.
+        is set, an interval is malformed, a ratio names no earlier measure, or a measure is
+        named like a window or grouping column.
     """
+
+    model_config = ConfigDict(extra="forbid")
 
     kind: Literal["tumbling", "sliding", "session"]
     source: str
-    aggregate: Literal["payment_totals", "payment_success_rate", "customer_sessions"]
     time_column: str = "event_time"
-    group_by: list[str] = Field(min_length=1)
+    group_by: list[str] = []
+    where: Condition | None = None
+    measures: dict[str, Measure] = Field(min_length=1)
     duration: str | None = None
     slide: str | None = None
     gap: str | None = None
@@ -85,11 +250,50 @@ class WindowSpec(BaseModel):
             raise ValueError(f"a {self.kind} window needs {sorted(missing)}")
         if extra:
             raise ValueError(f"a {self.kind} window takes no {sorted(extra)}")
+        if self.kind == "session" and not self.group_by:
+            raise ValueError("a session window needs group_by (sessions are per key)")
         _interval(self.duration, "window duration")
         _interval(self.slide, "window slide")
         if self.slide and self.duration and self.slide_delta > self.length:
             raise ValueError(f"slide {self.slide!r} is longer than duration {self.duration!r}")
+        taken = {self.start_column, self.end_column, *self.group_by}
+        earlier: list[str] = []  # measures a ratio may divide
+        for name, measure in self.measures.items():
+            if not re.match(_NAME, name) or name in taken:
+                raise ValueError(
+                    f"measure {name!r}: a measure needs a lower-case name of its own (taken: "
+                    f"{sorted(taken)})"
+                )
+            if measure.of is not None and not set(measure.of) <= set(earlier):
+                raise ValueError(
+                    f"measure {name!r}: a ratio divides two measures declared before it "
+                    f"(not ratios): {list(measure.of)} are not among {earlier}"
+                )
+            taken.add(name)
+            if measure.kind != "ratio":
+                earlier.append(name)
         return self
+
+    @property
+    def columns(self) -> list[str]:
+        """The table's columns in order: window start and end, grouping columns, measures
+        (a session window: grouping columns first, as Spark's examples write sessions)."""
+        bounds = [self.start_column, self.end_column]
+        if self.kind == "session":
+            return [*self.group_by, *bounds, *self.measures]
+        return [*bounds, *self.group_by, *self.measures]
+
+    @property
+    def reads(self) -> list[str]:
+        """The source columns the aggregate reads, in order and once each: ``event_id``
+        (late corrections deduplicate on it), the time column, grouping columns, the
+        ``where`` condition's column and the measures' columns."""
+        wanted = ["event_id", self.time_column, *self.group_by]
+        if self.where is not None:
+            wanted.append(self.where.column)
+        for measure in self.measures.values():
+            wanted += measure.reads
+        return list(dict.fromkeys(wanted))
 
     @property
     def start_column(self) -> str:
@@ -206,7 +410,8 @@ class TableSpec(BaseModel):
     :param written_by: who writes the table when no Spark job of the catalog does (e.g.
         ``ingestctl holds``); None: the jobs whose ``outputs`` list it.
     :param schema_from: where the table's columns are defined: ``contract`` (the event
-        contracts of :mod:`ingest_core.contracts` whose ``silver_table`` it is) or
+        contracts of :mod:`ingest_core.contracts` whose ``silver_table`` it is), ``window``
+        (its declared ``window``: bounds, grouping columns, measures) or
         ``<module>:<name>`` (a function or constant of the Spark jobs whose docstring or
         value gives the schema). Checked by ``tests/unit/ingest_core/test_catalog_consistency.py``.
     :param checkpoint_interval: Delta's ``delta.checkpointInterval``: commits between two
@@ -227,7 +432,9 @@ class TableSpec(BaseModel):
     window: WindowSpec | None = None
     written_by: str | None = None
     maintenance: TableMaintenanceSpec = TableMaintenanceSpec()
-    schema_from: str = Field(pattern=r"^(contract|[a-z_][a-z0-9_.]*:[A-Za-z_][A-Za-z0-9_]*)$")
+    schema_from: str = Field(
+        pattern=r"^(contract|window|[a-z_][a-z0-9_.]*:[A-Za-z_][A-Za-z0-9_]*)$"
+    )
     checkpoint_interval: int | None = Field(None, ge=1, le=10_000)
 
     @property
@@ -241,6 +448,11 @@ class TableSpec(BaseModel):
     def _name_has_layer(self) -> TableSpec:
         if not self.name.startswith(f"{self.layer}_"):
             raise ValueError(f"table {self.name!r} must be named {self.layer}_<entity>")
+        if (self.window is None) == (self.schema_from == "window"):
+            raise ValueError(
+                f"table {self.name!r}: schema_from window goes with a window declaration, "
+                "and a declared window with schema_from window"
+            )
         if self.window is not None:
             expected = [self.window.start_column, *self.window.group_by]
             if sorted(self.keys) != sorted(expected):

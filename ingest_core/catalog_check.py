@@ -11,6 +11,8 @@ from pydantic import ValidationError
 
 from ingest_core.catalog import Catalog
 from ingest_core.contracts import ContractError, contract_problems, load_contracts
+from ingest_core.quality.rules import window_problems
+from ingest_core.replay_mappings import mapping_problems
 from ingest_core.settings import catalog_dir
 
 
@@ -42,14 +44,20 @@ def _catalog(path: Path) -> tuple[Catalog | None, list[str]]:
 
 
 def _cross_problems(catalog: Catalog, include: Path) -> list[str]:
-    """Contracts against the catalog: each source lands in a declared Silver table whose
+    """Contracts against the catalog: each declared Gold window reads columns its source
+    declares, of types its measures take; each source lands in a declared Silver table whose
     schema is the contract's, each such table has a source, and the Bronze jobs read every
     source's topic and no topic without a contract."""
     try:
-        sources = load_contracts(include / "contracts").sources
+        contracts = load_contracts(include / "contracts")
     except ContractError as error:  # pragma: no cover - contract_problems found it first
         return [str(error)]
-    problems = []
+    sources = contracts.sources
+    problems = [
+        *mapping_problems(contracts),
+        *window_problems(catalog, contracts),
+        *_window_lists(catalog),
+    ]
     landing = {s.silver_table: s for s in sources.values()}
     for source in sources.values():
         where = f"contracts/{source.path.name}"
@@ -86,6 +94,25 @@ def _cross_problems(catalog: Catalog, include: Path) -> list[str]:
                 f"pipeline.yaml: {section}.{job.name}: reads topic {topic!r}, which no "
                 "contract declares: Silver could not parse its events"
             )
+    return problems
+
+
+def _window_lists(catalog: Catalog) -> list[str]:
+    """The Gold jobs work on every declared window: a job listing one windowed table among
+    its outputs (or inputs) lists them all, so that its lineage, Assets and refreshes cover
+    a newly declared one."""
+    windowed = list(catalog.windowed_tables())
+    problems = []
+    for job in catalog.applications.values():
+        section = "jobs" if job.name in catalog.jobs else "batch_jobs"
+        for role in ("outputs", "inputs"):
+            listed = getattr(job, role)
+            missing = [t for t in windowed if t not in listed]
+            if missing and len(missing) < len(windowed):
+                problems.append(
+                    f"pipeline.yaml: {section}.{job.name}.{role}: lists some windowed Gold "
+                    f"tables but not {missing} (it works on every declared window)"
+                )
     return problems
 
 

@@ -302,10 +302,42 @@ def find_damage(checkpoint: Path) -> list[Damage]:
 
 
 def fingerprint_config(job: JobSpec) -> dict[str, Any]:
-    """What makes a checkpoint's content valid: source, sink and job settings (watermarks,
-    windows; the stateful operators follow from them)."""
+    """What makes a checkpoint's content valid: source, sink, job settings (watermarks,
+    gaps) and the declared windows the job streams (``queries``: Gold table -> its window;
+    a query's state only fits the window, grouping and measures it was made with)."""
     sink = job.sink if isinstance(job.sink, str) else job.sink.model_dump()
-    return {"source": job.source.model_dump(), "sink": sink, "settings": job.settings}
+    config: dict[str, Any] = {
+        "source": job.source.model_dump(),
+        "sink": sink,
+        "settings": job.settings,
+    }
+    catalog = get_catalog()
+    queries = {
+        table: window.model_dump(mode="json", by_alias=True, exclude_none=True)
+        for table, window in catalog.windowed_tables().items()
+        if table in job.outputs
+    }
+    if queries:
+        config["queries"] = queries
+    return config
+
+
+#: Fingerprint sections where an added key is compatible with an existing checkpoint: a new
+#: setting, or a new declared window (its query starts a checkpoint of its own).
+ADDITIVE_SECTIONS = ("settings", "queries")
+
+
+def added_only(old: dict[str, Any], new: dict[str, Any]) -> list[str]:
+    """The keys ``new`` adds to :data:`ADDITIVE_SECTIONS` of ``old`` (e.g.
+    ``queries.gold_reviews_daily``) when that is the only difference between the two
+    fingerprint configurations; ``[]`` when anything else differs (or nothing does)."""
+    added, kept = [], dict(new)
+    for section in ADDITIVE_SECTIONS:
+        before, after = old.get(section) or {}, new.get(section) or {}
+        added += [f"{section}.{k}" for k in after if k not in before]
+        kept[section] = {k: v for k, v in after.items() if k in before}
+    base = old | {section: old.get(section) or {} for section in ADDITIVE_SECTIONS}
+    return [] if config_changes(base, kept) else added
 
 
 def fingerprint(job: JobSpec) -> str:
@@ -352,7 +384,11 @@ def check_before_start(job_name: str, settings: PlatformSettings | None = None) 
     if record.exists():
         recorded = json.loads(record.read_text())
         changes = config_changes(recorded.get("config", {}), current)
-        if changes:
+        if changes and added_only(recorded.get("config", {}), current):
+            # Only additions (a new setting, a newly declared Gold window): the existing
+            # queries' state still fits; record the new configuration.
+            _record_fingerprint(record, job, current)
+        elif changes:
             raise ConfigurationChangedError(
                 f"{job_name}'s configuration changed since its checkpoint was made: "
                 f"{'; '.join(changes)}. Options: (1) keep the checkpoint: revert the change "
@@ -362,10 +398,12 @@ def check_before_start(job_name: str, settings: PlatformSettings | None = None) 
                 f"old configuration: `ingestctl checkpoints restore {job_name} <backup id>`"
             )
     elif query_dirs(checkpoint) or not checkpoint.exists():
-        record.parent.mkdir(parents=True, exist_ok=True)
-        record.write_text(
-            json.dumps(
-                {"fingerprint": fingerprint(job), "config": current}, indent=2, sort_keys=True
-            )
-            + "\n"
-        )
+        _record_fingerprint(record, job, current)
+
+
+def _record_fingerprint(record: Path, job: JobSpec, config: dict[str, Any]) -> None:
+    record.parent.mkdir(parents=True, exist_ok=True)
+    record.write_text(
+        json.dumps({"fingerprint": fingerprint(job), "config": config}, indent=2, sort_keys=True)
+        + "\n"
+    )

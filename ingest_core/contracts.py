@@ -196,6 +196,38 @@ class Contracts:
     envelope_fields: tuple[Field, ...]
     sources: dict[str, SourceContract]
 
+    @property
+    def event_time_field(self) -> str:
+        """The envelope field declared ``x-ingest-event-time`` (``event_time``)."""
+        return next(f.name for f in self.envelope_fields if f.schema.get("x-ingest-event-time"))
+
+    def column_types(self, silver_table: str) -> dict[str, str]:
+        """Silver ``silver_table``'s scalar columns -> Spark DDL type, as the contracts
+        landing in it declare them: the envelope (``schema_version`` aside: Silver does not
+        keep it; the event-time field a ``timestamp``) and every payload field that is not
+        an array. Empty when no contract lands in the table."""
+        sources = [s for s in self.sources.values() if s.silver_table == silver_table]
+        if not sources:
+            return {}
+        types = {
+            f.name: "timestamp" if f.name == self.event_time_field else f.spark_type
+            for f in self.envelope_fields
+            if f.name != "schema_version"
+        }
+        for source in sources:
+            types |= {f.name: f.spark_type for f in source.fields if "<" not in f.spark_type}
+        return types
+
+    def column_enums(self, silver_table: str) -> dict[str, frozenset[str]]:
+        """Silver ``silver_table``'s columns with a declared ``enum`` -> its values."""
+        return {
+            f.name: f.enum
+            for s in self.sources.values()
+            if s.silver_table == silver_table
+            for f in s.fields
+            if f.enum is not None
+        }
+
 
 def contracts_dir() -> Path:
     """``contracts/`` of :func:`ingest_core.settings.catalog_dir`."""

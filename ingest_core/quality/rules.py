@@ -12,13 +12,14 @@ Spark-free and GX-free (the Airflow side reads :data:`LAYER_RULES` at parse time
 
 from __future__ import annotations
 
+import functools
 from dataclasses import dataclass, field
+from typing import Any
 
-from ingest_core.catalog import get_catalog
+from ingest_core.catalog import Catalog, WindowSpec, get_catalog
 from ingest_core.contracts import (
-    CURRENCIES,
     MONEY_TYPE,
-    PAYMENT_METHODS,
+    Contracts,
     Field,
     SourceContract,
     get_contracts,
@@ -81,16 +82,23 @@ PANDAS_TYPES = {
     "DecimalType": "Decimal",
     "TimestampType": "datetime64",
     "LongType": "int64",
+    "IntegerType": "int32",
     "DoubleType": "float64",
     "BooleanType": "bool",
 }
 #: GX execution engines a suite is built for.
 ENGINES = ("spark", "pandas")
 
-_WINDOW = {"window_start": "TimestampType", "window_end": "TimestampType"}
-
 #: GX's Spark type name of each contract field type (``ingest_core.contracts.Field``).
-_GX_TYPES = {"string": "StringType", "int": "IntegerType", MONEY_TYPE: "DecimalType"}
+_GX_TYPES = {
+    "string": "StringType",
+    "int": "IntegerType",
+    "bigint": "LongType",
+    "double": "DoubleType",
+    "boolean": "BooleanType",
+    "timestamp": "TimestampType",
+    MONEY_TYPE: "DecimalType",
+}
 
 
 def contract_rules(source: SourceContract, envelope: tuple[Field, ...]) -> TableRules:
@@ -122,67 +130,119 @@ def contract_rules(source: SourceContract, envelope: tuple[Field, ...]) -> Table
     )
 
 
-LAYER_RULES: dict[str, tuple[TableRules, ...]] = {
-    "silver": tuple(
-        contract_rules(source, get_contracts().envelope_fields)
-        for source in get_contracts().sources.values()
-    ),
-    "gold": (
-        *(
+def gx_type(spark_type: str) -> str:
+    """GX's Spark type name of a Spark DDL type (``decimal(28,2)`` -> ``DecimalType``).
+
+    :raises KeyError: a type the gates do not check (arrays, maps).
+    """
+    return "DecimalType" if spark_type.startswith("decimal(") else _GX_TYPES[spark_type]
+
+
+def window_rules(table: str, window: WindowSpec, contracts: Contracts | None = None) -> TableRules:
+    """A declared windowed Gold table's rules, derived from its window
+    (``include/pipeline.yaml``) and its source's contracts: every column with its type,
+    window end after start, grouping columns within their declared ``enum``, a ratio of a
+    ``count_if`` to a ``count`` within [0, 1] and its numerator at most its denominator;
+    each key's newest row validated (late corrections rewrite windows in place).
+
+    :raises ValueError: a column the source does not declare, or a measure its type does
+        not take (``ingestctl catalog check`` says so first, :func:`window_problems`).
+    """
+    contracts = contracts or get_contracts()
+    types = contracts.column_types(window.source)
+
+    def column_type(column: str) -> str:
+        if column not in types:
+            raise ValueError(
+                f"{table}: {window.source} declares no column {column!r} (its columns: "
+                f"{sorted(types)})"
+            )
+        return types[column]
+
+    if column_type(window.time_column) != "timestamp":
+        raise ValueError(f"{table}: windows are cut on a timestamp, not {window.time_column!r}")
+    if window.where is not None:
+        column_type(window.where.column)
+    columns = {window.start_column: "TimestampType", window.end_column: "TimestampType"}
+    columns |= {c: gx_type(column_type(c)) for c in window.group_by}
+    ratios, ordered = [], [(window.end_column, window.start_column)]
+    for name, measure in window.measures.items():
+        if measure.where is not None:
+            column_type(measure.where.column)
+        source_type = column_type(measure.column) if measure.column else None
+        try:
+            columns[name] = gx_type(measure.result_type(source_type))
+        except ValueError as error:
+            raise ValueError(f"{table}: measure {name!r}: {error}") from None
+        if measure.of is not None:
+            numerator, denominator = (window.measures[m].kind for m in measure.of)
+            if (numerator, denominator) == ("count_if", "count"):
+                ratios.append(name)
+                ordered.append((measure.of[1], measure.of[0]))
+    enums = contracts.column_enums(window.source)
+    return TableRules(
+        table,
+        {c: columns[c] for c in window.columns},
+        sets={c: enums[c] for c in window.group_by if c in enums},
+        ratios=tuple(ratios),
+        ordered=tuple(ordered),
+        latest_image=True,
+    )
+
+
+def window_problems(catalog: Catalog, contracts: Contracts) -> list[str]:
+    """Each declared window's columns against its source's contracts, one line per table
+    in trouble (:func:`window_rules`'s refusal); ``[]`` when all is well."""
+    problems = []
+    for table, window in catalog.windowed_tables().items():
+        try:
+            window_rules(table, window, contracts)
+        except ValueError as error:
+            problems.append(f"pipeline.yaml: tables.{table}.window: {error}")
+    return problems
+
+
+#: The gated layers, in the order the medallion runs their gates.
+GATED_LAYERS = ("silver", "gold")
+#: Layer -> its tables' rules (computed on first use: importing this module reads no
+#: declaration, so a broken one is reported by ``ingestctl catalog check``).
+LAYER_RULES: dict[str, tuple[TableRules, ...]]
+
+
+@functools.cache
+def _layer_rules() -> dict[str, tuple[TableRules, ...]]:
+    from ingest_core.contracts import CURRENCIES
+
+    return {
+        "silver": tuple(
+            contract_rules(source, get_contracts().envelope_fields)
+            for source in get_contracts().sources.values()
+        ),
+        "gold": (
+            *(window_rules(table, w) for table, w in get_catalog().windowed_tables().items()),
             TableRules(
-                table,
-                _WINDOW
-                | {
+                "gold_customer_metrics",
+                {
+                    "customer_id": "StringType",
                     "currency": "StringType",
-                    "payment_count": "LongType",
-                    "amount_total": "DecimalType",
+                    "order_count": "LongType",
+                    "spend": "DecimalType",
                 },
                 sets={"currency": CURRENCIES},
-                ordered=(("window_end", "window_start"),),
                 latest_image=True,
-            )
-            # the tumbling and the sliding payment totals: same columns, same rules
-            for table in ("gold_payment_totals_5m", "gold_payment_totals_10m_sliding")
+            ),
         ),
-        TableRules(
-            "gold_payment_success_rate_15m",
-            _WINDOW
-            | {
-                "method": "StringType",
-                "attempts": "LongType",
-                "successes": "LongType",
-                "success_rate": "DoubleType",
-            },
-            sets={"method": PAYMENT_METHODS},
-            ratios=("success_rate",),
-            ordered=(("attempts", "successes"),),
-            latest_image=True,
-        ),
-        TableRules(
-            "gold_customer_sessions",
-            {
-                "customer_id": "StringType",
-                "session_start": "TimestampType",
-                "session_end": "TimestampType",
-                "event_count": "LongType",
-            },
-            ordered=(("session_end", "session_start"),),
-            latest_image=True,
-        ),
-        TableRules(
-            "gold_customer_metrics",
-            {
-                "customer_id": "StringType",
-                "currency": "StringType",
-                "order_count": "LongType",
-                "spend": "DecimalType",
-            },
-            sets={"currency": CURRENCIES},
-            latest_image=True,
-        ),
-    ),
-}
-GATED_LAYERS = tuple(LAYER_RULES)
+    }
+
+
+def __getattr__(name: str) -> Any:
+    """:data:`LAYER_RULES`, computed once on first use.
+
+    :raises ingest_core.contracts.ContractError: a contract is broken.
+    """
+    if name == "LAYER_RULES":
+        return _layer_rules()
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
 
 
 def layer_rules(layer: str) -> tuple[TableRules, ...]:
@@ -191,7 +251,7 @@ def layer_rules(layer: str) -> tuple[TableRules, ...]:
     :raises ValueError: ``layer`` has no gate; the message names the gated layers.
     """
     try:
-        return LAYER_RULES[layer]
+        return _layer_rules()[layer]
     except KeyError:
         raise ValueError(f"no gate for layer {layer!r}; gated layers: {GATED_LAYERS}") from None
 

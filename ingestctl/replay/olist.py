@@ -14,6 +14,8 @@ America/Sao_Paulo):
   that status. Olist has no cancellation time: the event takes the order's latest known
   timestamp (approval, carrier hand-over or delivery, else purchase).
 * The customers file loads the customers dimension (see :func:`read_customers`).
+* Every CSV file a contract maps to ``dataset: olist`` (``x-ingest-replay``, e.g. the
+  reviews) adds its events (:func:`ingestctl.replay.declared.declared_events`).
 """
 
 from __future__ import annotations
@@ -24,6 +26,7 @@ from decimal import Decimal
 from pathlib import Path
 from typing import Any
 
+from ingestctl.replay.declared import declared_events
 from ingestctl.replay.model import (
     SourceError,
     SourceEvent,
@@ -154,6 +157,7 @@ def read_events(path: Path, timezone: str = DEFAULT_TIMEZONE) -> list[SourceEven
                     f"olist:payment:{row['order_id']}:{row['payment_sequential']}",
                 )
             )
+    events += declared_events("olist", folder, tz)
     events.sort(key=lambda e: (e.event_time, e.source_ref))
     return events
 

@@ -1,6 +1,6 @@
-"""What the Gold jobs share (no Gold job imports another: issue 52): the payment windows
-and their columns, Gold's watermarks read from its checkpoint, Silver with its late events,
-the reconciliation of the payment totals, and the customer metrics' MERGE.
+"""What the Gold jobs share (no Gold job imports another: issue 52): the declared windows
+and the Silver columns they read, Gold's watermarks read from its checkpoint, Silver with its
+late events, the reconciliation of the payment totals, and the customer metrics' MERGE.
 
 Used by :mod:`spark_jobs.gold.gold_aggregate`, :mod:`spark_jobs.gold.late_corrections`
 and :mod:`spark_jobs.gold.gold_backfill`.
@@ -25,21 +25,31 @@ if TYPE_CHECKING:
 
     from ingest_core.catalog import WindowSpec
 
-PAYMENT_COLUMNS = ("event_id", "event_time", "currency", "amount", "status", "method")
+#: Silver columns ``gold_customer_metrics`` (code, not a declared window) reads.
 ORDER_COLUMNS = ("event_id", "event_type", "customer_id", "currency", "total", "event_time")
-ACTIVITY_COLUMNS = ("event_id", "event_time", "customer_id", "activity")
-#: The ledger of late events added to a running Gold table (see the module docstring).
 
 
 class GoldReconciliationError(RuntimeError):
     """Final Gold windows differ from a batch recomputation from Silver."""
 
 
-def payment_windows() -> dict[str, WindowSpec]:
-    """The windowed Gold tables over ``silver_payments`` -> their windows
-    (``include/pipeline.yaml``), in declaration order."""
-    windows = get_catalog().windowed_tables().items()
-    return {table: window for table, window in windows if window.source == "silver_payments"}
+def windows_by_source() -> dict[str, dict[str, WindowSpec]]:
+    """Silver table -> {windowed Gold table over it -> its window} (``include/pipeline.yaml``),
+    in declaration order."""
+    by_source: dict[str, dict[str, WindowSpec]] = {}
+    for table, window in get_catalog().windowed_tables().items():
+        by_source.setdefault(window.source, {})[table] = window
+    return by_source
+
+
+def source_columns(source: str) -> tuple[str, ...]:
+    """The columns of Silver table ``source`` that the windows over it read, once each in
+    declaration order (:attr:`ingest_core.catalog.WindowSpec.reads`).
+
+    :raises KeyError: no window reads ``source``.
+    """
+    windows = windows_by_source()[source].values()
+    return tuple(dict.fromkeys(c for w in windows for c in w.reads))
 
 
 def window_columns(window: WindowSpec) -> list[str]:
@@ -48,10 +58,15 @@ def window_columns(window: WindowSpec) -> list[str]:
     return [window.start_column, window.end_column, *window.group_by]
 
 
-def recompute_windows(table: str, payments: DataFrame) -> DataFrame:
+def recompute_windows(table: str, rows: DataFrame) -> DataFrame:
+    """Gold ``table``'s rows recomputed from Silver ``rows`` (its declared window, with the
+    session gap from the writing job's settings)."""
     from spark_jobs.transforms.gold import aggregate_window
 
-    return aggregate_window(payments, get_catalog().window(table))
+    catalog = get_catalog()
+    window = catalog.window(table)
+    gap = catalog.window_gap(table) if window.gap else None
+    return aggregate_window(rows, window, gap)
 
 
 def gold_watermark(table: str, settings: PlatformSettings | None = None) -> datetime | None:
@@ -224,13 +239,18 @@ def silver_with_late(
     return on_time.unionByName(late_rows)
 
 
-def all_payments(spark: SparkSession, settings: PlatformSettings | None = None) -> DataFrame:
-    """On-time Silver payments (without held rows) plus late ones, one row per ``event_id``.
+def window_source(
+    spark: SparkSession,
+    source: str,
+    settings: PlatformSettings | None = None,
+    between: tuple[datetime, datetime] | None = None,
+) -> DataFrame:
+    """On-time rows of Silver ``source`` (without held rows) plus late ones, one row per
+    ``event_id``, with the columns the windows over it read (:func:`source_columns`).
 
-    :returns: ``event_id``, ``event_time``, ``currency``, ``amount`` decimal(18,2),
-        ``status``, ``method``, ``late`` boolean.
+    :returns: those columns plus ``late`` boolean (see :func:`silver_with_late`).
     """
-    return silver_with_late(spark, "silver_payments", PAYMENT_COLUMNS, settings)
+    return silver_with_late(spark, source, source_columns(source), settings, between=between)
 
 
 def reconcile_payment_totals(
@@ -254,7 +274,7 @@ def reconcile_payment_totals(
     gold = read_table(spark, path)
     if gold is None or watermark is None:
         return 0
-    payments = all_payments(spark, settings)
+    payments = window_source(spark, get_catalog().window(table).source, settings)
     expected = recompute_windows(
         table, payments if include_late else payments.where(~F.col("late"))
     )
@@ -262,11 +282,14 @@ def reconcile_payment_totals(
     actual = gold.where(F.col("window_end") <= F.lit(watermark))
     if not include_late:
         # Windows with events the stream did not count are the corrections job's to fix.
+        from spark_jobs.transforms.gold import window_keys
+
+        window = get_catalog().window(table)
         late = late_for_gold(payments, behind_gold(spark, table, settings))
-        late_windows = recompute_windows(table, late.withColumn("status", F.lit("authorized")))
-        keys = window_columns(get_catalog().window(table))
-        expected = expected.join(late_windows.select(*keys), keys, "left_anti")
-        actual = actual.join(late_windows.select(*keys), keys, "left_anti")
+        late_windows = window_keys(late, window)
+        keys = window_columns(window)
+        expected = expected.join(late_windows, keys, "left_anti")
+        actual = actual.join(late_windows, keys, "left_anti")
     columns = expected.columns
     missing = expected.exceptAll(actual.select(*columns))
     extra = actual.select(*columns).exceptAll(expected)

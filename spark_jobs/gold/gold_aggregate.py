@@ -1,5 +1,6 @@
 """gold_aggregate: Silver -> Gold, in event time, as one Spark application with one
-streaming query (and one checkpoint) per Gold table:
+streaming query (and one checkpoint) per Gold table. The windowed tables are declared in
+``include/pipeline.yaml`` (a new declaration gets its query here with no code); today's:
 
 ==================================  ======================================================
 ``gold_payment_totals_5m``          tumbling 5-minute windows per currency, append mode
@@ -52,15 +53,17 @@ REAL_TIME_REFUSAL = (
 )
 
 
-def windowed_definitions() -> dict[str, tuple[str, str, Callable[[DataFrame], DataFrame]]]:
-    """Gold table -> (Silver source table, watermark delay, aggregation), from the tables'
-    window declarations (``include/pipeline.yaml``), in declaration order."""
+def windowed_definitions() -> dict[str, tuple[str, str, str, Callable[[DataFrame], DataFrame]]]:
+    """Gold table -> (Silver source table, event-time column, watermark delay, compiled
+    aggregation), from the tables' window declarations (``include/pipeline.yaml``), in
+    declaration order."""
     from spark_jobs.transforms.gold import aggregate_window
 
     catalog = get_catalog()
     return {
         table: (
             window.source,
+            window.time_column,
             catalog.window_watermark(table),
             functools.partial(
                 aggregate_window,
@@ -128,11 +131,11 @@ def start(
             spark, spark.readStream.format("delta").load(str(path)), table, settings
         )
 
-    for table, (silver, delay, aggregate) in definitions.items():
+    for table, (silver, time_column, delay, aggregate) in definitions.items():
         stream = source(silver) if table in wanted else None
         if stream is None:
             continue
-        out = aggregate(stream.withWatermark("event_time", delay))
+        out = aggregate(stream.withWatermark(time_column, delay))
         writer = (
             out.writeStream.format("delta")
             .outputMode("append")

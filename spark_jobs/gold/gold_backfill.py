@@ -4,13 +4,14 @@ What ``medallion_incremental`` runs instead of its streaming steps when the DAG 
 backfill (or a manual run of a past interval): an AvailableNow job ignores the data
 interval, this job is scoped by it.
 
-For every windowed Gold table, the windows (or sessions) that **start** in ``[start, end)``
-are recomputed from Silver with the same pure functions as the stream
-(:mod:`spark_jobs.transforms.gold`), from on-time Silver rows (minus rows held by a gate
-remedy) **plus the late events** in ``silver_late_events``, one row per ``event_id``. So a
-backfill gives what the incremental runs gave when nothing arrived late, and the corrected
-figures when something did. Each window belongs to exactly one interval (by its start), so
-backfills of adjacent intervals never write the same row.
+For every windowed Gold table (declared in ``include/pipeline.yaml``), the windows (or
+sessions) that **start** in ``[start, end)`` are recomputed from Silver with the same
+compiled aggregate as the stream (:func:`spark_jobs.transforms.gold.aggregate_window`),
+from on-time Silver rows (minus rows held by a gate remedy) **plus the late events** in
+``silver_late_events``, one row per ``event_id``. So a backfill gives what the incremental
+runs gave when nothing arrived late, and the corrected figures when something did. Each
+window belongs to exactly one interval (by its start), so backfills of adjacent intervals
+never write the same row.
 
 Only windows the streaming query has **finalised** are written (window end at or before the
 watermark in its checkpoint): an open window is the stream's to append, and writing it here
@@ -45,7 +46,7 @@ from typing import TYPE_CHECKING
 from ingest_core.catalog import get_catalog
 from ingest_core.settings import PlatformSettings, get_settings
 from ingest_core.time_range import TimeRange, TimeRangeError
-from spark_jobs.gold.common import gold_watermark, silver_with_late
+from spark_jobs.gold.common import gold_watermark, window_source
 
 if TYPE_CHECKING:
     from pyspark.sql import Column, DataFrame, SparkSession
@@ -53,11 +54,6 @@ if TYPE_CHECKING:
 JOB_NAME = "gold_backfill"
 #: A backfill's interval may span at most this long (one DAG run is normally 15 minutes).
 MAX_INTERVAL = timedelta(days=31)
-#: Silver columns each window source's aggregations need.
-_SOURCE_COLUMNS: dict[str, tuple[str, ...]] = {
-    "silver_payments": ("event_id", "event_time", "currency", "amount", "status", "method"),
-    "silver_customer_activity": ("event_id", "event_time", "customer_id", "activity"),
-}
 
 
 @dataclass(frozen=True)
@@ -65,7 +61,6 @@ class WindowedTable:
     """How one Gold table is recomputed for an interval.
 
     :param source: Silver table the rows come from.
-    :param columns: Silver columns the aggregation needs.
     :param keys: columns identifying a row (the table's ``keys`` in ``include/pipeline.yaml``),
         the MERGE keys.
     :param start_col: column placing a row in an interval.
@@ -75,12 +70,15 @@ class WindowedTable:
     """
 
     source: str
-    columns: tuple[str, ...]
     keys: tuple[str, ...]
     start_col: str
     end_col: str
     reach: timedelta | None
     aggregate: Callable[[DataFrame], DataFrame]
+    #: the event-time column of the source rows
+    time_column: str = "event_time"
+    #: grouping columns (a session's key)
+    group_by: tuple[str, ...] = ()
 
 
 def windowed_tables(gap: str | None = None) -> dict[str, WindowedTable]:
@@ -89,7 +87,6 @@ def windowed_tables(gap: str | None = None) -> dict[str, WindowedTable]:
 
     :param gap: the session gap (default: the one the sessions' window declares, a setting of
         ``gold_aggregate``).
-    :raises KeyError: a window's source table has no column list here.
     """
     from spark_jobs.transforms.gold import aggregate_window
 
@@ -99,7 +96,6 @@ def windowed_tables(gap: str | None = None) -> dict[str, WindowedTable]:
         session = window.kind == "session"
         tables[table] = WindowedTable(
             window.source,
-            _SOURCE_COLUMNS[window.source],
             tuple(catalog.table(table).keys),
             window.start_column,
             window.end_column,
@@ -109,6 +105,8 @@ def windowed_tables(gap: str | None = None) -> dict[str, WindowedTable]:
                 window=window,
                 gap=(gap or catalog.window_gap(table)) if session else None,
             ),
+            window.time_column,
+            tuple(window.group_by),
         )
     return tables
 
@@ -156,8 +154,7 @@ def _source(
     if interval is not None and reaches and None not in reaches:
         reach = max(r for r in reaches if r is not None)
         between = (interval.start - reach, interval.end + reach)
-    rows = silver_with_late(spark, spec.source, spec.columns, settings, between=between)
-    return rows.drop("late")
+    return window_source(spark, spec.source, settings, between=between).drop("late")
 
 
 def recompute(
@@ -179,17 +176,16 @@ def recompute(
 
     spec = _specs()[table]
     rows = source if source is not None else _source(spark, spec, settings)
+    time = F.col(spec.time_column)
     if spec.reach is not None:
         low, high = interval.start - spec.reach, interval.end + spec.reach
-        rows = rows.where((F.col("event_time") >= F.lit(low)) & (F.col("event_time") < F.lit(high)))
+        rows = rows.where((time >= F.lit(low)) & (time < F.lit(high)))
     else:
         # A session starting in the interval may run on past its end: take every row of
-        # the customers active in it, then keep the sessions that start in it.
-        active = rows.where(
-            (F.col("event_time") >= F.lit(interval.start))
-            & (F.col("event_time") < F.lit(interval.end))
-        )
-        rows = rows.join(active.select("customer_id").distinct(), "customer_id", "left_semi")
+        # the keys active in it, then keep the sessions that start in it.
+        active = rows.where((time >= F.lit(interval.start)) & (time < F.lit(interval.end)))
+        keys = list(spec.group_by)
+        rows = rows.join(active.select(*keys).distinct(), keys, "left_semi")
     aggregated = spec.aggregate(rows)
     if spec.reach is None:
         # Spark 4.2 pushes a filter on session_window's start below the aggregation, where

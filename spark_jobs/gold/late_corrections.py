@@ -7,17 +7,20 @@ An event older than Silver's watermark lands in ``silver_late_events``, not in i
 table, so the streaming Gold queries never see it. This batch job (``correct_late`` in
 ``medallion_incremental``, after ``gold_aggregate``) applies them:
 
-* **payments -> the three payment window tables.** It finds the windows the late payments
-  fall in, keeping only windows the streaming query has already finalised (window end at or
-  before its watermark, read from its checkpoint: an open window is still the stream's to
-  write), recomputes those windows from all payments with the same pure functions as the
-  stream (:mod:`spark_jobs.transforms.gold`) and MERGEs them, keyed on the window and
-  currency or method.
-* **customer activity -> ``gold_customer_sessions``.** For the customers with late activity
-  it recomputes their sessions from all their activity (on-time plus late), keeps the
-  sessions that contain a late event and that the stream has finalised (session end at or
-  before its watermark), and replaces by one MERGE the stream's sessions they overlap (a
-  late event can extend a session, or join two into one).
+Every windowed Gold table is declared (``include/pipeline.yaml``: window, grouping,
+``where``, measures), so every one is corrected the same way, with no code of its own:
+
+* **tumbling and sliding windows** (the payment totals and success rates). It finds the
+  windows the late rows fall in, keeping only windows the streaming query has already
+  finalised (window end at or before its watermark, read from its checkpoint: an open window
+  is still the stream's to write), recomputes those windows from all the source's rows with
+  the same compiled aggregate as the stream (:func:`spark_jobs.transforms.gold.
+  aggregate_window`) and MERGEs them, keyed on the window and its grouping columns.
+* **session windows** (``gold_customer_sessions``). For the keys with late rows it
+  recomputes their sessions from all their rows (on-time plus late), keeps the sessions
+  that contain a late event and that the stream has finalised (session end at or before its
+  watermark), and replaces by one MERGE the stream's sessions they overlap (a late event can
+  extend a session, or join two into one).
 * **late ``order_placed`` -> ``gold_customer_metrics``.** A running total cannot be
   recomputed without knowing which orders the stream has already added, so late orders are
   *added*, each exactly once: ``gold_late_corrections`` records every late event applied,
@@ -49,6 +52,8 @@ Run::
 from __future__ import annotations
 
 import argparse
+import functools
+import operator
 import sys
 from collections.abc import Sequence
 from typing import TYPE_CHECKING
@@ -58,23 +63,22 @@ from ingest_core.delta_tables import table_exists
 from ingest_core.settings import PlatformSettings, get_settings
 from spark_jobs.delta_io import append_idempotent, read_table
 from spark_jobs.gold.common import (
-    ACTIVITY_COLUMNS,
     ORDER_COLUMNS,
-    all_payments,
     behind_gold,
     gold_watermark,
     late_for_gold,
     merge_customer_metrics,
-    payment_windows,
     recompute_windows,
     reconcile_payment_totals,
     silver_with_late,
     window_columns,
+    window_source,
+    windows_by_source,
 )
 from spark_jobs.job_cli import operator_errors
 
 if TYPE_CHECKING:
-    from pyspark.sql import SparkSession
+    from pyspark.sql import DataFrame, SparkSession
 
 
 JOB_NAME = "late_corrections"
@@ -84,120 +88,135 @@ LEDGER_TABLE = "gold_late_corrections"
 def correct(spark: SparkSession, settings: PlatformSettings | None = None) -> dict[str, int]:
     """Apply the late events to every Gold table they affect (see the module docstring).
 
-    :returns: Gold table -> rows changed: windows rewritten for the payment tables,
-        sessions written or removed for ``gold_customer_sessions``, (customer, currency)
+    :returns: Gold table -> rows changed: windows rewritten for the tumbling and sliding
+        tables, sessions written or removed for the session tables, (customer, currency)
         rows incremented for ``gold_customer_metrics``; 0 everywhere when nothing changed.
     """
-    changed = correct_payment_windows(spark, settings)
-    changed["gold_customer_sessions"] = correct_customer_sessions(spark, settings)
+    changed: dict[str, int] = {}
+    for source, windows in windows_by_source().items():
+        rows = window_source(spark, source, settings).persist()
+        try:
+            for table, window in windows.items():
+                if window.kind == "session":
+                    changed[table] = correct_sessions(spark, table, rows, settings)
+                else:
+                    changed[table] = correct_windows(spark, table, rows, settings)
+        finally:
+            rows.unpersist()
     changed["gold_customer_metrics"] = correct_customer_metrics(spark, settings)
     return changed
 
 
-def correct_payment_windows(
-    spark: SparkSession, settings: PlatformSettings | None = None
-) -> dict[str, int]:
-    """Recompute and MERGE the finalised windows that late payments touch.
+def correct_windows(
+    spark: SparkSession,
+    table: str,
+    rows: DataFrame,
+    settings: PlatformSettings | None = None,
+) -> int:
+    """Recompute and MERGE the finalised windows of tumbling or sliding Gold ``table`` that
+    late rows touch (a late row counts whether or not it matches the window's ``where``: a
+    late failed payment still proves its window final).
 
-    :returns: payment window table -> windows rewritten (0 when nothing changed).
+    :param rows: the window's source rows, on-time and late (:func:`window_source`).
+    :returns: windows rewritten (0 when nothing changed).
+    """
+    from delta.tables import DeltaTable
+    from pyspark.sql import functions as F
+
+    from spark_jobs.transforms.gold import window_keys
+
+    settings = settings or get_settings()
+    window = get_catalog().window(table)
+    columns = window_columns(window)
+    path = str(get_catalog().table(table).path(settings))
+    watermark = gold_watermark(table, settings)
+    if watermark is None or not table_exists(path):
+        return 0
+    late = late_for_gold(rows, behind_gold(spark, table, settings))
+    if late.isEmpty():
+        return 0
+    touched = window_keys(late, window).where(F.col(window.end_column) <= F.lit(watermark))
+    fresh = recompute_windows(table, rows).join(touched, columns, "left_semi")
+    current = spark.read.format("delta").load(path)
+    diff = fresh.exceptAll(current.select(*fresh.columns)).persist()
+    try:
+        changed = diff.count()
+        if changed:
+            (
+                DeltaTable.forPath(spark, path)
+                .alias("t")
+                .merge(diff.alias("s"), " AND ".join(f"t.{c} = s.{c}" for c in columns))
+                .whenMatchedUpdateAll()
+                .whenNotMatchedInsertAll()
+                .execute()
+            )
+        return changed
+    finally:
+        diff.unpersist()
+
+
+def correct_sessions(
+    spark: SparkSession,
+    table: str,
+    rows: DataFrame,
+    settings: PlatformSettings | None = None,
+) -> int:
+    """Replace the finalised sessions of session Gold ``table`` that late rows change by
+    their recomputation from all rows (on-time plus late) of the same keys, in one MERGE.
+
+    A recomputed session that contains a late event and ends at or before the sessions
+    query's watermark supersedes every session of the same key it overlaps (a late event
+    can move a session's start or end, or join two sessions into one): those are deleted
+    unless they have the same key, which is updated. Nothing is written before the stream
+    has committed a batch, and nothing when the table already holds the result.
+
+    :param rows: the window's source rows, on-time and late (:func:`window_source`).
+    :returns: sessions inserted, updated or deleted (0: nothing committed).
     """
     from delta.tables import DeltaTable
     from pyspark.sql import functions as F
 
     settings = settings or get_settings()
     catalog = get_catalog()
-    payments = all_payments(spark, settings).persist()
-    changed: dict[str, int] = {}
-    try:
-        for table, window in payment_windows().items():
-            columns = window_columns(window)
-            path = str(catalog.table(table).path(settings))
-            watermark = gold_watermark(table, settings)
-            changed[table] = 0
-            if watermark is None or not table_exists(path):
-                continue
-            late = late_for_gold(payments, behind_gold(spark, table, settings))
-            if late.isEmpty():
-                continue
-            touched = (
-                recompute_windows(table, late.withColumn("status", F.lit("authorized")))
-                .select(*columns)
-                .where(F.col(window.end_column) <= F.lit(watermark))
-                .distinct()
-            )
-            fresh = recompute_windows(table, payments).join(touched, columns, "left_semi")
-            current = spark.read.format("delta").load(path)
-            diff = fresh.exceptAll(current.select(*fresh.columns)).persist()
-            changed[table] = diff.count()
-            if changed[table]:
-                condition = " AND ".join(f"t.{c} = s.{c}" for c in columns)
-                (
-                    DeltaTable.forPath(spark, path)
-                    .alias("t")
-                    .merge(diff.alias("s"), condition)
-                    .whenMatchedUpdateAll()
-                    .whenNotMatchedInsertAll()
-                    .execute()
-                )
-            diff.unpersist()
-    finally:
-        payments.unpersist()
-    return changed
-
-
-def correct_customer_sessions(spark: SparkSession, settings: PlatformSettings | None = None) -> int:
-    """Replace the finalised sessions of ``gold_customer_sessions`` that late activity
-    changes by their recomputation from all activity (on-time plus late), in one MERGE.
-
-    A recomputed session that contains a late event and ends at or before the sessions
-    query's watermark supersedes every session of the same customer it overlaps (a late
-    event can move a session's start or end, or join two sessions into one): those are
-    deleted unless they have the same key, which is updated. Nothing is written before the
-    stream has committed a batch, and nothing when the table already holds the result.
-
-    :returns: sessions inserted, updated or deleted (0: nothing committed).
-    """
-    from delta.tables import DeltaTable
-    from pyspark.sql import functions as F
-
-    from spark_jobs.transforms import gold
-
-    settings = settings or get_settings()
-    table = "gold_customer_sessions"
-    path = str(get_catalog().table(table).path(settings))
+    window = catalog.window(table)
+    group_by, time = window.group_by, window.time_column
+    path = str(catalog.table(table).path(settings))
     watermark = gold_watermark(table, settings)
     if watermark is None or not table_exists(path):
         return 0
-    activity = silver_with_late(spark, "silver_customer_activity", ACTIVITY_COLUMNS, settings)
-    activity = activity.where(F.col("customer_id").isNotNull()).localCheckpoint()
-    late = late_for_gold(activity, behind_gold(spark, table, settings))
+    keyed = rows
+    for column in group_by:
+        keyed = keyed.where(F.col(column).isNotNull())
+    keyed = keyed.localCheckpoint()
+    late = late_for_gold(keyed, behind_gold(spark, table, settings))
     if late.isEmpty():
         return 0
-    rows = activity.join(late.select("customer_id").distinct(), "customer_id", "left_semi")
-    gap = get_catalog().window_gap(table)
+    affected = keyed.join(late.select(*group_by).distinct(), group_by, "left_semi")
     # Materialised before filtering: Spark 4.2 pushes a filter on session_window's bounds
     # below the aggregation, where it cuts sessions short (see gold_backfill.recompute).
-    sessions = gold.customer_sessions(rows.drop("late"), gap).localCheckpoint()
+    sessions = recompute_windows(table, affected.drop("late")).localCheckpoint()
+    start, end = F.col(f"s.{window.start_column}"), F.col(f"s.{window.end_column}")
     s, lt = sessions.alias("s"), late.alias("l")
+    same_key = [F.col(f"s.{c}") == F.col(f"l.{c}") for c in group_by]
     touched = s.join(
         lt,
-        (F.col("s.customer_id") == F.col("l.customer_id"))
-        & (F.col("l.event_time") >= F.col("s.session_start"))
-        & (F.col("l.event_time") < F.col("s.session_end")),
+        functools.reduce(operator.and_, same_key)
+        & (F.col(f"l.{time}") >= start)
+        & (F.col(f"l.{time}") < end),
         "left_semi",
-    ).where(F.col("session_end") <= F.lit(watermark))
+    ).where(F.col(window.end_column) <= F.lit(watermark))
     columns = sessions.columns
     current = spark.read.format("delta").load(path).select(*columns)
     upserts = touched.exceptAll(current)
     t, n = current.alias("t"), touched.alias("n")
     overlapped = t.join(
         n,
-        (F.col("t.customer_id") == F.col("n.customer_id"))
-        & (F.col("t.session_start") < F.col("n.session_end"))
-        & (F.col("n.session_start") < F.col("t.session_end")),
+        functools.reduce(operator.and_, [F.col(f"t.{c}") == F.col(f"n.{c}") for c in group_by])
+        & (F.col(f"t.{window.start_column}") < F.col(f"n.{window.end_column}"))
+        & (F.col(f"n.{window.start_column}") < F.col(f"t.{window.end_column}")),
         "left_semi",
     )
-    keys = get_catalog().table(table).keys
+    keys = catalog.table(table).keys
     stale = overlapped.join(touched.select(*keys), keys, "left_anti")
     source = (
         upserts.withColumn("_delete", F.lit(False))

@@ -1,8 +1,8 @@
-"""A new event source landed by configuration only (issue 53): a contract file and four
-catalog lines in a catalog folder of its own (``INGEST_CATALOG_DIR``), no Python. Real
-broker, the real Bronze and Silver drivers (``python -m``, fresh processes that read the
-folder), Delta tables read back with delta-rs and compared with pandas over the sent
-events."""
+"""A new event source landed by configuration only (issue 53): a contract file, a Silver
+table and a declared Gold aggregate in a catalog folder of its own (``INGEST_CATALOG_DIR``),
+no Python. Real broker, the real Bronze, Silver and Gold drivers (``python -m``, fresh
+processes that read the folder), Delta tables read back with delta-rs and compared with
+pandas over the sent events."""
 
 from __future__ import annotations
 
@@ -20,24 +20,26 @@ import pytest
 import yaml
 from deltalake import DeltaTable
 
+from ingest_core.contracts import TOPICS
 from ingest_core.settings import INCLUDE_DIR, PROJECT_ROOT
 from ingest_core.topics import ensure_topics
 from ingestctl.producer import Message, produce
 
 pytestmark = pytest.mark.integration
 
-#: Olist's order reviews as an event (score 1-5; free text with newlines and accents).
+#: A store's own reviews as an event (score 1-5; free text with newlines and accents): the
+#: repository's catalog already has Olist's reviews, so the new source takes another name.
 REVIEWS = {
     "$schema": "https://json-schema.org/draft/2020-12/schema",
-    "$id": "reviews.yaml",
+    "$id": "store_reviews.yaml",
     "title": "Review events",
     "type": "object",
     "allOf": [{"$ref": "envelope.yaml"}],
     "x-ingest-source": {
-        "topic": "reviews",
+        "topic": "store_reviews",
         "key": "order_id",
-        "event_types": ["review_submitted"],
-        "silver_table": "silver_reviews",
+        "event_types": ["store_review_submitted"],
+        "silver_table": "silver_store_reviews",
     },
     "required": ["review_id", "order_id", "score"],
     "properties": {
@@ -50,21 +52,49 @@ REVIEWS = {
 }
 
 
+#: The batch jobs that rewrite windowed Gold tables (their outputs list each one).
+GOLD_BATCH_JOBS = ("late_corrections", "gold_backfill", "layer_refresh")
+
+
 def _catalog(folder: Path) -> Path:
     """The repository's catalog plus the reviews source: the whole change a user makes."""
     shutil.copytree(INCLUDE_DIR / "contracts", folder / "contracts")
-    (folder / "contracts" / "reviews.yaml").write_text(yaml.safe_dump(REVIEWS, sort_keys=False))
+    (folder / "contracts" / "store_reviews.yaml").write_text(
+        yaml.safe_dump(REVIEWS, sort_keys=False)
+    )
     pipeline = yaml.safe_load((INCLUDE_DIR / "pipeline.yaml").read_text())
-    pipeline["tables"]["silver_reviews"] = {
+    pipeline["tables"]["silver_store_reviews"] = {
         "layer": "silver",
         "schema_from": "contract",
         "description": "Order reviews, parsed and deduplicated.",
         "partition_by": ["event_date"],
         "keys": ["event_id"],
     }
-    pipeline["jobs"]["bronze_ingest"]["source"]["topics"].append("reviews")
-    pipeline["batch_jobs"]["bronze_replay"]["topics"].append("reviews")
-    pipeline["jobs"]["silver_refine"]["outputs"].append("silver_reviews")
+    pipeline["tables"]["gold_store_reviews_daily"] = {
+        "layer": "gold",
+        "schema_from": "window",
+        "description": "Reviews per UTC day: count, mean score, scores of at most 2.",
+        "keys": ["window_start"],
+        "window": {
+            "kind": "tumbling",
+            "source": "silver_store_reviews",
+            "duration": "1 day",
+            "measures": {
+                "review_count": "count",
+                "average_score": {"avg": "score"},
+                "low_scores": {"count_if": {"column": "score", "at_most": 2}},
+            },
+            "watermark": "store_reviews_watermark",
+        },
+    }
+    jobs = pipeline["jobs"]
+    jobs["bronze_ingest"]["source"]["topics"].append("store_reviews")
+    pipeline["batch_jobs"]["bronze_replay"]["topics"].append("store_reviews")
+    jobs["silver_refine"]["outputs"].append("silver_store_reviews")
+    jobs["gold_aggregate"]["settings"]["store_reviews_watermark"] = "1 hour"
+    for job in (jobs["gold_aggregate"], *(pipeline["batch_jobs"][j] for j in GOLD_BATCH_JOBS)):
+        job["outputs"].append("gold_store_reviews_daily")
+    pipeline["batch_jobs"]["quality_gate"]["inputs"].append("gold_store_reviews_daily")
     (folder / "pipeline.yaml").write_text(yaml.safe_dump(pipeline, sort_keys=False))
     return folder
 
@@ -72,7 +102,7 @@ def _catalog(folder: Path) -> Path:
 def _review(n: int, score: Any = 4, **changes: Any) -> dict[str, Any]:
     value = {
         "event_id": f"rev-{n}",
-        "event_type": "review_submitted",
+        "event_type": "store_review_submitted",
         "event_time": f"2026-03-01T10:{n:02d}:00-03:00",
         "schema_version": 1,
         "review_id": f"r{n}",
@@ -118,19 +148,26 @@ def test_a_new_source_lands_in_bronze_and_silver_by_configuration_only(
         "INGEST_KAFKA__PORT": port,
         "INGEST_KAFKA__TOPIC_PREFIX": prefix,
     }
-    topics = ["orders", "payments", "refunds", "customer_activity", "reviews"]
+    topics = [*TOPICS, "store_reviews"]
     ensure_topics(kafka_bootstrap, [prefix + t for t in topics], partitions=2)
     valid = [_review(n, score=1 + n % 5) for n in range(12)]
+    # 23:30 in Sao Paulo is 02:30 UTC the next day: Gold's watermark (1 hour behind it)
+    # closes the first day's window, while its own day stays open.
+    valid.append(_review(12, score=2, event_time="2026-03-01T23:30:00-03:00"))
     bad = {
         "invalid_value": _review(20, score=7),
         "missing_required_field": _review(21, order_id=None),
         "type_mismatch": _review(22, score="five"),
     }
     sent = [*valid, valid[3], *bad.values()]  # valid[3] twice: one Silver row
-    produce(kafka_bootstrap, [Message(prefix + "reviews", str(v.get("order_id")), v) for v in sent])
+    produce(
+        kafka_bootstrap,
+        [Message(prefix + "store_reviews", str(v.get("order_id")), v) for v in sent],
+    )
 
     _run("spark_jobs.bronze_ingest", env)
     _run("spark_jobs.silver_refine", env)
+    _run("spark_jobs.gold.gold_aggregate", env)
 
     home = tmp_path / "home"
 
@@ -140,10 +177,10 @@ def test_a_new_source_lands_in_bronze_and_silver_by_configuration_only(
         return DeltaTable(str(found[0].parent)).to_pandas()
 
     bronze = read("bronze_events")
-    assert len(bronze[bronze.topic == prefix + "reviews"]) == len(sent)
+    assert len(bronze[bronze.topic == prefix + "store_reviews"]) == len(sent)
 
     expected = pd.DataFrame(valid).drop_duplicates("event_id")  # the independent computation
-    silver = read("silver_reviews").sort_values("event_id").reset_index(drop=True)
+    silver = read("silver_store_reviews").sort_values("event_id").reset_index(drop=True)
     expected = expected.sort_values("event_id").reset_index(drop=True)
     columns = ["event_id", "review_id", "order_id", "score", "title", "message"]
     assert silver[columns].astype(object).where(silver[columns].notna(), None).to_dict(
@@ -156,7 +193,7 @@ def test_a_new_source_lands_in_bronze_and_silver_by_configuration_only(
     assert naive_utc(silver.event_time) == naive_utc(expected.event_time)  # -03:00 -> UTC
 
     quarantine = read("silver_quarantine")
-    quarantine = quarantine[quarantine.topic == prefix + "reviews"]
+    quarantine = quarantine[quarantine.topic == prefix + "store_reviews"]
     reasons = {
         json.loads(v)["event_id"]: r
         for v, r in zip(quarantine.value, quarantine.reason, strict=True)
@@ -164,3 +201,37 @@ def test_a_new_source_lands_in_bronze_and_silver_by_configuration_only(
     assert reasons == {value["event_id"]: reason for reason, value in bad.items()}
     detail = quarantine[quarantine.reason == "invalid_value"].detail.iloc[0]
     assert "score above 5" in detail
+
+    # Gold: the declared aggregate, against pandas over the valid events (one per event_id),
+    # only the windows Gold's watermark closed (the last event's time minus 1 hour).
+    events = pd.DataFrame(valid).drop_duplicates("event_id")
+    events["time"] = pd.to_datetime(events.event_time, utc=True, format="ISO8601")
+    watermark = events.time.max() - pd.Timedelta(hours=1)
+    events["window_start"] = events.time.dt.floor("D")
+    closed = events[events.window_start + pd.Timedelta(days=1) <= watermark]
+    expected_gold = {
+        start.tz_convert(None): (len(day), day.score.mean(), int((day.score <= 2).sum()))
+        for start, day in closed.groupby("window_start")
+    }
+    assert len(expected_gold) == 1  # the first day; the second is still open
+    gold = read("gold_store_reviews_daily")
+    assert list(gold.columns) == [
+        "window_start",
+        "window_end",
+        "review_count",
+        "average_score",
+        "low_scores",
+    ]
+    actual_gold = {
+        row.window_start.tz_localize(None) if row.window_start.tzinfo else row.window_start: (
+            row.review_count,
+            row.average_score,
+            row.low_scores,
+        )
+        for row in gold.itertuples()
+    }
+    assert actual_gold.keys() == expected_gold.keys()
+    for start, (count, mean, low) in expected_gold.items():
+        assert actual_gold[start][0] == count
+        assert actual_gold[start][1] == pytest.approx(mean)
+        assert actual_gold[start][2] == low

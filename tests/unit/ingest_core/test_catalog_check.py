@@ -108,8 +108,87 @@ def test_the_command_prints_one_line_per_problem_and_exits_1(include: Path) -> N
     runner = CliRunner()
     ok = runner.invoke(app, ["catalog", "check", "--include", str(include)])
     assert ok.exit_code == 0, ok.output
-    assert "4 event contracts: no problem found" in ok.output
+    sources = len(list((include / "contracts").glob("*.yaml"))) - 1  # the envelope aside
+    assert f"{sources} event contracts: no problem found" in ok.output
     _edit(include / "contracts" / "orders.yaml", lambda d: d.update(required=["order_no"]))
     bad = runner.invoke(app, ["catalog", "check", "--include", str(include)])
     assert bad.exit_code == 1
     assert "contracts/orders.yaml: required field 'order_no'" in bad.output
+
+
+def _window(change: Any) -> Any:
+    def edit(document: dict) -> None:
+        table = document["tables"]["gold_payment_success_rate_15m"]
+        change(table["window"])
+        table["keys"] = ["window_start", *table["window"]["group_by"]]
+
+    return edit
+
+
+@pytest.mark.parametrize(
+    ("change", "problem"),
+    [
+        (
+            lambda w: w.update(group_by=["channel"]),
+            "silver_payments declares no column 'channel'",
+        ),
+        (
+            lambda w: w["measures"].update(total={"sum": "method"}),
+            "measure 'total': sum of 'method': a string column cannot be summed",
+        ),
+        (
+            lambda w: w["measures"].update(mean={"avg": "status"}),
+            "measure 'mean': avg of 'status': a string column cannot be averaged",
+        ),
+        (lambda w: w.update(time_column="method"), "windows are cut on a timestamp, not 'method'"),
+        (
+            lambda w: w.update(where={"column": "state", "equals": "x"}),
+            "silver_payments declares no column 'state'",
+        ),
+        (
+            lambda w: w["measures"].update(late={"count_if": {"column": "lateness", "at_most": 1}}),
+            "silver_payments declares no column 'lateness'",
+        ),
+    ],
+    ids=["group-by", "sum-of-string", "avg-of-string", "time-column", "where", "count-if"],
+)
+def test_a_gold_window_over_columns_its_source_lacks_or_cannot_aggregate(
+    include: Path, change: Any, problem: str
+) -> None:
+    _edit(include / "pipeline.yaml", _window(change))
+    problems = check(include)
+    assert len(problems) == 1, problems
+    assert problems[0].startswith(
+        "pipeline.yaml: tables.gold_payment_success_rate_15m.window: gold_payment_success_rate_15m:"
+    )
+    assert problem in problems[0]
+
+
+def test_a_malformed_measure_names_the_key(include: Path) -> None:
+    _edit(
+        include / "pipeline.yaml",
+        _window(lambda w: w["measures"].update(rate={"ratio": ["successes", "refunds"]})),
+    )
+    (problem,) = check(include)
+    assert problem.startswith("pipeline.yaml: tables.gold_payment_success_rate_15m.window: ")
+    assert "measure 'rate': a ratio divides two measures declared before it" in problem
+
+
+def test_a_gold_job_listing_some_windows_but_not_a_new_one(include: Path) -> None:
+    def declare(document: dict) -> None:
+        window = dict(document["tables"]["gold_payment_totals_5m"])
+        document["tables"]["gold_payment_totals_1h"] = {
+            **window,
+            "window": {**window["window"], "duration": "1 hour"},
+        }
+        document["jobs"]["gold_aggregate"]["outputs"].append("gold_payment_totals_1h")
+
+    _edit(include / "pipeline.yaml", declare)
+    problems = check(include)
+    assert {p.split(": lists")[0] for p in problems} == {
+        "pipeline.yaml: batch_jobs.late_corrections.outputs",
+        "pipeline.yaml: batch_jobs.gold_backfill.outputs",
+        "pipeline.yaml: batch_jobs.layer_refresh.outputs",
+        "pipeline.yaml: batch_jobs.quality_gate.inputs",
+    }
+    assert all("but not ['gold_payment_totals_1h']" in p for p in problems)

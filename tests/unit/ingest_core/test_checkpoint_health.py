@@ -3,10 +3,12 @@
 from __future__ import annotations
 
 import json
+from collections.abc import Callable
 from pathlib import Path
 
 import pytest
 
+from ingest_core.catalog import get_catalog
 from ingest_core.checkpoint_health import find_damage, query_dirs
 
 pytestmark = pytest.mark.unit
@@ -104,3 +106,72 @@ def test_files_a_crash_left_half_written_are_named_with_their_checksums_moving_a
         ("unfinished", -1, f"offsets/.3.{uid}.tmp"),
         ("unfinished", -1, f"state/0/0/.1.delta.{uid}.tmp"),
     ]
+
+
+def _recorded_with(job_name: str, edit: Callable[[dict], None]) -> Path:
+    """Record ``job_name``'s fingerprint as its first start does, then ``edit`` the recorded
+    configuration: the checkpoint as an older catalog left it."""
+    from ingest_core.checkpoint_health import check_before_start, fingerprint_file
+
+    job = get_catalog().job(job_name)
+    check_before_start(job_name)  # no checkpoint yet: records the fingerprint
+    record = fingerprint_file(job)
+    document = json.loads(record.read_text())
+    edit(document["config"])
+    record.write_text(json.dumps(document))
+    return record
+
+
+def test_a_newly_declared_gold_window_starts_beside_the_existing_checkpoint(
+    ingest_home: Path,
+) -> None:
+    from ingest_core.checkpoint_health import check_before_start
+
+    newest = list(get_catalog().windowed_tables())[-1]
+
+    def before_it(config: dict) -> None:
+        del config["queries"][newest]
+        config["settings"].pop("session_gap")  # and a setting added with it
+
+    record = _recorded_with("gold_aggregate", before_it)
+    check_before_start("gold_aggregate")  # additions only: accepted ...
+    recorded = json.loads(record.read_text())["config"]
+    assert newest in recorded["queries"]  # ... and recorded
+    assert recorded["settings"]["session_gap"] == "10 minutes"
+
+
+@pytest.mark.parametrize(
+    ("edit", "change"),
+    [
+        (
+            lambda c: c["queries"]["gold_payment_totals_5m"]["measures"].pop("amount_total"),
+            "queries.gold_payment_totals_5m.measures.amount_total: None -> {'kind': 'sum'",
+        ),
+        (
+            lambda c: c["queries"]["gold_customer_sessions"].update(group_by=["session_id"]),
+            "queries.gold_customer_sessions.group_by: ['session_id'] -> ['customer_id']",
+        ),
+        (
+            lambda c: c["settings"].update(payments_watermark="5 minutes"),
+            "settings.payments_watermark: '5 minutes' -> '10 minutes'",
+        ),
+        (
+            # an addition beside a change is still a change
+            lambda c: (
+                c["queries"].pop(list(c["queries"])[-1]),
+                c["settings"].update(session_gap="5 minutes"),
+            ),
+            "settings.session_gap: '5 minutes' -> '10 minutes'",
+        ),
+    ],
+    ids=["measure", "grouping", "watermark", "addition-and-change"],
+)
+def test_a_changed_window_or_setting_is_refused_naming_it(
+    ingest_home: Path, edit: Callable[[dict], object], change: str
+) -> None:
+    from ingest_core.checkpoint_health import ConfigurationChangedError, check_before_start
+
+    _recorded_with("gold_aggregate", edit)
+    with pytest.raises(ConfigurationChangedError) as refused:
+        check_before_start("gold_aggregate")
+    assert change in str(refused.value)

@@ -53,8 +53,8 @@ def _validators() -> dict[str, Draft202012Validator]:
 def test_the_declarations_derive_what_the_code_held_before() -> None:
     """The four event types moved from Python to ``include/contracts/`` unchanged: the Spark
     DDL Silver parses with, the ids, keys and required fields are the ones the code
-    declared (pinned here as they were at ``d542d45``)."""
-    assert contracts.TOPICS == ("orders", "payments", "refunds", "customer_activity")
+    declared (pinned here as they were at ``d542d45``; sources onboarded since come after)."""
+    assert contracts.TOPICS[:4] == ("orders", "payments", "refunds", "customer_activity")
     assert contracts.ENVELOPE_DDL == (
         "event_id string, event_type string, event_time string, schema_version int"
     )
@@ -92,7 +92,8 @@ def test_generated_events_satisfy_their_declared_json_schema() -> None:
         errors = [e.message for e in validators[event.topic].iter_errors(value)]
         assert errors == [], (value, errors)
         seen.add(event.topic)
-    assert seen == set(contracts.TOPICS)
+    # the generator's four sources (onboarded ones come from their datasets' files)
+    assert seen == set(contracts.TOPICS[:4])
 
 
 @pytest.mark.parametrize(

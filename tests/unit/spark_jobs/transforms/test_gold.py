@@ -1,4 +1,7 @@
-"""Gold's pure transforms called directly on a handful of hand-made Silver rows.
+"""Gold's pure transforms called directly on a handful of hand-made Silver rows: the
+repository's declared windows (``include/pipeline.yaml``) as compiled by
+:func:`aggregate_window`, declarations made here for each kind of measure, and the customer
+metrics (code).
 
 Every expected value is worked out by hand below (the arithmetic is written out), never by
 calling the code under test. Event times are UTC, like the platform's Spark session.
@@ -10,15 +13,12 @@ from datetime import UTC, datetime
 from decimal import Decimal
 
 import pytest
+from pyspark.sql import DataFrame
 from pyspark.sql.types import StructType
 from pyspark.testing import assertDataFrameEqual, assertSchemaEqual
 
-from spark_jobs.transforms.gold import (
-    customer_metrics_increment,
-    customer_sessions,
-    payment_success_rate,
-    payment_totals,
-)
+from ingest_core.catalog import WindowSpec, get_catalog
+from spark_jobs.transforms.gold import aggregate_window, customer_metrics_increment, window_keys
 
 pytestmark = pytest.mark.unit
 
@@ -60,6 +60,26 @@ def d(text: str) -> Decimal:
 
 def schema(spark, ddl: str) -> StructType:
     return spark.createDataFrame([], ddl).schema
+
+
+def declared(table: str) -> WindowSpec:
+    return get_catalog().window(table)
+
+
+def payment_totals(payments: DataFrame, duration: str, slide: str | None = None) -> DataFrame:
+    """The declared payment totals (tumbling or sliding) of ``duration`` and ``slide``."""
+    table = "gold_payment_totals_10m_sliding" if slide else "gold_payment_totals_5m"
+    assert (declared(table).duration, declared(table).slide) == (duration, slide)
+    return aggregate_window(payments, declared(table))
+
+
+def payment_success_rate(payments: DataFrame, duration: str) -> DataFrame:
+    assert declared("gold_payment_success_rate_15m").duration == duration
+    return aggregate_window(payments, declared("gold_payment_success_rate_15m"))
+
+
+def customer_sessions(activity: DataFrame, gap: str) -> DataFrame:
+    return aggregate_window(activity, declared("gold_customer_sessions"), gap)
 
 
 # -- payment_totals ------------------------------------------------------------------------
@@ -261,3 +281,111 @@ def test_customer_metrics_increment_of_nothing_placed_is_empty(spark) -> None:
         ORDERS,
     )
     assertDataFrameEqual(customer_metrics_increment(orders), spark.createDataFrame([], METRICS))
+
+
+# -- declared measures of every kind -------------------------------------------------------
+
+REVIEWS = "event_id string, event_time timestamp, score int, order_id string"
+
+
+def review_window(**change: object) -> WindowSpec:
+    """A daily window over reviews with no grouping column, one measure of each kind."""
+    declaration = {
+        "kind": "tumbling",
+        "source": "silver_reviews",
+        "duration": "1 day",
+        "watermark": "reviews_watermark",
+        "measures": {
+            "review_count": "count",
+            "average_score": {"avg": "score"},
+            "lowest": {"min": "score"},
+            "highest": {"max": "score"},
+            "score_total": {"sum": "score"},
+            "low_scores": {"count_if": {"column": "score", "at_most": 2}},
+            "any_top": {"any": {"column": "score", "in": [5]}},
+            "low_share": {"ratio": ["low_scores", "review_count"]},
+        },
+    }
+    return WindowSpec.model_validate(declaration | change)
+
+
+def test_every_measure_kind_on_a_window_without_grouping_columns(spark) -> None:
+    reviews = spark.createDataFrame(
+        [
+            ("r1", at(9, 0), 5, "o1"),
+            ("r2", at(13, 30), 1, "o2"),
+            ("r3", at(23, 59, 59), 2, "o3"),
+            ("r4", at(10, 0), None, "o4"),  # no score: counted, aggregates skip it
+            ("r5", datetime(2026, 1, 2, 0, 0, tzinfo=UTC), 3, "o5"),  # the next day
+        ],
+        REVIEWS,
+    )
+    actual = aggregate_window(reviews, review_window())
+    assert actual.columns == [
+        "window_start",
+        "window_end",
+        "review_count",
+        "average_score",
+        "lowest",
+        "highest",
+        "score_total",
+        "low_scores",
+        "any_top",
+        "low_share",
+    ]
+    day1, day2, day3 = (datetime(2026, 1, n, tzinfo=UTC) for n in (1, 2, 3))
+    expected = spark.createDataFrame(
+        [
+            # 4 reviews, scores 5, 1, 2 (one null): mean 8/3, min 1, max 5, sum 8;
+            # at most 2: the 1 and the 2; a 5 among them; share of low ones 2/4
+            (day1, day2, 4, 8 / 3, 1, 5, 8, 2, True, 0.5),
+            # one review scored 3: nothing low, no 5
+            (day2, day3, 1, 3.0, 3, 3, 3, 0, False, 0.0),
+        ],
+        "window_start timestamp, window_end timestamp, review_count bigint, average_score "
+        "double, lowest int, highest int, score_total bigint, low_scores bigint, any_top "
+        "boolean, low_share double",
+    )
+    assertDataFrameEqual(actual, expected)
+
+
+def test_where_keeps_only_matching_rows_and_a_ratio_over_zero_is_null(spark) -> None:
+    window = review_window(
+        where={"column": "score", "at_least": 2},
+        measures={
+            "review_count": "count",
+            "top": {"count_if": {"column": "score", "equals": 5}},
+            "ones": {"count_if": {"column": "score", "equals": 1}},
+            "top_per_one": {"ratio": ["top", "ones"]},
+        },
+    )
+    reviews = spark.createDataFrame(
+        [("r1", at(9, 0), 5, "o1"), ("r2", at(9, 1), 1, "o2"), ("r3", at(9, 2), 4, "o3")],
+        REVIEWS,
+    )
+    # the score-1 review is filtered out: 2 reviews, one 5, no 1, so 1/0 is null (not an error)
+    expected = spark.createDataFrame(
+        [(datetime(2026, 1, 1, tzinfo=UTC), datetime(2026, 1, 2, tzinfo=UTC), 2, 1, 0, None)],
+        "window_start timestamp, window_end timestamp, review_count bigint, top bigint, "
+        "ones bigint, top_per_one double",
+    )
+    assertDataFrameEqual(aggregate_window(reviews, window), expected)
+
+
+def test_window_keys_name_the_windows_of_rows_whatever_where_says(spark) -> None:
+    payments = spark.createDataFrame(
+        [
+            (at(12, 1), "pix", "BRL", d("1.00"), "refused"),  # fails the window's where
+            (at(12, 4), "pix", "BRL", d("2.00"), "refused"),
+            (at(12, 7), "pix", "USD", d("3.00"), "authorized"),
+        ],
+        PAYMENTS,
+    )
+    keys = window_keys(payments, declared("gold_payment_totals_5m"))
+    expected = spark.createDataFrame(
+        [(at(12, 0), at(12, 5), "BRL"), (at(12, 5), at(12, 10), "USD")],
+        "window_start timestamp, window_end timestamp, currency string",
+    )
+    assertDataFrameEqual(keys, expected)
+    with pytest.raises(ValueError, match="recompute sessions"):
+        window_keys(payments, declared("gold_customer_sessions"))

@@ -62,6 +62,24 @@ def _olist_expected_5m(sample: Path) -> pd.DataFrame:
     return grouped.reset_index()
 
 
+def _olist_expected_reviews(sample: Path) -> pd.DataFrame:
+    """Reviews per UTC day (count, mean score, scores of at most 2), from the CSV with pandas:
+    an independent reading of the reviews' declared mapping (created at a local midnight in
+    Sao Paulo; one event per review and order)."""
+    reviews = pd.read_csv(sample / "olist_order_reviews_dataset.csv", dtype=str)
+    reviews["event_time"] = [
+        datetime.fromisoformat(text).replace(tzinfo=SAO_PAULO).astimezone(UTC)
+        for text in reviews.review_creation_date
+    ]
+    reviews["score"] = reviews.review_score.astype(int)
+    reviews["window_start"] = pd.to_datetime(reviews.event_time).dt.floor("D")
+    return reviews.groupby("window_start", as_index=False).agg(
+        review_count=("score", "size"),
+        average_score=("score", "mean"),
+        low_scores=("score", lambda s: int((s <= 2).sum())),
+    )
+
+
 def _gold_watermark(platform: AirflowPlatform, table: str) -> datetime:
     """The watermark in the Gold query's newest offsets file (Spark's own record)."""
     offsets = platform.home / "checkpoints" / "gold_aggregate" / table / "offsets"
@@ -184,6 +202,23 @@ def test_olist_end_to_end_equals_pandas_and_a_rerun_changes_nothing(
     assert (merged.payment_count_pd == merged.payment_count_gold).all()
     assert (merged.amount_total_pd - merged.amount_total_gold).abs().max() < 0.005
     assert len(merged) > 1000  # the sample's approved payments spread over two years
+
+    # The reviews, onboarded by configuration only (contract, Silver table, declared Gold
+    # aggregate, CSV mapping): their daily aggregate equals pandas over the sample's CSV.
+    reviews_watermark = _gold_watermark(platform, "gold_reviews_daily")
+    expected_reviews = _olist_expected_reviews(olist_path)
+    closed = expected_reviews.window_start + pd.Timedelta(days=1) <= reviews_watermark
+    expected_reviews = expected_reviews[closed]
+    daily = platform.read("gold_reviews_daily")
+    daily["window_start"] = pd.to_datetime(daily.window_start, utc=True)
+    both = expected_reviews.merge(
+        daily, on="window_start", how="outer", suffixes=("_pd", "_gold"), indicator=True
+    )
+    assert (both._merge == "both").all(), both[both._merge != "both"].head()
+    assert (both.review_count_pd == both.review_count_gold).all()
+    assert (both.low_scores_pd == both.low_scores_gold).all()
+    assert (both.average_score_pd - both.average_score_gold).abs().max() < 1e-9
+    assert len(both) > 300  # reviews on most days of two years
 
     recon = platform.read("silver_reconciliation")
     assert recon.records_read.sum() == produced

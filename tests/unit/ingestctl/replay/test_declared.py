@@ -34,42 +34,25 @@ MAPPING = {
         "score": "review_score",
         "title": "review_comment_title",
         "message": "review_comment_message",
+        "answered_at": "review_answer_timestamp",
     },
 }
 CSV = (
     "review_id,order_id,review_score,review_comment_title,review_comment_message,"
-    "review_creation_date\n"
-    'r1,o1,5,Ótimo,"Chegou antes do prazo.\nRecomendo",2018-01-04 00:00:00\n'
-    "r2,o2,,,,2018-01-05 12:30:00\n"  # no score: null (Silver quarantines the missing field)
-    "r3,o3,five,,,2018-01-06 00:00:00\n"  # not an integer: sent as it is (type_mismatch)
-    "r1,o4,2,,Mesmo review para outro pedido,2018-01-07 00:00:00\n"  # Olist repeats ids
+    "review_creation_date,review_answer_timestamp\n"
+    'r1,o1,5,Ótimo,"Chegou antes do prazo.\nRecomendo",2018-01-04 00:00:00,2018-01-05 10:00:00\n'
+    "r2,o2,,,,2018-01-05 12:30:00,\n"  # no score: null (Silver quarantines the missing field)
+    "r3,o3,five,,,2018-01-06 00:00:00,\n"  # not an integer: sent as it is (type_mismatch)
+    "r1,o4,2,,Mesmo review para outro pedido,2018-01-07 00:00:00,\n"  # Olist repeats ids
 )
 
 
 def _contracts(tmp_path: Path, mapping: Any) -> Path:
+    """A copy of the repository's contracts, the reviews' mapping replaced by ``mapping``."""
     folder = tmp_path / "contracts"
     shutil.copytree(INCLUDE_DIR / "contracts", folder)
-    reviews = {
-        "$schema": "https://json-schema.org/draft/2020-12/schema",
-        "$id": "reviews.yaml",
-        "type": "object",
-        "allOf": [{"$ref": "envelope.yaml"}],
-        "x-ingest-source": {
-            "topic": "reviews",
-            "key": "order_id",
-            "event_types": ["review_submitted"],
-            "silver_table": "silver_reviews",
-        },
-        "x-ingest-replay": mapping,
-        "required": ["review_id", "order_id", "score"],
-        "properties": {
-            "review_id": {"type": "string", "x-ingest-id": True},
-            "order_id": {"type": "string", "x-ingest-id": True},
-            "score": {"type": "integer", "minimum": 1, "maximum": 5},
-            "title": {"type": ["string", "null"]},
-            "message": {"type": ["string", "null"]},
-        },
-    }
+    reviews = yaml.safe_load((folder / "reviews.yaml").read_text(encoding="utf-8"))
+    reviews["x-ingest-replay"] = mapping
     (folder / "reviews.yaml").write_text(yaml.safe_dump(reviews, allow_unicode=True))
     return folder
 
@@ -94,6 +77,7 @@ def test_declared_rows_become_events_typed_by_the_contract(tmp_path: Path) -> No
             "score": score,
             "title": row.review_comment_title or None,
             "message": row.review_comment_message or None,
+            "answered_at": row.review_answer_timestamp or None,
         }
     assert events[0].payload["message"] == "Chegou antes do prazo.\nRecomendo"
     assert events[1].payload["score"] is None

@@ -204,7 +204,8 @@ def silver_with_late(
         low, high = between
         in_range = (F.col("event_time") >= F.lit(low)) & (F.col("event_time") < F.lit(high))
         on_time = on_time.where(in_range)
-        if "event_date" in catalog.table(table).partition_by:
+        if "event_date" in catalog.table(table).partition_by and "event_date" in on_time.columns:
+            # (a table not written yet is an empty frame of the contract's columns)
             # event_date is event_time's UTC date (transforms.silver.parse_events): Spark
             # cannot derive the partitions from event_time, so they are named here.
             days = F.col("event_date").between(F.lit(low.date()), F.lit(high.date()))

@@ -650,7 +650,8 @@ def checkpoint_backup(platform: SoakPlatform, fault: PlannedFault) -> Recovery:
     done = subprocess.run(
         [ingestctl, "checkpoints", "backup", job], capture_output=True, text=True, timeout=600
     )
-    problem = None if done.returncode == 0 else _run_ok(done) or f"exit {done.returncode}"
+    said = (done.stdout + done.stderr).strip().splitlines()[-1:]  # the refusal's reason
+    problem = None if done.returncode == 0 else f"exit {done.returncode}: {said}"
     return Recovery(f"checkpoint backup of {job} while it runs", _final(problem))
 
 

@@ -15,6 +15,7 @@ import pandas as pd
 import pytest
 
 from ingest_core.contracts import TOPICS
+from ingest_core.replay_mappings import replay_mappings
 from ingest_core.topics import ensure_topics
 from tests.conftest import cli_env, consume_all
 from tests.integration.medallion import Platform
@@ -42,11 +43,15 @@ def test_olist_replay_sends_exactly_the_expected_events_twice_with_same_ids(
     prefix = _prefix()
     orders = pd.read_csv(olist_path / "olist_orders_dataset.csv", dtype=str)
     payments = pd.read_csv(olist_path / "olist_order_payments_dataset.csv", dtype=str)
-    expected = {
-        "order_placed": len(orders),
-        "payment": len(payments),
-        "order_canceled": int(orders.order_status.isin(["canceled", "unavailable"]).sum()),
-    }
+    expected = Counter(
+        {
+            "order_placed": len(orders),
+            "payment": len(payments),
+            "order_canceled": int(orders.order_status.isin(["canceled", "unavailable"]).sum()),
+        }
+    )
+    for _, mapping in replay_mappings("olist"):  # files contracts map: one event per row
+        expected[mapping.event_type] += len(pd.read_csv(olist_path / mapping.file, dtype=str))
     first = _run(
         ["replay", "olist", str(olist_path), "--topic-prefix", prefix], kafka_bootstrap, tmp_path
     )
@@ -55,7 +60,7 @@ def test_olist_replay_sends_exactly_the_expected_events_twice_with_same_ids(
     values = [json.loads(r.value) for r in records]
     assert Counter(v["event_type"] for v in values) == expected
     assert len({v["event_id"] for v in values}) == len(values)
-    # Keys are entity ids: every payment of an order lands in that order's partition.
+    # Keys are entity ids: every payment (and review) of an order lands in its partition.
     assert all(r.key.decode() == json.loads(r.value)["order_id"] for r in records)
     dimension = pd.read_parquet(tmp_path / "landing" / "customers" / "olist.parquet")
     assert len(dimension) == len(pd.read_csv(olist_path / "olist_customers_dataset.csv"))

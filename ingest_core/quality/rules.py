@@ -20,7 +20,6 @@ from ingest_core.catalog import Catalog, WindowSpec, get_catalog
 from ingest_core.contracts import (
     MONEY_TYPE,
     Contracts,
-    Field,
     SourceContract,
     get_contracts,
 )
@@ -101,23 +100,18 @@ _GX_TYPES = {
 }
 
 
-def contract_rules(source: SourceContract, envelope: tuple[Field, ...]) -> TableRules:
+def contract_rules(source: SourceContract, contracts: Contracts) -> TableRules:
     """A Silver table's rules, derived from its source's declaration (``include/contracts``):
     the envelope and every required field with its type, required fields not null, money in
     range, every declared ``enum`` as a set, the event-time field's freshness, ``event_id``
     new to the table, and ``x-ingest-source.customer_column``'s null share capped.
 
-    :param envelope: the envelope's fields (:attr:`ingest_core.contracts.Contracts.
-        envelope_fields`).
+    :param contracts: every declaration (the envelope's and the table's column types:
+        :meth:`ingest_core.contracts.Contracts.column_types`).
     """
-    by_name = {f.name: f for f in source.fields}
-    time_column = next(f.name for f in envelope if f.schema.get("x-ingest-event-time"))
-    columns = {
-        f.name: "TimestampType" if f.name == time_column else _GX_TYPES[f.spark_type]
-        for f in envelope
-        if f.name != "schema_version"  # Silver does not keep it
-    }
-    columns |= {name: _GX_TYPES[by_name[name].spark_type] for name in source.required}
+    types = contracts.column_types(source.silver_table)
+    envelope = [f.name for f in contracts.envelope_fields if f.name in types]
+    columns = {name: gx_type(types[name]) for name in (*envelope, *source.required)}
     return TableRules(
         source.silver_table,
         columns,
@@ -126,7 +120,7 @@ def contract_rules(source: SourceContract, envelope: tuple[Field, ...]) -> Table
         amounts=tuple(f.name for f in source.fields if f.is_money),
         sets={f.name: f.enum for f in source.fields if f.enum is not None},
         customer_column=source.schema["x-ingest-source"].get("customer_column"),
-        time_column=time_column,
+        time_column=contracts.event_time_field,
     )
 
 
@@ -215,8 +209,7 @@ def _layer_rules() -> dict[str, tuple[TableRules, ...]]:
 
     return {
         "silver": tuple(
-            contract_rules(source, get_contracts().envelope_fields)
-            for source in get_contracts().sources.values()
+            contract_rules(source, get_contracts()) for source in get_contracts().sources.values()
         ),
         "gold": (
             *(window_rules(table, w) for table, w in get_catalog().windowed_tables().items()),

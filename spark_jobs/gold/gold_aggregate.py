@@ -37,7 +37,11 @@ from typing import TYPE_CHECKING
 from ingest_core.catalog import get_catalog
 from ingest_core.delta_tables import checkpoint_query_id, table_exists
 from ingest_core.settings import PlatformSettings, get_settings
-from spark_jobs.gold.common import merge_customer_metrics, reconcile_payment_totals
+from spark_jobs.gold.common import (
+    merge_customer_metrics,
+    recompute_windows,
+    reconcile_payment_totals,
+)
 from spark_jobs.job_cli import job_parser, operator_errors, owned_checkpoint, parse_job_args
 from spark_jobs.quality.holds import without_held
 from spark_jobs.triggers import TriggerError, TriggerSpec
@@ -57,19 +61,13 @@ def windowed_definitions() -> dict[str, tuple[str, str, str, Callable[[DataFrame
     """Gold table -> (Silver source table, event-time column, watermark delay, compiled
     aggregation), from the tables' window declarations (``include/pipeline.yaml``), in
     declaration order."""
-    from spark_jobs.transforms.gold import aggregate_window
-
     catalog = get_catalog()
     return {
         table: (
             window.source,
             window.time_column,
             catalog.window_watermark(table),
-            functools.partial(
-                aggregate_window,
-                window=window,
-                gap=catalog.window_gap(table) if window.gap else None,
-            ),
+            functools.partial(recompute_windows, table),  # the batch jobs' compilation too
         )
         for table, window in catalog.windowed_tables().items()
     }

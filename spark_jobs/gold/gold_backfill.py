@@ -43,7 +43,7 @@ from dataclasses import asdict, dataclass
 from datetime import timedelta
 from typing import TYPE_CHECKING
 
-from ingest_core.catalog import get_catalog
+from ingest_core.catalog import WindowSpec, get_catalog
 from ingest_core.settings import PlatformSettings, get_settings
 from ingest_core.time_range import TimeRange, TimeRangeError
 from spark_jobs.gold.common import gold_watermark, window_source
@@ -75,10 +75,8 @@ class WindowedTable:
     end_col: str
     reach: timedelta | None
     aggregate: Callable[[DataFrame], DataFrame]
-    #: the event-time column of the source rows
-    time_column: str = "event_time"
-    #: grouping columns (a session's key)
-    group_by: tuple[str, ...] = ()
+    #: the table's declared window (event-time column, grouping columns)
+    window: WindowSpec
 
 
 def windowed_tables(gap: str | None = None) -> dict[str, WindowedTable]:
@@ -105,8 +103,7 @@ def windowed_tables(gap: str | None = None) -> dict[str, WindowedTable]:
                 window=window,
                 gap=(gap or catalog.window_gap(table)) if session else None,
             ),
-            window.time_column,
-            tuple(window.group_by),
+            window,
         )
     return tables
 
@@ -176,7 +173,7 @@ def recompute(
 
     spec = _specs()[table]
     rows = source if source is not None else _source(spark, spec, settings)
-    time = F.col(spec.time_column)
+    time = F.col(spec.window.time_column)
     if spec.reach is not None:
         low, high = interval.start - spec.reach, interval.end + spec.reach
         rows = rows.where((time >= F.lit(low)) & (time < F.lit(high)))
@@ -184,7 +181,7 @@ def recompute(
         # A session starting in the interval may run on past its end: take every row of
         # the keys active in it, then keep the sessions that start in it.
         active = rows.where((time >= F.lit(interval.start)) & (time < F.lit(interval.end)))
-        keys = list(spec.group_by)
+        keys = spec.window.group_by
         rows = rows.join(active.select(*keys).distinct(), keys, "left_semi")
     aggregated = spec.aggregate(rows)
     if spec.reach is None:

@@ -27,6 +27,7 @@ from typing import Any
 import httpx
 import pytest
 
+from ingest_core.contracts import TOPICS
 from ingest_core.settings import PROJECT_ROOT, get_settings
 from ingest_core.waiting import wait_until
 from ingestctl.airflow_runtime import PASSWORD_FILE, airflow_environment, airflow_home, run_cli
@@ -233,7 +234,7 @@ def test_metrics_parse_as_prometheus_text_with_a_token(
         for name, labels in samples
         if name == "ingest_kafka_lag_records" and ("job", "bronze_ingest") in labels
     ]
-    assert len(partitions) == 12  # 4 topics x 3 partitions
+    assert len(partitions) == len(TOPICS) * 3  # every declared topic x 3 partitions
 
 
 @contextlib.contextmanager
@@ -300,7 +301,7 @@ def test_streaming_page_in_a_browser(
         expect(frame.locator('#lag-jobs tr[data-job="bronze_ingest"] .total-lag')).to_be_visible()
         frame.locator("#lag-partitions summary").click()
         partitions = frame.locator('#lag tr[data-job="bronze_ingest"]')
-        assert partitions.count() == 12  # 4 topics x 3 partitions
+        assert partitions.count() == len(TOPICS) * 3  # every declared topic x 3 partitions
         payments = [
             [c.replace(",", "") for c in row.locator("td").all_inner_texts()]
             for row in partitions.all()

@@ -27,6 +27,7 @@ from ingestctl.soak.faults import (
     spark_submits,
 )
 from ingestctl.soak.plan import ALWAYS_ON, KINDS, FaultKind, PlannedFault, schedule
+from ingestctl.soak.resources import CpuSampler
 from ingestctl.soak.stream import SoakStream, read_log
 from ingestctl.soak.verdict import Check
 
@@ -110,6 +111,7 @@ class SoakResult:
     summary: dict[str, Any] = field(default_factory=dict)
     drain: list[str] = field(default_factory=list)
     load_average: dict[str, float] = field(default_factory=dict)
+    cpu: list[tuple[str, float, float]] = field(default_factory=list)
 
     @property
     def passed(self) -> bool:
@@ -224,6 +226,15 @@ def report(result: SoakResult) -> str:
         )
     if result.drain:
         lines += ["", "Drain:", *[f"- {line}" for line in result.drain]]
+    if result.cpu:
+        lines += [
+            "",
+            "CPU by component, stream start to judging (sampled; docs/soak.md):",
+            "",
+            "| component | CPU s | mean cores |",
+            "|---|---|---|",
+            *[f"| {name} | {seconds:,.0f} | {cores:.2f} |" for name, seconds, cores in result.cpu],
+        ]
     return "\n".join(lines) + "\n"
 
 
@@ -502,12 +513,14 @@ class Soak:
                 threading.Thread(target=self.keep_medallion_going, args=(platform,), daemon=True),
                 threading.Thread(target=self.sample_load, daemon=True),
             ]
+            sampler = CpuSampler(self.home)
             begin = time.monotonic()
             self.say(
                 f"streaming {options.rate:g} events/s for {options.duration_s:.0f} s "
                 f"with {len(plan)} faults"
             )
             stream.start()
+            sampler.start()
             for helper in helpers:
                 helper.start()
             workers = []
@@ -523,7 +536,7 @@ class Soak:
                 stats = stream.stats
                 self.say(
                     f"stream: {stats.sent} sent, {stats.acknowledged} acknowledged, "
-                    f"{stats.failed} failed"
+                    f"{stats.failed} failed; busiest (cores): {sampler.account.top()}"
                 )
             stream.join(timeout=max(0.0, begin + options.duration_s + 120 - time.monotonic()))
             stream.stop()
@@ -535,6 +548,7 @@ class Soak:
             if stream.stats.error:
                 result.drain.append(f"the stream failed: {stream.stats.error}")
             result.drain += self.drain(platform)
+            result.cpu = sampler.stop().table()
             self.say("judging ...")
             log = read_log(self.folder / "sent.jsonl")
             data = judge_data(platform.settings, log)

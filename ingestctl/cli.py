@@ -893,6 +893,31 @@ def catalog_check(
     typer.echo(f"{folder}: pipeline.yaml and {sources} event contracts: no problem found")
 
 
+@catalog_app.command("rules")
+def catalog_rules(
+    topic: Annotated[
+        str | None,
+        typer.Argument(help="A contract topic (default: every topic of include/contracts/)."),
+    ] = None,
+) -> None:
+    """Print the quarantine rules Silver judges a topic's records by, in the order they are
+    checked (the first that matches is recorded), with what the topic's contract adds:
+    required fields, ids, event types, value checks (ingest_core/quarantine.py)."""
+    from ingest_core.contracts import get_contracts
+    from ingest_core.quarantine import rule_specifics
+
+    contracts = get_contracts()
+    if topic is not None and topic not in contracts.sources:
+        known = ", ".join(contracts.sources)
+        raise typer.BadParameter(f"no contract for topic {topic!r}; contracts: {known}")
+    for name in [topic] if topic else list(contracts.sources):
+        typer.echo(f"{name} ({contracts.sources[name].path.name}):")
+        for number, (rule, specifics) in enumerate(rule_specifics(contracts, name), start=1):
+            typer.echo(f"  {number:2d}. {rule.reason:<27} {rule.origin:<8} {rule.applies}")
+            if specifics:
+                typer.echo(f"      {'':<27} {'':<8} {specifics}")
+
+
 checkpoints_app = typer.Typer(
     help="Back up, restore, check and repair streaming checkpoints.", no_args_is_help=True
 )

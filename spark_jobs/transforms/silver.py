@@ -5,36 +5,13 @@ caller passes ``now``), testable on a local session without Kafka.
 Parsing goes through Spark 4's VARIANT type (``try_parse_json``, ``try_variant_get``), which
 never raises on bad data, so ANSI mode stays on.
 
-Quarantine reasons, checked in this order (the first that applies is recorded):
-
-==============================  ==============================================================
-``empty_value``                 null value (Kafka tombstone) or zero bytes
-``invalid_utf8``                value bytes are not UTF-8
-``duplicate_json_key``          a JSON object whose top level has the same key twice (detail
-                                names it: ``duplicate key 'status'``); JSON leaves the meaning
-                                of such an object open, so Silver does not pick one value
-``malformed_json``              not JSON (syntax error, trailing data after the value, or a
-                                duplicate key inside a nested object)
-``not_an_object``               JSON array, scalar or ``null``
-``missing_required_field``      an envelope field, or a payload field the contract requires,
-                                is absent or null
-``type_mismatch``               a field has the wrong JSON type (e.g. ``"amount": "twelve"``)
-                                or ``event_time`` is not an ISO-8601 timestamp
-``unknown_event_type``          ``event_type`` is not a contract event type of this topic
-``unsupported_schema_version``  ``schema_version`` is not 1
-``control_character``           an id (:data:`ingest_core.contracts.ID_FIELDS`, item
-                                ``product_id``/``seller_id``) holds a control character,
-                                e.g. an escaped ``\\u0000`` (valid JSON, useless as an id)
-``invalid_value``               negative money, more than 2 decimals, a value outside an
-                                enum declared ``x-ingest-quarantine`` (currency, payment
-                                status), an integer outside its declared ``minimum`` /
-                                ``maximum``, an event time without offset or before 1970
-``event_time_skew``             ``event_time`` more than ``max_future_skew`` ahead of ``now``
-                                (the batch's clock), or more than ``event_time_skew`` ahead
-                                of the record's Kafka timestamp (the producer's clock) or of
-                                the rest of its partition (see :func:`parse_topic`): one such
-                                record would otherwise move the watermark for everyone
-==============================  ==============================================================
+Quarantine: a record is judged by the ordered rules of
+:data:`ingest_core.quarantine.QUARANTINE_RULES` (data: name, reason, origin, when it
+applies; ``ingestctl catalog rules`` prints them with what a topic's contract adds), each
+computed here by :data:`RULE_COLUMNS`; the first that applies is recorded, with its detail
+(``duplicate key 'status'``, ``missing: event_id``, ``control character in customer_id``,
+``negative amount``...). ``event_time_skew`` is explained at :func:`parse_topic`: one
+skewed record would otherwise move the watermark for everyone.
 """
 
 from __future__ import annotations
@@ -45,7 +22,8 @@ from datetime import UTC, datetime, timedelta
 from functools import cache, reduce
 from typing import TYPE_CHECKING
 
-from pyspark.sql.types import StructType
+from pyspark.sql import functions as F
+from pyspark.sql.types import ArrayType, DecimalType, IntegerType, StringType, StructType
 
 from ingest_core.contracts import (
     CONTRACTS,
@@ -57,6 +35,12 @@ from ingest_core.contracts import (
     SCHEMA_VERSION,
     get_contracts,
 )
+from ingest_core.quarantine import (
+    EVENT_TIME_CHECKS,
+    QUARANTINE_RULES,
+    ValueCheck,
+    value_checks,
+)
 
 if TYPE_CHECKING:
     from collections.abc import Callable, Iterable, Mapping
@@ -64,20 +48,6 @@ if TYPE_CHECKING:
     from pyspark.sql import Column, DataFrame
     from pyspark.sql.window import WindowSpec
 
-QUARANTINE_REASONS = (
-    "empty_value",
-    "invalid_utf8",
-    "duplicate_json_key",
-    "malformed_json",
-    "not_an_object",
-    "missing_required_field",
-    "type_mismatch",
-    "unknown_event_type",
-    "unsupported_schema_version",
-    "control_character",
-    "invalid_value",
-    "event_time_skew",
-)
 #: Bronze columns carried into Silver rows for lineage.
 COORDINATES = ("topic", "partition", "offset", "kafka_timestamp")
 _INTEGRAL = "^(TINYINT|SMALLINT|INT|BIGINT)$"
@@ -251,46 +221,119 @@ class _TopicPlan:
     derived: list[Column]
 
 
-@cache
-def _topic_plan(
-    topic: str, incarnation: tuple[str, ...], event_time_skew: timedelta | None
-) -> _TopicPlan:
-    """Build :func:`parse_topic`'s expressions for ``topic`` once per process.
+@dataclass(frozen=True)
+class RecordFields:
+    """What the quarantine rules of one topic read: column expressions over the projections
+    :func:`parse_topic` builds, so that each rule below is a few lines.
 
-    They are a few hundred expressions per topic, and building them from Python costs
-    tens of thousands of py4j calls: 5-7 s of driver time per micro-batch on a 2-core
-    machine, measured with cProfile, more than Spark took to parse 100k records. Column
-    expressions name columns, not a DataFrame, so every micro-batch can reuse them; what
-    changes per batch (its clock) is read from the ``_latest`` and ``_latest_detail``
-    columns :func:`parse_topic` adds.
+    :param text: the value as text; ``v``: parsed as VARIANT (null: not one JSON value).
+    :param single: the text holds exactly one JSON value; ``repeated``: its repeated
+        top-level keys (null when none); ``not_object``: one value, not an object.
+    :param typed: each declared field's typed value (``event_time`` still as text).
+    :param envelope_missing, envelope_mismatch, payload_missing, payload_mismatch, controls,
+        invalid: (name, condition) pairs the rules combine; a detail lists the names whose
+        conditions hold.
+    :param skewed, skew_detail: the ``event_time_skew`` rule (:func:`_skew_checks`).
     """
-    from pyspark.sql import functions as F
-    from pyspark.sql.types import ArrayType, DecimalType, IntegerType, StringType
 
-    schema = payload_schema(topic)
-    contracts = [c for c in CONTRACTS.values() if c.topic == topic]
-    event_types = sorted(c.event_type for c in contracts)
-    required_payload = sorted({f for c in contracts for f in c.required})
-    known = [f.name for f in schema.fields]
+    topic: str
+    event_types: list[str]
+    text: Column
+    v: Column
+    single: Column
+    repeated: Column
+    not_object: Column
+    typed: dict[str, Column]
+    envelope_missing: list[tuple[str, Column]]
+    envelope_mismatch: list[tuple[str, Column]]
+    payload_missing: list[tuple[str, Column]]
+    payload_mismatch: list[tuple[str, Column]]
+    controls: list[tuple[str, Column]]
+    invalid: list[tuple[str, Column]]
+    skewed: Column
+    skew_detail: Column
 
-    text = F.col("_text")
-    v = F.col("_v")
-    # try_parse_json (like every JSON reader of Spark's) reads the first value and ignores
-    # what follows: "{...}{...}", "{...} xyz", "{...},{...}", "{...}]". Wrapped as "[text]", a
-    # single value is an array of one element, and as "[text,0]" an array of two. After the
-    # first value, any text but whitespace breaks the syntax (null), adds elements (",...")
-    # or closes the array early ("]..."; Jackson ignores what follows its root), and then
-    # "[text,0]" has one element: both counts hold only for one value. json_array_length
-    # only tokenizes (Jackson, streaming); it builds no value.
-    single = (F.json_array_length(F.concat(F.lit("["), text, F.lit("]"))) == 1) & (
-        F.json_array_length(F.concat(F.lit("["), text, F.lit(",0]"))) == 2
-    )
-    value_text = F.col("value").cast("string")
-    # A re-created topic restarts its offsets: its incarnation (topic_id, when Bronze has it)
-    # keeps the skew rule's neighbours apart.
-    head = [*COORDINATES, *incarnation, "key", "value"]
-    head_columns = [F.col(c) for c in head] + [F.try_parse_json(value_text).alias("_v")]
-    raws = [F.variant_get(v, f"$.{f}", "variant").alias(f"_raw_{f}") for f in known]
+
+def _names_where(pairs: list[tuple[str, Column]]) -> Column:
+    """The names of ``pairs`` whose conditions hold, comma-separated."""
+    return F.concat_ws(", ", *[F.when(cond, F.lit(name)) for name, cond in pairs])
+
+
+def _any_of(pairs: list[tuple[str, Column]]) -> Column:
+    return reduce(lambda a, b: a | b, [cond for _, cond in pairs])
+
+
+def _listed(prefix: str, pairs: list[tuple[str, Column]]) -> tuple[Column, Column]:
+    """A rule that matches when any of ``pairs`` holds, its detail ``prefix`` + their names."""
+    return _any_of(pairs), F.concat(F.lit(prefix), _names_where(pairs))
+
+
+def _repeated_keys_detail(r: RecordFields) -> Column:
+    quoted = F.transform(r.repeated, lambda k: F.concat(F.lit("'"), k, F.lit("'")))
+    return F.concat(F.lit("duplicate key "), F.concat_ws(", ", quoted))
+
+
+def _unknown_event_type(r: RecordFields) -> tuple[Column, Column]:
+    allowed = f" is not one of {', '.join(r.event_types)} on topic {r.topic}"
+    detail = F.concat(F.lit("event_type "), r.typed["event_type"], F.lit(allowed))
+    return ~r.typed["event_type"].isin(*r.event_types), detail
+
+
+def _invalid_value(r: RecordFields) -> tuple[Column, Column]:
+    pairs = [(d, F.coalesce(c, F.lit(False))) for d, c in r.invalid]
+    return _any_of(pairs), _names_where(pairs)
+
+
+#: How each rule of :data:`ingest_core.quarantine.QUARANTINE_RULES` is computed: its name ->
+#: (condition, detail) over a topic's :class:`RecordFields`. Checked in that list's order.
+RULE_COLUMNS: dict[str, Callable[[RecordFields], tuple[Column, Column]]] = {
+    "empty_value": lambda r: (
+        F.col("value").isNull() | (F.length("value") == 0),
+        F.lit("no bytes"),
+    ),
+    "invalid_utf8": lambda r: (~F.is_valid_utf8(r.text), F.lit("value is not UTF-8")),
+    "duplicate_json_key": lambda r: (
+        F.coalesce(F.size(r.repeated) > 0, F.lit(False)),
+        _repeated_keys_detail(r),
+    ),
+    "malformed_json": lambda r: (
+        r.v.isNull() | ~F.coalesce(r.single, F.lit(False)),
+        F.concat(F.lit("not one JSON value: "), F.left(r.text, F.lit(80))),
+    ),
+    "not_an_object": lambda r: (r.not_object, F.concat(F.lit("JSON "), F.schema_of_variant(r.v))),
+    "envelope_missing": lambda r: _listed("missing: ", r.envelope_missing),
+    "envelope_type": lambda r: _listed("wrong type: ", r.envelope_mismatch),
+    "unknown_event_type": _unknown_event_type,
+    "unsupported_schema_version": lambda r: (
+        r.typed["schema_version"] != SCHEMA_VERSION,
+        F.concat(F.lit("schema_version "), r.typed["schema_version"].cast("string")),
+    ),
+    "payload_missing": lambda r: _listed("missing: ", r.payload_missing),
+    "payload_type": lambda r: _listed("wrong type: ", r.payload_mismatch),
+    "control_character": lambda r: _listed("control character in ", r.controls),
+    "invalid_value": _invalid_value,
+    "event_time_skew": lambda r: (r.skewed, r.skew_detail),
+}
+
+
+def _raw(field: str) -> Column:
+    return F.col(f"_raw_{field}")
+
+
+def _absent(field: str) -> Column:
+    """The field is missing, JSON null, or a blank string (as good as no value for a
+    required id or code)."""
+    blank = F.trim(F.col(f"_str_{field}")) == ""
+    return _raw(field).isNull() | F.is_variant_null(_raw(field)) | F.coalesce(blank, F.lit(False))
+
+
+def _field_parts(schema: StructType) -> tuple[list[Column], list[Column]]:
+    """Each field's raw VARIANT (``_raw_<f>``), then its kind (``_kind_<f>``, not for arrays),
+    its string (``_str_<f>``) and its typed value (``_typed_<f>``): two projections."""
+    raws = [
+        F.variant_get(F.col("_v"), f"$.{f.name}", "variant").alias(f"_raw_{f.name}")
+        for f in schema.fields
+    ]
     # An array field's kind is not needed: its typed value is null unless it is an array
     # whose elements fit, and schema_of_variant of an array merges every element's schema.
     parts = [
@@ -300,43 +343,25 @@ def _topic_plan(
             *(
                 []
                 if isinstance(f.dataType, ArrayType)
-                else [("kind", F.schema_of_variant(F.col(f"_raw_{f.name}")))]
+                else [("kind", F.schema_of_variant(_raw(f.name)))]
             ),
-            ("str", F.try_variant_get(F.col(f"_raw_{f.name}"), "$", "string")),
-            (
-                "typed",
-                F.try_variant_get(F.col(f"_raw_{f.name}"), "$", f.dataType.simpleString()),
-            ),
+            ("str", F.try_variant_get(_raw(f.name), "$", "string")),
+            ("typed", F.try_variant_get(_raw(f.name), "$", f.dataType.simpleString())),
         )
     ]
-    # parse_json refuses duplicate keys (returns null); Jackson's json_object_keys lists the
-    # top-level keys, repeats included, so the record can be told apart from broken JSON.
-    # The repeated names are listed (a lambda per key: slow) only for a record that has
-    # any, which the sizes tell cheaply. A record parse_json read has no repeated key at
-    # any level, so only the others are tokenized again (4 % of a parse's time, JFR).
-    keys_column = F.when(v.isNull(), F.json_object_keys(text)).alias("_keys")
-    keys = F.col("_keys")
-    repeated = F.when(
-        F.size(keys) != F.size(F.array_distinct(keys)),
-        F.array_distinct(F.filter(keys, lambda k, i: F.array_position(keys, k) != i + 1)),
-    )
+    return raws, parts
 
-    def raw(field: str) -> Column:
-        return F.col(f"_raw_{field}")
 
-    def absent(field: str) -> Column:
-        # A blank string is as good as no value for a required id or code.
-        blank = F.trim(F.col(f"_str_{field}")) == ""
-        return raw(field).isNull() | F.is_variant_null(raw(field)) | F.coalesce(blank, F.lit(False))
-
+def _typed_fields(schema: StructType) -> tuple[dict[str, Column], list[tuple[str, Column]]]:
+    """Each field's typed value, and (field, present but of the wrong JSON type) pairs."""
     typed: dict[str, Column] = {}
     mismatch: list[tuple[str, Column]] = []
     for field in schema.fields:
         value = F.col(f"_typed_{field.name}")
+        typed[field.name] = value
         if isinstance(field.dataType, ArrayType):
             # try_variant_get casts only an array (whose elements fit) to an array type.
-            typed[field.name] = value
-            mismatch.append((field.name, ~absent(field.name) & value.isNull()))
+            mismatch.append((field.name, ~_absent(field.name) & value.isNull()))
             continue
         kind = F.col(f"_kind_{field.name}")
         if isinstance(field.dataType, StringType):
@@ -349,19 +374,16 @@ def _topic_plan(
             raise TypeError(
                 f"unsupported contract type {field.dataType.simpleString()} for {field.name}"
             )
-        typed[field.name] = value
-        mismatch.append((field.name, ~absent(field.name) & ~ok))
+        mismatch.append((field.name, ~_absent(field.name) & ~ok))
+    return typed, mismatch
 
-    event_time_text = typed["event_time"]
-    event_time_column = F.try_to_timestamp(event_time_text).alias("_event_time")
-    event_time = F.col("_event_time")
-    skewed, skew_detail = _skew_checks(
-        event_time, F.col("_latest"), F.col("_latest_detail"), event_time_skew
-    )
+
+def _controls(topic: str, typed: dict[str, Column]) -> list[tuple[str, Column]]:
+    """(id field, holds a control character) pairs: the topic's ids, then the items' ids."""
     id_fields = [f for f in ID_FIELDS[topic] if f in typed]
     controls = [(f, F.coalesce(typed[f].rlike(_CONTROL), F.lit(False))) for f in id_fields]
     if "items" in typed:
-        items = F.try_variant_get(v, "$.items", "array<variant>")
+        items = F.try_variant_get(F.col("_v"), "$.items", "array<variant>")
 
         def control_in(name: str) -> Callable[[Column], Column]:
             return lambda x: F.try_variant_get(x, f"$.{name}", "string").rlike(_CONTROL)
@@ -369,137 +391,149 @@ def _topic_plan(
         for name in ITEM_ID_FIELDS:
             in_item = F.exists(items, control_in(name))
             controls.append((f"items.{name}", F.coalesce(in_item, F.lit(False))))
+    return controls
+
+
+def _value_check(check: ValueCheck, value: Column) -> Column:
+    """The condition under which ``value`` fails ``check``."""
+    if check.kind == "enum":
+        return ~value.isin(*check.values)
+    if check.kind in ("minimum", "maximum"):
+        limit = F.lit(check.limit)
+        return value < limit if check.kind == "minimum" else value > limit
+    if check.kind == "negative":
+        return value < 0
+    exact = F.try_variant_get(F.col("_v"), f"$.{check.field}", "decimal(38,18)")
+    return exact != value
+
+
+def _invalid_values(
+    topic: str, typed: dict[str, Column], event_time: Column
+) -> tuple[list[tuple[str, Column]], dict[str, Column]]:
+    """The ``invalid_value`` checks (the event time's, then the contract's
+    :func:`~ingest_core.quarantine.value_checks`) as (detail, condition) pairs, and the
+    fields as Silver writes them (``x-ingest-case: upper`` applied, ``event_time`` parsed)."""
+    event_time_text = typed["event_time"]
+    invalid: list[tuple[str, Column]] = list(
+        zip(
+            EVENT_TIME_CHECKS,
+            [~event_time_text.rlike(_ISO_WITH_OFFSET), event_time < F.lit(EARLIEST_EVENT_TIME)],
+            strict=True,
+        )
+    )
+    fields = {**typed, "event_time": event_time}
+    source = get_contracts().sources[topic]  # include/contracts/<topic>.yaml
+    for declared in source.fields:
+        if declared.schema.get("x-ingest-case") == "upper":
+            fields[declared.name] = F.upper(typed[declared.name])
+    for check in value_checks(source):
+        # An enum is judged on the value as Silver writes it (upper-cased currency codes).
+        value = fields[check.field] if check.kind == "enum" else typed[check.field]
+        invalid.append((check.detail, _value_check(check, value)))
+    return invalid, fields
+
+
+def _record_fields(
+    topic: str, schema: StructType, event_time_skew: timedelta | None
+) -> tuple[RecordFields, dict[str, Column]]:
+    """The :class:`RecordFields` of ``topic``'s records, and the fields as Silver writes
+    them (see :func:`_invalid_values`)."""
+    contracts = [c for c in CONTRACTS.values() if c.topic == topic]
+    text, v = F.col("_text"), F.col("_v")
+    # try_parse_json (like every JSON reader of Spark's) reads the first value and ignores
+    # what follows: "{...}{...}", "{...} xyz", "{...},{...}", "{...}]". Wrapped as "[text]", a
+    # single value is an array of one element, and as "[text,0]" an array of two. After the
+    # first value, any text but whitespace breaks the syntax (null), adds elements (",...")
+    # or closes the array early ("]..."; Jackson ignores what follows its root), and then
+    # "[text,0]" has one element: both counts hold only for one value. json_array_length
+    # only tokenizes (Jackson, streaming); it builds no value.
+    single = (F.json_array_length(F.concat(F.lit("["), text, F.lit("]"))) == 1) & (
+        F.json_array_length(F.concat(F.lit("["), text, F.lit(",0]"))) == 2
+    )
+    # The repeated names are listed (a lambda per key: slow) only for a record that has
+    # any, which the sizes tell cheaply (``_keys``: see :func:`_topic_plan`).
+    keys = F.col("_keys")
+    repeated = F.when(
+        F.size(keys) != F.size(F.array_distinct(keys)),
+        F.array_distinct(F.filter(keys, lambda k, i: F.array_position(keys, k) != i + 1)),
+    )
+    typed, mismatch = _typed_fields(schema)
+    event_time = F.col("_event_time")
+    skewed, skew_detail = _skew_checks(
+        event_time, F.col("_latest"), F.col("_latest_detail"), event_time_skew
+    )
+    controls = _controls(topic, typed)
     # The one JSON value is an object when its text opens with "{" after JSON's whitespace
     # (RFC 8259, section 2). schema_of_variant(v) would build the whole record's schema
     # (every field, every array element's merged) for every record: only the quarantined
     # ones get it, in their detail.
     not_object = v.isNotNull() & ~text.rlike(r"^[ \t\n\r]*[{]")
-    missing_envelope = [f for f in ENVELOPE_FIELDS]
-
-    def names_where(pairs: list[tuple[str, Column]]) -> Column:
-        return F.concat_ws(", ", *[F.when(cond, F.lit(name)) for name, cond in pairs])
-
-    def any_of(pairs: list[tuple[str, Column]]) -> Column:
-        return reduce(lambda a, b: a | b, [cond for _, cond in pairs])
-
-    env_missing = [(f, absent(f)) for f in missing_envelope]
-    env_mismatch = [(f, c) for f, c in mismatch if f in ENVELOPE_FIELDS]
-    env_mismatch.append(("event_time", ~absent("event_time") & event_time.isNull()))
-    payload_missing = [(f, absent(f)) for f in required_payload]
+    envelope_mismatch = [(f, c) for f, c in mismatch if f in ENVELOPE_FIELDS]
+    envelope_mismatch.append(("event_time", ~_absent("event_time") & event_time.isNull()))
     payload_mismatch = [(f, c) for f, c in mismatch if f not in ENVELOPE_FIELDS]
-
-    invalid: list[tuple[str, Column]] = [
-        (
-            "event_time is not an ISO-8601 date-time with offset",
-            ~event_time_text.rlike(_ISO_WITH_OFFSET),
-        ),
-        ("event_time before 1970", event_time < F.lit(EARLIEST_EVENT_TIME)),
-    ]
-    fields = {**typed, "event_time": event_time}
-    for declared in get_contracts().sources[topic].fields:  # include/contracts/<topic>.yaml
-        field_name = declared.name
-        if declared.schema.get("x-ingest-case") == "upper":
-            fields[field_name] = F.upper(typed[field_name])
-        label = declared.schema.get("x-ingest-quarantine")
-        if label and declared.enum is not None:
-            why = label if isinstance(label, str) else f"unknown {field_name}"
-            invalid.append((why, ~fields[field_name].isin(*sorted(declared.enum))))
-        for bound, outside in (("minimum", "below"), ("maximum", "above")):
-            limit = declared.schema.get(bound)
-            if limit is not None and not declared.is_money and declared.spark_type == "int":
-                beyond = (
-                    typed[field_name] < limit if bound == "minimum" else typed[field_name] > limit
-                )
-                invalid.append((f"{field_name} {outside} {limit}", beyond))
-        if declared.is_money:
-            exact = F.try_variant_get(v, f"$.{field_name}", "decimal(38,18)")
-            invalid.append((f"negative {field_name}", typed[field_name] < 0))
-            invalid.append((f"{field_name} has more than 2 decimals", exact != typed[field_name]))
+    invalid, fields = _invalid_values(topic, typed, event_time)
     if "items" in typed:
         item_mismatch, item_invalid = _item_checks(v)
         payload_mismatch = [
             (f, c | item_mismatch) if f == "items" else (f, c) for f, c in payload_mismatch
         ]
         invalid.extend(item_invalid)
+    required = sorted({f for c in contracts for f in c.required})
+    record = RecordFields(
+        topic=topic,
+        event_types=sorted(c.event_type for c in contracts),
+        text=text,
+        v=v,
+        single=single,
+        repeated=repeated,
+        not_object=not_object,
+        typed=typed,
+        envelope_missing=[(f, _absent(f)) for f in ENVELOPE_FIELDS],
+        envelope_mismatch=envelope_mismatch,
+        payload_missing=[(f, _absent(f)) for f in required],
+        payload_mismatch=payload_mismatch,
+        controls=controls,
+        invalid=invalid,
+        skewed=skewed,
+        skew_detail=skew_detail,
+    )
+    return record, fields
 
-    checks: list[tuple[str, Column, Column]] = [
-        ("empty_value", F.col("value").isNull() | (F.length("value") == 0), F.lit("no bytes")),
-        ("invalid_utf8", ~F.is_valid_utf8(text), F.lit("value is not UTF-8")),
-        (
-            "duplicate_json_key",
-            F.coalesce(F.size(repeated) > 0, F.lit(False)),
-            F.concat(
-                F.lit("duplicate key "),
-                F.concat_ws(
-                    ", ", F.transform(repeated, lambda k: F.concat(F.lit("'"), k, F.lit("'")))
-                ),
-            ),
-        ),
-        (
-            "malformed_json",
-            v.isNull() | ~F.coalesce(single, F.lit(False)),
-            F.concat(F.lit("not one JSON value: "), F.left(text, F.lit(80))),
-        ),
-        ("not_an_object", not_object, F.concat(F.lit("JSON "), F.schema_of_variant(v))),
-        (
-            "missing_required_field",
-            any_of(env_missing),
-            F.concat(F.lit("missing: "), names_where(env_missing)),
-        ),
-        (
-            "type_mismatch",
-            any_of(env_mismatch),
-            F.concat(F.lit("wrong type: "), names_where(env_mismatch)),
-        ),
-        (
-            "unknown_event_type",
-            ~typed["event_type"].isin(*event_types),
-            F.concat(
-                F.lit("event_type "),
-                typed["event_type"],
-                F.lit(f" is not one of {', '.join(event_types)} on topic {topic}"),
-            ),
-        ),
-        (
-            "unsupported_schema_version",
-            typed["schema_version"] != SCHEMA_VERSION,
-            F.concat(F.lit("schema_version "), typed["schema_version"].cast("string")),
-        ),
-        (
-            "missing_required_field",
-            any_of(payload_missing),
-            F.concat(F.lit("missing: "), names_where(payload_missing)),
-        ),
-        (
-            "type_mismatch",
-            any_of(payload_mismatch),
-            F.concat(F.lit("wrong type: "), names_where(payload_mismatch)),
-        ),
-        (
-            "control_character",
-            any_of(controls),
-            F.concat(F.lit("control character in "), names_where(controls)),
-        ),
-        (
-            "invalid_value",
-            any_of([(d, F.coalesce(c, F.lit(False))) for d, c in invalid]),
-            names_where([(d, F.coalesce(c, F.lit(False))) for d, c in invalid]),
-        ),
-        ("event_time_skew", skewed, skew_detail),
-    ]
-    check, reason, detail = _first_reason(checks)
 
-    # The unknown fields' values only for a record that has any: its top-level keys (a
-    # streaming tokenization) less the known ones tell, and most records have none. Reading
-    # every record into a map and filtering it with a lambda (interpreted, per key) cost ~5 %
-    # of a warm parse (bench/results/REFERENCE.md, 2026-12-04 09:04).
-    extra_keys = F.array_except(F.json_object_keys(text), F.array(*[F.lit(f) for f in known]))
-    as_map = F.from_json(text, "map<string,string>")
-    unknown_column = F.when(
-        F.size(extra_keys) > 0, F.map_filter(as_map, lambda k, _: ~k.isin(*known))
-    ).alias("_unknown")
-    unknown = F.col("_unknown")
-    rescued = F.when(F.size(unknown) > 0, F.to_json(unknown))
+@cache
+def _topic_plan(
+    topic: str, incarnation: tuple[str, ...], event_time_skew: timedelta | None
+) -> _TopicPlan:
+    """Build :func:`parse_topic`'s expressions for ``topic`` once per process.
+
+    They are a few hundred expressions per topic, and building them from Python costs
+    tens of thousands of py4j calls: 5-7 s of driver time per micro-batch on a 2-core
+    machine, measured with cProfile, more than Spark took to parse 100k records. Column
+    expressions name columns, not a DataFrame, so every micro-batch can reuse them; what
+    changes per batch (its clock) is read from the ``_latest`` and ``_latest_detail``
+    columns :func:`parse_topic` adds. The quarantine rules are
+    :data:`ingest_core.quarantine.QUARANTINE_RULES`, each computed by :data:`RULE_COLUMNS`.
+    """
+    schema = payload_schema(topic)
+    known = [f.name for f in schema.fields]
+    text = F.col("_text")
+    value_text = F.col("value").cast("string")
+    # A re-created topic restarts its offsets: its incarnation (topic_id, when Bronze has it)
+    # keeps the skew rule's neighbours apart.
+    head = [*COORDINATES, *incarnation, "key", "value"]
+    head_columns = [F.col(c) for c in head] + [F.try_parse_json(value_text).alias("_v")]
+    raws, parts = _field_parts(schema)
+    # parse_json refuses duplicate keys (returns null); Jackson's json_object_keys lists the
+    # top-level keys, repeats included, so the record can be told apart from broken JSON.
+    # A record parse_json read has no repeated key at any level, so only the others are
+    # tokenized again (4 % of a parse's time, JFR).
+    keys_column = F.when(F.col("_v").isNull(), F.json_object_keys(text)).alias("_keys")
+    event_time_column = F.try_to_timestamp(F.col("_typed_event_time")).alias("_event_time")
+    record, fields = _record_fields(topic, schema, event_time_skew)
+    check, reason, detail = _first_reason(
+        [(rule.reason, *RULE_COLUMNS[rule.name](record)) for rule in QUARANTINE_RULES]
+    )
+    unknown_column, rescued = _rescued(known)
     parsed = [
         *[F.col(c) for c in (*COORDINATES, "key", "value")],
         # Not "reason": refunds have a payload field of that name.
@@ -515,6 +549,24 @@ def _topic_plan(
     ]
     early = [keys_column, event_time_column, unknown_column]
     return _TopicPlan(head_columns, value_text, raws, parts, early, check, parsed, derived)
+
+
+def _rescued(known: list[str]) -> tuple[Column, Column]:
+    """``_unknown`` (the fields the contract does not know, as a map; null when none) and
+    the rescued data column (that map as JSON, null when empty).
+
+    The unknown fields' values only for a record that has any: its top-level keys (a
+    streaming tokenization) less the known ones tell, and most records have none. Reading
+    every record into a map and filtering it with a lambda (interpreted, per key) cost ~5 %
+    of a warm parse (bench/results/REFERENCE.md, 2026-12-04 09:04)."""
+    text = F.col("_text")
+    extra_keys = F.array_except(F.json_object_keys(text), F.array(*[F.lit(f) for f in known]))
+    as_map = F.from_json(text, "map<string,string>")
+    unknown_column = F.when(
+        F.size(extra_keys) > 0, F.map_filter(as_map, lambda k, _: ~k.isin(*known))
+    ).alias("_unknown")
+    unknown = F.col("_unknown")
+    return unknown_column, F.when(F.size(unknown) > 0, F.to_json(unknown))
 
 
 def _lead(event_time: Column) -> Column:

@@ -10,11 +10,11 @@ from decimal import Decimal
 
 import pytest
 
+from ingest_core.quarantine import QUARANTINE_REASONS, QUARANTINE_RULES, RULES_BY_NAME
 from spark_jobs.transforms.silver import (
     DUPLICATE,
     KEPT,
     LATE,
-    QUARANTINE_REASONS,
     QUARANTINED,
     decide,
     enrich_with_customers,
@@ -74,14 +74,14 @@ CASES = [
     ("not_an_object", b"[1, 2]"),
     ("not_an_object", b"42"),
     ("not_an_object", b"null"),
-    ("missing_required_field", payment(event_id=...)),
-    ("missing_required_field", payment(amount=None)),
-    ("missing_required_field", payment(event_id="")),
+    ("envelope_missing", payment(event_id=...)),
+    ("payload_missing", payment(amount=None)),
+    ("envelope_missing", payment(event_id="")),
     ("malformed_json", json.dumps(payment()).encode() + json.dumps(payment()).encode()),
     ("malformed_json", json.dumps(payment()).encode() + b" xyz"),
-    ("type_mismatch", payment(amount="twelve")),
-    ("type_mismatch", payment(schema_version="one")),
-    ("type_mismatch", payment(event_time="yesterday")),
+    ("payload_type", payment(amount="twelve")),
+    ("envelope_type", payment(schema_version="one")),
+    ("envelope_type", payment(event_time="yesterday")),
     ("unknown_event_type", payment(event_type="order_teleported")),
     ("unknown_event_type", payment(event_type="order_placed")),  # right contract, wrong topic
     ("unsupported_schema_version", payment(schema_version=99)),
@@ -101,13 +101,16 @@ CASES = [
 ]
 
 
-def test_each_quarantine_reason_from_a_message_that_triggers_it(spark) -> None:
+def test_each_quarantine_rule_from_a_message_that_triggers_it(spark) -> None:
+    """Every rule of the list (``ingest_core.quarantine``) has a message here that it is
+    the first to match, and records its reason."""
     parsed = _parse(spark, [value for _, value in CASES])
     got = {r.offset: (r.reason, r.detail) for r in quarantine_rows(parsed).collect()}
     assert {o: reason for o, (reason, _) in got.items()} == {
-        o: reason for o, (reason, _) in enumerate(CASES)
+        o: RULES_BY_NAME[rule].reason for o, (rule, _) in enumerate(CASES)
     }
-    assert set(QUARANTINE_REASONS) == {reason for reason, _ in CASES}
+    assert {rule for rule, _ in CASES} == {rule.name for rule in QUARANTINE_RULES}
+    assert set(QUARANTINE_REASONS) == {r.reason for r in QUARANTINE_RULES}
     details = {o: detail for o, (_, detail) in got.items()}
     assert details[7] == "missing: event_id"
     assert "wrong type: amount" in details.values()

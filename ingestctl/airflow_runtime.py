@@ -714,6 +714,12 @@ class AirflowClient:
         found = self._call("GET", f"/dags/{dag_id}/dagRuns", params={"limit": 100})
         return list(found.get("dag_runs") or [])
 
+    def backfill_running(self, dag_id: str) -> bool:
+        """Whether a backfill of ``dag_id`` is not completed yet (Airflow runs one per DAG
+        at a time and refuses another with ``AlreadyRunningBackfill``)."""
+        found = self._call("GET", "/backfills", params={"dag_id": dag_id, "limit": 100})
+        return any(b.get("completed_at") is None for b in found.get("backfills") or [])
+
     def task_instances(self, dag_id: str, run_id: str) -> list[dict[str, Any]]:
         """Task instances of a run (``task_id``, ``state``, ``pool``, ``start_date``,
         ``end_date``, ...)."""

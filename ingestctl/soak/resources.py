@@ -26,7 +26,7 @@ from pathlib import Path
 import psutil
 
 #: A Spark application's script on a command line: ``spark_jobs/<job>.py``.
-_JOB_SCRIPT = re.compile(r"spark_jobs/(\w+)\.py$")
+_JOB_SCRIPT = re.compile(r"spark_jobs/(?:\w+/)*(\w+)\.py$")
 #: Airflow's components as their command line or process title names them.
 #: The machine's CPU no platform process was charged with.
 UNATTRIBUTED = "unattributed (machine total minus the above)"
@@ -41,7 +41,11 @@ def component(cmdline: list[str]) -> str:
     :returns: ``spark: <job>`` for a Spark driver (spark-submit's JVM or the Python driver
         under it), ``spark: python workers`` for PySpark's workers, ``airflow: <component>``,
         ``airflow: task processes`` (LocalExecutor's workers and the tasks they supervise),
-        ``kafka broker``, ``postgresql``, else ``other: <program>``.
+        ``kafka broker``, ``postgresql``, ``gate`` (``python -m spark_jobs.quality.gate``),
+        ``spark-submit launchers`` (``python -m ingest_platform.hooks submit``: the
+        always-on jobs' launcher waiting on spark-submit),
+        ``python -m <module>`` or ``python <script>`` for other Python programs, else
+        ``other: <program>``.
     """
     words = " ".join(cmdline).split()
     if not words:
@@ -65,7 +69,17 @@ def component(cmdline: list[str]) -> str:
         return "airflow: task processes"
     if any(w.endswith("ingestctl") for w in words[:3]) and "soak" in words[:4]:
         return "soak"
-    return f"other: {os.path.basename(words[0])[:40]}"
+    if "-m" in words[:3]:  # python -m <module>: the gates, ingestctl's commands, commit_race
+        module = words[words.index("-m") + 1] if words.index("-m") + 1 < len(words) else "?"
+        named = {
+            "spark_jobs.quality.gate": "gate",
+            "ingest_platform.hooks": "spark-submit launchers",
+        }
+        return named.get(module, f"python -m {module}")
+    program = os.path.basename(words[0])
+    if program.startswith("python") and len(words) > 1:
+        return f"python {os.path.basename(words[1])[:40]}"
+    return f"other: {program[:40]}"
 
 
 @dataclass

@@ -87,3 +87,27 @@ def test_a_demo_waits_for_the_run_unpausing_creates_never_an_earlier_one() -> No
     client = _client(_runs_api(None, log))  # the newest interval already had its run
     assert _unpause_for_a_new_run(client, "d", wait_s=1) == "manual__now"
     assert log[-1] == "POST /api/v2/dags/d/dagRuns"
+
+
+def test_a_backfill_runs_until_airflow_marks_it_completed() -> None:
+    """``backfill_running`` reads ``GET /backfills?dag_id=``: one without ``completed_at``
+    is running (Airflow would refuse another with ``AlreadyRunningBackfill``)."""
+    listed: list[list[dict]] = [
+        [],
+        [{"id": 1, "completed_at": "2026-12-06T10:00:00Z"}],
+        [{"id": 1, "completed_at": "2026-12-06T10:00:00Z"}, {"id": 2, "completed_at": None}],
+    ]
+    asked: list[httpx.URL] = []
+
+    def api(request: httpx.Request) -> httpx.Response:
+        asked.append(request.url)
+        return httpx.Response(200, json={"backfills": listed[len(asked) - 1]})
+
+    client = _client(api)
+    assert [client.backfill_running("medallion_incremental") for _ in listed] == [
+        False,
+        False,
+        True,
+    ]
+    assert asked[0].path == "/api/v2/backfills"
+    assert asked[0].params["dag_id"] == "medallion_incremental"

@@ -44,7 +44,8 @@ def component(cmdline: list[str]) -> str:
         ``kafka broker``, ``postgresql``, ``gate`` (``python -m spark_jobs.quality.gate``),
         ``spark-submit launchers`` (``python -m ingest_platform.hooks submit``: the
         always-on jobs' launcher waiting on spark-submit),
-        ``python -m <module>`` or ``python <script>`` for other Python programs, else
+        ``ingestctl <command>``, ``python -m <module>`` or ``python <script>`` for other
+        Python programs, else
         ``other: <program>``.
     """
     words = " ".join(cmdline).split()
@@ -67,8 +68,10 @@ def component(cmdline: list[str]) -> str:
         if "standalone" in words[:4]:
             return "airflow: standalone"
         return "airflow: task processes"
-    if any(w.endswith("ingestctl") for w in words[:3]) and "soak" in words[:4]:
-        return "soak"
+    for position, word in enumerate(words[:3]):
+        if word.endswith("ingestctl"):  # the soak itself, or a command it or a fault runs
+            command = words[position + 1] if position + 1 < len(words) else ""
+            return "soak" if command == "soak" else f"ingestctl {command}".strip()
     if "-m" in words[:3]:  # python -m <module>: the gates, ingestctl's commands, commit_race
         module = words[words.index("-m") + 1] if words.index("-m") + 1 < len(words) else "?"
         named = {
@@ -173,6 +176,11 @@ class CpuSampler:
                 if key not in self._seen:
                     ours = self._ours(process, descendants)
                     name = "soak" if process.pid == self._me else component(process.cmdline())
+                    if name.startswith("other: java"):  # a PySpark program's JVM: its parent's
+                        with contextlib.suppress(psutil.Error):
+                            parent = process.parent()
+                            if parent is not None:
+                                name = f"{component(parent.cmdline())} (JVM)"
                     self._seen[key] = (name, 0.0) if ours else None
                 seen = self._seen[key]
                 if seen is None:

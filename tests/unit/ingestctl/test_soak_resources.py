@@ -54,6 +54,10 @@ SPARK_JVM = [
         (["/venv/bin/python", "-m", "spark_jobs.quality.gate", "validate"], "gate"),
         (["python3", "-m", "ingestctl.checkpoints", "backup"], "python -m ingestctl.checkpoints"),
         (["/venv/bin/python", "/tmp/tool.py", "x"], "python tool.py"),
+        (
+            ["/venv/bin/python", "/venv/bin/ingestctl", "checkpoints", "backup"],
+            "ingestctl checkpoints",
+        ),
         (["/usr/bin/du", "-s"], "other: du"),
         ([], "other: ?"),
     ],

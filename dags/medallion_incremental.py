@@ -17,7 +17,11 @@ after each layer. `choose_path` sends each run down one of two paths:
 
 Every task that writes or gates Gold runs in the `gold_layer` pool (one slot), so backfill
 runs (which have their own `max_active_runs`) and scheduled runs never write Gold at once;
-`refine_silver` runs in the `silver_layer` pool.
+`refine_silver` runs in the `silver_layer` pool. The live path goes first: its tasks weigh
+`LIVE_PRIORITY`, the backfill path's `BACKFILL_PRIORITY` (absolute weights). Airflow fills a
+pool's free slot by weight and then by the oldest logical date, so at equal weights every
+backfill run, being older, went before the live run: in soak run 9 a scheduled run's
+`gate_gold` waited behind four backfills for over 25 minutes.
 
 * A Spark task whose input tables have no new data since its last successful run does not
   start Spark and shows as **skipped** ("inputs unchanged"; maintenance commits are not new
@@ -51,6 +55,10 @@ AVAILABLE_NOW = ["--trigger", "available-now"]
 #: Trigger rule of the incremental steps after the first (see ``incremental_path``).
 AFTER_A_STEP = "none_failed_min_one_success"
 INTERVAL = timedelta(minutes=15)
+#: Absolute priority weights (``weight_rule="absolute"``): the live path's tasks take a free
+#: pool slot before any backfill's (see the DAG's doc).
+LIVE_PRIORITY = 10
+BACKFILL_PRIORITY = 1
 #: The run's data interval, as the gold_backfill job reads it (ISO 8601 with offset).
 DATA_INTERVAL = [
     "--start",
@@ -87,6 +95,8 @@ with DAG(
         "owner": "data-platform",
         "retries": 2,
         "retry_delay": timedelta(minutes=1),
+        "priority_weight": LIVE_PRIORITY,
+        "weight_rule": "absolute",
     },
     tags=["medallion", "spark", "great-expectations", "backfill"],
     doc_md=__doc__,
@@ -149,9 +159,15 @@ with DAG(
         trigger_rule=AFTER_A_STEP,
     )
     recompute_gold = SparkJobOperator(
-        task_id="recompute_gold", job="gold_backfill", job_args=DATA_INTERVAL, pool=GOLD_POOL
+        task_id="recompute_gold",
+        job="gold_backfill",
+        job_args=DATA_INTERVAL,
+        pool=GOLD_POOL,
+        priority_weight=BACKFILL_PRIORITY,
     )
-    gate_backfill = LayerGateOperator(task_id="gate_backfill", layer="gold", pool=GOLD_POOL)
+    gate_backfill = LayerGateOperator(
+        task_id="gate_backfill", layer="gold", pool=GOLD_POOL, priority_weight=BACKFILL_PRIORITY
+    )
     publish_assets = EmptyOperator(
         task_id="publish_assets",
         outlets=_assets("gold"),

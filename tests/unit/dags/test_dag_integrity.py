@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from datetime import timedelta
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -190,3 +191,25 @@ def test_a_restore_is_retried_only_while_kafka_does_not_answer(
     with pytest.raises(type(errors[refusal]) if retried else AirflowFailException) as raised:
         task.python_callable(params={"job": "bronze_ingest", "backup_id": "20260101T000000Z"})
     assert isinstance(raised.value, AirflowFailException) is not retried
+
+
+def test_the_live_path_takes_a_pool_slot_before_any_backfill(dagbag) -> None:
+    """Airflow queues a pool's waiting tasks by priority weight, then by the oldest logical
+    date: at equal weights every (older) backfill run went first, and a scheduled run's
+    gate_gold waited behind four backfills (soak run 9). Every live-path task in a shared
+    pool must outweigh every backfill-path task, whatever their downstream tasks."""
+    from types import SimpleNamespace
+
+    from airflow.task.priority_strategy import validate_and_load_priority_weight_strategy
+
+    def weight(task: Any) -> int:  # as the scheduler computes a task instance's weight
+        rule = validate_and_load_priority_weight_strategy(task.weight_rule)
+        return int(rule.get_weight(SimpleNamespace(task=task)))
+
+    dag = dagbag.dags["medallion_incremental"]
+    backfill_path = {"recompute_gold", "gate_backfill"}
+    pooled = [t for t in dag.tasks if t.pool != "default_pool"]
+    live = [weight(t) for t in pooled if t.task_id not in backfill_path]
+    backfill = [weight(t) for t in pooled if t.task_id in backfill_path]
+    assert {t.task_id for t in pooled} >= backfill_path | {"aggregate_gold", "gate_gold"}
+    assert min(live) > max(backfill)

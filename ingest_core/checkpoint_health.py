@@ -24,6 +24,8 @@ from pathlib import Path
 from typing import Any
 
 from ingest_core.catalog import JobSpec, get_catalog
+from ingest_core.contracts import Contracts, get_contracts
+from ingest_core.schema_evolution import INCOMPATIBLE_ADVICE, contract_changes, contract_shapes
 from ingest_core.settings import PlatformSettings, get_settings
 
 #: A state store file: ``<version>.delta`` or ``<version>.snapshot``.
@@ -319,6 +321,11 @@ def fingerprint_config(job: JobSpec) -> dict[str, Any]:
     }
     if queries:
         config["queries"] = queries
+    # The contracts the job refines into Silver (silver_refine): a compatible change (a new
+    # optional field...) is accepted at the next start, an incompatible one refused.
+    shapes = contract_shapes(get_contracts(), job.outputs)
+    if shapes:
+        config["contracts"] = shapes
     return config
 
 
@@ -329,13 +336,22 @@ ADDITIVE_SECTIONS = ("settings", "queries")
 
 def added_only(old: dict[str, Any], new: dict[str, Any]) -> list[str]:
     """The keys ``new`` adds to :data:`ADDITIVE_SECTIONS` of ``old`` (e.g.
-    ``queries.gold_reviews_daily``) when that is the only difference between the two
+    ``queries.gold_reviews_daily``) and its compatible contract changes
+    (:func:`ingest_core.schema_evolution.contract_changes`, e.g. ``contracts: payments: new
+    optional field voucher``) when those are the only differences between the two
     fingerprint configurations; ``[]`` when anything else differs (or nothing does)."""
     added, kept = [], dict(new)
     for section in ADDITIVE_SECTIONS:
         before, after = old.get(section) or {}, new.get(section) or {}
         added += [f"{section}.{k}" for k in after if k not in before]
         kept[section] = {k: v for k, v in after.items() if k in before}
+    compatible, incompatible = contract_changes(
+        old.get("contracts") or {}, new.get("contracts") or {}
+    )
+    if incompatible:
+        return []
+    added += [f"contracts: {change}" for change in compatible]
+    kept["contracts"] = old.get("contracts")
     base = old | {section: old.get(section) or {} for section in ADDITIVE_SECTIONS}
     return [] if config_changes(base, kept) else added
 
@@ -388,6 +404,12 @@ def check_before_start(job_name: str, settings: PlatformSettings | None = None) 
             # Only additions (a new setting, a newly declared Gold window): the existing
             # queries' state still fits; record the new configuration.
             _record_fingerprint(record, job, current)
+        elif changes and _incompatible_contracts(recorded.get("config", {}), current):
+            raise ConfigurationChangedError(
+                f"{job_name}: an event contract changed incompatibly since its checkpoint was "
+                f"made: {'; '.join(_incompatible_contracts(recorded.get('config', {}), current))}"
+                f". {INCOMPATIBLE_ADVICE}"
+            )
         elif changes:
             raise ConfigurationChangedError(
                 f"{job_name}'s configuration changed since its checkpoint was made: "
@@ -399,6 +421,35 @@ def check_before_start(job_name: str, settings: PlatformSettings | None = None) 
             )
     elif query_dirs(checkpoint) or not checkpoint.exists():
         _record_fingerprint(record, job, current)
+
+
+def contract_drift(
+    contracts: Contracts, settings: PlatformSettings | None = None
+) -> list[tuple[str, list[str], list[str]]]:
+    """How ``contracts`` differ from what each job's checkpoint was made with (its recorded
+    fingerprint's ``contracts``), for ``ingestctl catalog check``.
+
+    :returns: ``(job, compatible, incompatible)`` for every job with a recorded fingerprint
+        whose contracts differ; empty on a platform that has not run yet.
+    """
+    settings = settings or get_settings()
+    drift = []
+    for job in get_catalog().jobs.values():
+        record = fingerprint_file(job, settings)
+        if not record.exists():
+            continue
+        recorded = json.loads(record.read_text()).get("config", {}).get("contracts")
+        shapes = contract_shapes(contracts, job.outputs)
+        if recorded is None or not shapes:
+            continue
+        compatible, incompatible = contract_changes(recorded, shapes)
+        if compatible or incompatible:
+            drift.append((job.name, compatible, incompatible))
+    return drift
+
+
+def _incompatible_contracts(old: dict[str, Any], new: dict[str, Any]) -> list[str]:
+    return contract_changes(old.get("contracts") or {}, new.get("contracts") or {})[1]
 
 
 def _record_fingerprint(record: Path, job: JobSpec, config: dict[str, Any]) -> None:

@@ -885,12 +885,31 @@ def catalog_check(
 
     folder = include or catalog_dir()
     problems = check(folder)
+    if not problems:
+        problems = _contract_drift(folder)
     for problem in problems:
         typer.echo(problem, err=True)
     if problems:
         raise typer.Exit(1)
     sources = len([p for p in (folder / "contracts").glob("*.yaml") if p.name != "envelope.yaml"])
     typer.echo(f"{folder}: pipeline.yaml and {sources} event contracts: no problem found")
+
+
+def _contract_drift(folder: Path) -> list[str]:
+    """Incompatible contract changes against the running platform's checkpoints, as
+    problems; compatible ones are printed as notes (ingest_core.schema_evolution)."""
+    from ingest_core.checkpoint_health import contract_drift
+    from ingest_core.contracts import load_contracts
+    from ingest_core.schema_evolution import INCOMPATIBLE_ADVICE
+
+    problems = []
+    for job, compatible, incompatible in contract_drift(load_contracts(folder / "contracts")):
+        for change in compatible:
+            typer.echo(f"{job}: compatible contract change, accepted at its next start: {change}")
+        problems += [f"{job}: incompatible contract change: {change}" for change in incompatible]
+    if problems:
+        problems.append(INCOMPATIBLE_ADVICE)
+    return problems
 
 
 @catalog_app.command("rules")

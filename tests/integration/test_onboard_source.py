@@ -235,3 +235,64 @@ def test_a_new_source_lands_in_bronze_and_silver_by_configuration_only(
         assert actual_gold[start][0] == count
         assert actual_gold[start][1] == pytest.approx(mean)
         assert actual_gold[start][2] == low
+
+
+def test_a_contract_evolves_under_a_running_checkpoint_by_the_documented_rules(
+    kafka_bootstrap: str, tmp_path: Path
+) -> None:
+    """Issue 53, schema evolution: a new optional field reaches Silver without a refresh
+    (the table gains the column, older rows read null; checked against the sent events), and
+    an incompatible change (a field's type) is refused at the job's start, before Spark,
+    saying what changed and what to do; ``ingestctl catalog check`` says the same."""
+    catalog = _catalog(tmp_path / "catalog")
+    prefix = f"e{uuid.uuid4().hex[:8]}."
+    host, port = kafka_bootstrap.rsplit(":", 1)
+    env = {
+        **os.environ,
+        "INGEST_CATALOG_DIR": str(catalog),
+        "INGEST_HOME": str(tmp_path / "home"),
+        "INGEST_KAFKA__HOST": host,
+        "INGEST_KAFKA__PORT": port,
+        "INGEST_KAFKA__TOPIC_PREFIX": prefix,
+    }
+    ensure_topics(kafka_bootstrap, [prefix + t for t in [*TOPICS, "store_reviews"]], partitions=1)
+    topic = prefix + "store_reviews"
+    before = [_review(n) for n in range(3)]
+    produce(kafka_bootstrap, [Message(topic, v["order_id"], v) for v in before])
+    _run("spark_jobs.bronze_ingest", env)
+    _run("spark_jobs.silver_refine", env)
+
+    contract = catalog / "contracts" / "store_reviews.yaml"
+    declared = yaml.safe_load(contract.read_text())
+    declared["properties"]["language"] = {"type": ["string", "null"]}  # new, optional
+    contract.write_text(yaml.safe_dump(declared, sort_keys=False))
+    after = [_review(n, language="pt-BR") for n in range(3, 5)]
+    produce(kafka_bootstrap, [Message(topic, v["order_id"], v) for v in after])
+    _run("spark_jobs.bronze_ingest", env)
+    _run("spark_jobs.silver_refine", env)  # accepted: a compatible change
+
+    found = list((tmp_path / "home").rglob("silver_store_reviews/_delta_log"))
+    silver = DeltaTable(str(found[0].parent)).to_pandas().sort_values("event_id")
+    expected = pd.DataFrame([*before, *after]).sort_values("event_id")  # no language: NaN
+    assert list(silver.event_id) == list(expected.event_id)
+    assert [v if isinstance(v, str) else None for v in silver.language] == [
+        v if isinstance(v, str) else None for v in expected.language
+    ]
+
+    declared["properties"]["language"] = {"type": ["integer", "null"]}  # incompatible
+    contract.write_text(yaml.safe_dump(declared, sort_keys=False))
+    refused = subprocess.run(
+        [sys.executable, "-m", "spark_jobs.silver_refine", "--trigger", "available-now"],
+        cwd=PROJECT_ROOT, env=env, capture_output=True, text=True, timeout=300,
+    )  # fmt: skip
+    assert refused.returncode == 1, refused.stderr[-2000:]
+    assert "store_reviews.language: type string -> int" in refused.stderr
+    assert "layer_full_refresh with layer=silver" in refused.stderr
+    assert "SparkContext" not in refused.stderr  # refused before Spark started
+    ingestctl = Path(sys.executable).parent / "ingestctl"
+    checked = subprocess.run(
+        [str(ingestctl), "catalog", "check", "--include", str(catalog)],
+        env=env, capture_output=True, text=True, timeout=120,
+    )  # fmt: skip
+    assert checked.returncode == 1
+    assert "silver_refine: incompatible contract change: store_reviews.language" in checked.stderr

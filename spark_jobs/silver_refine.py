@@ -50,19 +50,35 @@ from __future__ import annotations
 import argparse
 import sys
 import threading
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from datetime import UTC, datetime, timedelta
 from typing import TYPE_CHECKING, Any
 
+from delta.tables import DeltaTable
+from pyspark.sql import Window
+from pyspark.sql import functions as F
+
 from ingest_core.catalog import Catalog, get_catalog
-from ingest_core.contracts import TOPICS
+from ingest_core.contracts import CONTRACTS, TOPICS, get_contracts
 from ingest_core.delta_tables import checkpoint_query_id, table_exists
 from ingest_core.intervals import parse_interval
 from ingest_core.settings import PlatformSettings, get_settings
 from spark_jobs.delta_io import append_idempotent, read_table
-from spark_jobs.job_cli import job_parser, operator_errors, owned_checkpoint, parse_job_args
+from spark_jobs.job_cli import job_parser, parse_job_args, run_job
 from spark_jobs.local_frames import local_frame
+from spark_jobs.transforms.silver import (
+    COORDINATES,
+    DUPLICATE,
+    KEPT,
+    LATE,
+    QUARANTINED,
+    decide,
+    enrich_with_customers,
+    parse_batch,
+    prepare_parse,
+    quarantine_rows,
+)
 from spark_jobs.triggers import TriggerError, TriggerSpec
 
 if TYPE_CHECKING:
@@ -70,6 +86,19 @@ if TYPE_CHECKING:
     from pyspark.sql.streaming import StreamingQuery
 
 JOB_NAME = "silver_refine"
+#: The table every batch records its counts and watermarks in, last.
+RECONCILIATION = "silver_reconciliation"
+#: Its columns (include/pipeline.yaml points here): the job and its query (the
+#: ``txnAppId``), the batch, :class:`BatchCounts`, the newest kept event time, the combined
+#: watermark, the batch's clock, and :class:`Watermarks` per topic and per partition.
+RECONCILIATION_SCHEMA = (
+    "job string, query_id string, batch_id long, records_read long, "
+    "records_written long, records_quarantined long, duplicates_dropped long, "
+    "late_events long, dedup_conflicts long, max_event_time timestamp, "
+    "watermark timestamp, batch_time timestamp, "
+    "topic_watermarks map<string, timestamp>, partition_max_event_times "
+    "array<struct<topic: string, partition: int, max_event_time: timestamp>>"
+)
 REAL_TIME_REFUSAL = (
     "silver_refine writes Delta tables and keeps deduplication state; Spark 4.2's real-time "
     "mode supports only stateless queries with Kafka, foreach, console or memory sinks"
@@ -226,9 +255,7 @@ class SilverBatchWriter:
         without a watermark instead of mixing in another query's batches. A batch recorded
         before watermarks were kept per partition gives its single watermark as fallback.
         """
-        from pyspark.sql import functions as F
-
-        recon = read_table(self.spark, self.path("silver_reconciliation"))
+        recon = read_table(self.spark, self.path(RECONCILIATION))
         if recon is None or "query_id" not in recon.columns:
             return Watermarks()
         per_topic = [
@@ -275,8 +302,6 @@ class SilverBatchWriter:
 
         :returns: ``event_id`` string, ``payload_hash`` string (possibly several rows per id).
         """
-        from pyspark.sql import functions as F
-
         seen = read_table(self.spark, self.path("silver_event_ids"))
         if seen is None:
             return local_frame(self.spark, [], "event_id string, payload_hash string")
@@ -300,62 +325,26 @@ class SilverBatchWriter:
         return customers
 
     def __call__(self, batch: DataFrame, batch_id: int) -> None:
-        """Process one micro-batch of Bronze rows (schema of ``bronze_events``) in one pass:
-        every record is parsed once and decided once (:func:`~spark_jobs.transforms.silver.
-        decide`), the decisions are materialised once, and one aggregation gives every
-        count and watermark; the writes then read the materialised decisions."""
-        from pyspark.sql import functions as F
-
-        from ingest_core.contracts import CONTRACTS, get_contracts
-        from spark_jobs.transforms.silver import (
-            COORDINATES,
-            DUPLICATE,
-            KEPT,
-            LATE,
-            QUARANTINED,
-            decide,
-            enrich_with_customers,
-            parse_batch,
-            quarantine_rows,
-        )
-
+        """Process one micro-batch of Bronze rows (schema of ``bronze_events``) in one pass,
+        stage by stage: read its topics, parse and decide every record once
+        (:meth:`_decide`), count the decisions in one aggregation
+        (:func:`count_decisions`), write Silver and the bookkeeping tables from the
+        materialised decisions, and record the balanced counts and watermarks last."""
         batch = batch.persist()
         try:
-            topics = batch.groupBy("topic").agg(
-                F.count("*").alias("n"), F.max("ingestion_time").alias("newest")
-            )
-            per_topic = {r.topic: (r.n, r.newest) for r in topics.collect()}
-            counts = BatchCounts(read=sum(n for n, _ in per_topic.values()))
-            if counts.read == 0:
+            per_topic = {
+                r.topic: (r.n, r.newest)
+                for r in batch.groupBy("topic")
+                .agg(F.count("*").alias("n"), F.max("ingestion_time").alias("newest"))
+                .collect()
+            }
+            read = sum(n for n, _ in per_topic.values())
+            if read == 0:
                 return
             # Deterministic "now" for the future-skew rule: a replayed batch decides the same.
             now = max(newest for _, newest in per_topic.values()).replace(tzinfo=UTC)
             state = self._state(batch_id)
-            contract_topics = {
-                kafka_topic: topic if topic in TOPICS else None
-                for kafka_topic in per_topic
-                for topic in [self.settings.kafka.contract_topic(kafka_topic)]
-            }
-            parsed, columns = parse_batch(
-                batch,
-                contract_topics,
-                now=now,
-                max_future_skew=self.max_future_skew,
-                event_time_skew=self.event_time_skew,
-            )
-            watermarks = {topic: state.for_topic(topic) for topic in columns}
-            seen = self._seen(batch_id, watermarks)
-            # Enriched before the counts: a dimension that multiplied rows would unbalance
-            # them (ReconciliationError) instead of writing an event twice. Materialised once
-            # with its lineage cut (a local checkpoint, MEMORY_AND_DISK): the summary and each
-            # write below (one per table) planned the whole parse-decide-enrich plan again
-            # when it was only persisted (constraint sets, cache lookups by canonical plan);
-            # a medallion integration test ran 112-125 s instead of 136 s.
-            decided = decide(parsed, watermarks, seen)
-            sources = get_contracts().sources
-            if any("customers" in sources[topic].enrich for topic in columns):
-                decided = enrich_with_customers(decided, self._customers())
-            decided = decided.localCheckpoint()
+            decided, columns = self._decide(batch, batch_id, list(per_topic), state, now)
             batch.unpersist()  # everything below reads `decided`
             summary = (
                 decided.groupBy("_contract_topic", "partition", "_decision")
@@ -366,123 +355,180 @@ class SilverBatchWriter:
                 )
                 .collect()
             )
-            batch_max: dict[PartitionKey, datetime] = {}
-            kept_topics: set[str] = set()
-            for r in summary:
-                if r._decision == KEPT:
-                    batch_max[(r._contract_topic, r.partition)] = r.top
-                    counts.written += r.n
-                    kept_topics.add(r._contract_topic)
-                elif r._decision == DUPLICATE:
-                    counts.duplicates += r.n
-                    counts.conflicts += r.conflicts
-                elif r._decision == LATE:
-                    counts.late += r.n
-                elif r._decision == QUARANTINED:
-                    counts.quarantined += r.n
-            decision = F.col("_decision")
-            for topic in sorted(kept_topics):
-                first = decided.where((F.col("_contract_topic") == topic) & (decision == KEPT))
-                # event_id first (where the join with the id history used to put it), then
-                # the parsed columns, then (orders, payments) the customer's.
-                fields = ["event_id", *[c for c in columns[topic] if c not in _NOT_IN_SILVER]]
-                if "customers" in sources[topic].enrich:  # x-ingest-source.enrich
-                    fields += ["customer_city", "customer_state", "customer_country"]
-                first = first.select(*fields)
-                table = next(c.silver_table for c in CONTRACTS.values() if c.topic == topic)
-                self._append(first, table, batch_id)
-            payload = F.lit(None).cast("string")
-            for topic, topic_columns in sorted(columns.items()):
-                fields = [c for c in topic_columns if c not in COORDINATES]
-                payload = F.when(
-                    F.col("_contract_topic") == topic, F.to_json(F.struct(*fields))
-                ).otherwise(payload)
-            stamp = F.lit(batch_id).cast("long").alias("batch_id")
-            query = F.lit(self.app_id()).alias("query_id")
-            for rows, table in (
-                (
-                    decided.where(decision == KEPT).select(
-                        "event_id", "payload_hash", "event_time", "event_date"
-                    )
-                    if counts.written
-                    else None,
-                    "silver_event_ids",
-                ),
-                (
-                    decided.where(decision == LATE).select(
-                        "event_id",
-                        "event_type",
-                        *COORDINATES,
-                        "event_time",
-                        "watermark",
-                        "lateness_seconds",
-                        payload.alias("payload_json"),
-                    )
-                    if counts.late
-                    else None,
-                    "silver_late_events",
-                ),
-                (
-                    decided.where("_conflict").select(
-                        "event_id", *COORDINATES, "payload_hash", "first_payload_hash"
-                    )
-                    if counts.conflicts
-                    else None,
-                    "silver_dedup_conflicts",
-                ),
-            ):
-                if rows is not None:
-                    self._append(rows.select("*", stamp, query), table, batch_id)
-            if counts.quarantined:
-                # Counted either way; written once: a record another query (before a
-                # checkpoint reset) already quarantined is not written again.
-                fresh = quarantine_rows(decided).select("*", stamp, query)
-                earlier = read_table(self.spark, self.path("silver_quarantine"))
-                if earlier is not None and "query_id" in earlier.columns:
-                    other = earlier.where(
-                        ~F.coalesce(F.col("query_id") == self.app_id(), F.lit(False))
-                    )
-                    fresh = fresh.join(
-                        other.select("topic", "partition", "offset"),
-                        ["topic", "partition", "offset"],
-                        "left_anti",
-                    )
-                self._append(fresh, "silver_quarantine", batch_id)
+            counts, batch_max = count_decisions(summary, read)
+            for topic in sorted({topic for topic, _ in batch_max}):
+                self._write_silver(decided, topic, columns[topic], batch_id)
+            self._write_bookkeeping(decided, columns, counts, batch_id)
             counts.check(batch_id)
             new = advance_watermarks(state, batch_max, self.delay)
-            partitions = [(t, p, m) for (t, p), m in sorted(new.partition_max.items())]
-            record = local_frame(
-                self.spark,
-                [
-                    (
-                        JOB_NAME,
-                        self.app_id(),
-                        batch_id,
-                        counts.read,
-                        counts.written,
-                        counts.quarantined,
-                        counts.duplicates,
-                        counts.late,
-                        counts.conflicts,
-                        new.max_event_time,
-                        new.combined,
-                        now,
-                        new.topics or None,
-                        partitions or None,
-                    )
-                ],
-                "job string, query_id string, batch_id long, records_read long, "
-                "records_written long, records_quarantined long, duplicates_dropped long, "
-                "late_events long, dedup_conflicts long, max_event_time timestamp, "
-                "watermark timestamp, batch_time timestamp, "
-                "topic_watermarks map<string, timestamp>, partition_max_event_times "
-                "array<struct<topic: string, partition: int, max_event_time: timestamp>>",
-            )
             # Written last: a batch is recorded only once everything else is in.
-            self._append(record, "silver_reconciliation", batch_id)
+            self._append(self._reconciliation(batch_id, counts, new, now), RECONCILIATION, batch_id)
         finally:
             # `decided`'s blocks go when the JVM collects its RDD (Spark's ContextCleaner).
             batch.unpersist()
+
+    def _decide(
+        self,
+        batch: DataFrame,
+        batch_id: int,
+        kafka_topics: list[str],
+        state: Watermarks,
+        now: datetime,
+    ) -> tuple[DataFrame, dict[str, list[str]]]:
+        """Parse and decide every record of the batch, enrich, and materialise the result.
+
+        :returns: :func:`~spark_jobs.transforms.silver.decide`'s rows (enriched where a
+            source asks), materialised with their lineage cut; and each contract topic's
+            usable columns (:func:`~spark_jobs.transforms.silver.parse_batch`).
+        """
+        contract_topics = {
+            kafka_topic: topic if topic in TOPICS else None
+            for kafka_topic in kafka_topics
+            for topic in [self.settings.kafka.contract_topic(kafka_topic)]
+        }
+        parsed, columns = parse_batch(
+            batch,
+            contract_topics,
+            now=now,
+            max_future_skew=self.max_future_skew,
+            event_time_skew=self.event_time_skew,
+        )
+        watermarks = {topic: state.for_topic(topic) for topic in columns}
+        decided = decide(parsed, watermarks, self._seen(batch_id, watermarks))
+        # Enriched before the counts: a dimension that multiplied rows would unbalance them
+        # (ReconciliationError) instead of writing an event twice. Materialised once with its
+        # lineage cut (a local checkpoint, MEMORY_AND_DISK): the summary and each write
+        # (one per table) planned the whole parse-decide-enrich plan again when it was only
+        # persisted (constraint sets, cache lookups by canonical plan); a medallion
+        # integration test ran 112-125 s instead of 136 s.
+        sources = get_contracts().sources
+        if any("customers" in sources[topic].enrich for topic in columns):
+            decided = enrich_with_customers(decided, self._customers())
+        return decided.localCheckpoint(), columns
+
+    def _write_silver(
+        self, decided: DataFrame, topic: str, columns: list[str], batch_id: int
+    ) -> None:
+        """Append ``topic``'s kept events to its Silver table: ``event_id`` first, then its
+        parsed columns, then (sources enriched with customers) the customer's."""
+        first = decided.where((F.col("_contract_topic") == topic) & (F.col("_decision") == KEPT))
+        fields = ["event_id", *[c for c in columns if c not in _NOT_IN_SILVER]]
+        if "customers" in get_contracts().sources[topic].enrich:  # x-ingest-source.enrich
+            fields += ["customer_city", "customer_state", "customer_country"]
+        table = next(c.silver_table for c in CONTRACTS.values() if c.topic == topic)
+        self._append(first.select(*fields), table, batch_id)
+
+    def _write_bookkeeping(
+        self,
+        decided: DataFrame,
+        columns: dict[str, list[str]],
+        counts: BatchCounts,
+        batch_id: int,
+    ) -> None:
+        """Append the kept ids, the late events, the conflicts and the quarantined records
+        (each only when the batch has some), stamped with the batch and query ids."""
+        decision = F.col("_decision")
+        payload = F.lit(None).cast("string")
+        for topic, topic_columns in sorted(columns.items()):
+            fields = [c for c in topic_columns if c not in COORDINATES]
+            payload = F.when(
+                F.col("_contract_topic") == topic, F.to_json(F.struct(*fields))
+            ).otherwise(payload)
+        late = [*COORDINATES, "event_time", "watermark", "lateness_seconds"]
+        writes: list[tuple[int, str, Callable[[], DataFrame]]] = [
+            (
+                counts.written,
+                "silver_event_ids",
+                lambda: decided.where(decision == KEPT).select(
+                    "event_id", "payload_hash", "event_time", "event_date"
+                ),
+            ),
+            (
+                counts.late,
+                "silver_late_events",
+                lambda: decided.where(decision == LATE).select(
+                    "event_id", "event_type", *late, payload.alias("payload_json")
+                ),
+            ),
+            (
+                counts.conflicts,
+                "silver_dedup_conflicts",
+                lambda: decided.where("_conflict").select(
+                    "event_id", *COORDINATES, "payload_hash", "first_payload_hash"
+                ),
+            ),
+            (counts.quarantined, "silver_quarantine", lambda: self._fresh_quarantine(decided)),
+        ]
+        batch = F.lit(batch_id).cast("long").alias("batch_id")
+        query = F.lit(self.app_id()).alias("query_id")
+        for rows, table, select in writes:
+            if rows:
+                self._append(select().select("*", batch, query), table, batch_id)
+
+    def _fresh_quarantine(self, decided: DataFrame) -> DataFrame:
+        """The batch's quarantined records that no other query (before a checkpoint reset)
+        wrote already: counted either way, written once."""
+        fresh = quarantine_rows(decided)
+        earlier = read_table(self.spark, self.path("silver_quarantine"))
+        if earlier is not None and "query_id" in earlier.columns:
+            other = earlier.where(~F.coalesce(F.col("query_id") == self.app_id(), F.lit(False)))
+            fresh = fresh.join(
+                other.select("topic", "partition", "offset"),
+                ["topic", "partition", "offset"],
+                "left_anti",
+            )
+        return fresh
+
+    def _reconciliation(
+        self, batch_id: int, counts: BatchCounts, new: Watermarks, now: datetime
+    ) -> DataFrame:
+        """The batch's ``silver_reconciliation`` row (:data:`RECONCILIATION_SCHEMA`)."""
+        partitions = [(t, p, m) for (t, p), m in sorted(new.partition_max.items())]
+        row = (
+            JOB_NAME,
+            self.app_id(),
+            batch_id,
+            counts.read,
+            counts.written,
+            counts.quarantined,
+            counts.duplicates,
+            counts.late,
+            counts.conflicts,
+            new.max_event_time,
+            new.combined,
+            now,
+            new.topics or None,
+            partitions or None,
+        )
+        return local_frame(self.spark, [row], RECONCILIATION_SCHEMA)
+
+
+def count_decisions(
+    summary: Sequence[Any], read: int
+) -> tuple[BatchCounts, dict[PartitionKey, datetime]]:
+    """Fold the per-(topic, partition, decision) summary of a batch into its counts and the
+    newest kept event time per partition (what the watermarks advance by).
+
+    :param summary: rows with ``_contract_topic``, ``partition``, ``_decision`` (one of
+        ``spark_jobs.transforms.silver``'s ``KEPT``, ``DUPLICATE``, ``LATE``,
+        ``QUARANTINED``), ``n`` (records), ``top`` (newest event time) and ``conflicts``.
+    :param read: the batch's records.
+    :returns: ``(counts, batch_max)``; ``batch_max``'s topics are those with kept events.
+    """
+    counts = BatchCounts(read=read)
+    batch_max: dict[PartitionKey, datetime] = {}
+    for r in summary:
+        if r._decision == KEPT:
+            batch_max[(r._contract_topic, r.partition)] = r.top
+            counts.written += r.n
+        elif r._decision == DUPLICATE:
+            counts.duplicates += r.n
+            counts.conflicts += r.conflicts
+        elif r._decision == LATE:
+            counts.late += r.n
+        elif r._decision == QUARANTINED:
+            counts.quarantined += r.n
+    return counts, batch_max
 
 
 #: Parsed columns that are bookkeeping, not Silver data (``payload_hash`` goes to
@@ -506,9 +552,6 @@ def load_customers(spark: SparkSession, settings: PlatformSettings | None = None
 
     :returns: rows in the landing files (0 when there are none).
     """
-    from delta.tables import DeltaTable
-    from pyspark.sql import functions as F
-
     settings = settings or get_settings()
     files = sorted((settings.storage.landing_path / "customers").glob("*.parquet"))
     if not files:
@@ -530,8 +573,6 @@ def load_customers(spark: SparkSession, settings: PlatformSettings | None = None
                 df = df.withColumn(column, F.lit(None).cast("string"))
         frames.append(df.select(*columns).withColumn("_order", F.lit(order)))
     incoming = _union(frames)
-    from pyspark.sql import Window
-
     latest = Window.partitionBy("customer_id").orderBy(F.col("_order").desc())
     incoming = (
         incoming.where(F.col("customer_id").isNotNull())
@@ -568,8 +609,6 @@ def start(
     :raises TriggerError: a real-time trigger.
     :raises FileNotFoundError: ``bronze_events`` does not exist yet (run bronze_ingest).
     """
-    from spark_jobs.transforms.silver import prepare_parse
-
     if trigger.kind == "real-time":
         raise TriggerError(REAL_TIME_REFUSAL)
     settings = settings or get_settings()
@@ -618,15 +657,10 @@ def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
     return parse_job_args(parser, argv, REAL_TIME_REFUSAL)
 
 
-@operator_errors
 def main(argv: Sequence[str] | None = None) -> int:
-    """spark-submit entry point."""
-    from spark_jobs.session import build_spark_session
-
+    """spark-submit entry point (:func:`spark_jobs.job_cli.run_job`)."""
     args = parse_args(argv)
-    with owned_checkpoint(JOB_NAME):
-        run(build_spark_session(JOB_NAME), trigger=args.trigger)
-    return 0
+    return run_job(JOB_NAME, lambda session: run(session(), trigger=args.trigger))
 
 
 if __name__ == "__main__":

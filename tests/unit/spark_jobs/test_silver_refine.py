@@ -68,3 +68,36 @@ def test_the_id_history_is_read_back_to_keep_before_the_lowest_watermark_of_the_
     # A topic with no watermark yet takes nothing for late: every id must be read.
     assert id_horizon({**marks, "refunds": None}, keep) is None
     assert id_horizon({}, keep) is None
+
+
+def test_decisions_fold_into_balanced_counts_and_the_kept_maxima() -> None:
+    """The summary stage: one row per (topic, partition, decision) becomes the batch's
+    counts; only kept rows move a partition's maximum (a late or duplicate row's event
+    time never advances a watermark)."""
+    from types import SimpleNamespace
+
+    from spark_jobs.silver_refine import ReconciliationError, count_decisions
+
+    def row(topic: str, partition: int, decision: str, n: int, top: datetime, conflicts: int = 0):
+        return SimpleNamespace(
+            _contract_topic=topic, partition=partition, _decision=decision, n=n, top=top,
+            conflicts=conflicts,
+        )  # fmt: skip
+
+    later = T + timedelta(hours=5)
+    summary = [
+        row("orders", 0, "kept", 7, T),
+        row("orders", 1, "kept", 3, T + timedelta(minutes=1)),
+        row("orders", 1, "duplicate", 2, later, conflicts=1),
+        row("payments", 0, "late", 4, later),
+        row("payments", 0, "quarantined", 5, later),
+        row(None, 2, "quarantined", 1, None),  # a topic without contract
+    ]
+    counts, batch_max = count_decisions(summary, read=22)
+    assert (counts.written, counts.duplicates, counts.conflicts) == (10, 2, 1)
+    assert (counts.late, counts.quarantined) == (4, 6)
+    assert batch_max == {("orders", 0): T, ("orders", 1): T + timedelta(minutes=1)}
+    counts.check(batch_id=3)
+    unbalanced, _ = count_decisions(summary, read=23)
+    with pytest.raises(ReconciliationError, match="read 23 records but accounted for 22"):
+        unbalanced.check(batch_id=3)

@@ -14,7 +14,7 @@ from __future__ import annotations
 
 import argparse
 import sys
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -28,7 +28,7 @@ from ingest_core.kafka_offsets import (
 )
 from ingest_core.settings import get_settings
 from spark_jobs.delta_io import ensure_table_properties
-from spark_jobs.job_cli import job_parser, operator_errors, owned_checkpoint, parse_job_args
+from spark_jobs.job_cli import job_parser, parse_job_args, run_job
 from spark_jobs.local_frames import local_frame
 from spark_jobs.triggers import TriggerError, TriggerSpec
 
@@ -203,32 +203,30 @@ def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
     return args
 
 
-@operator_errors
 def main(argv: Sequence[str] | None = None) -> int:
     """Entry point for spark-submit: run until the trigger ends (AvailableNow), a stop is
-    requested (:mod:`spark_jobs.streaming_runtime`), or the query fails."""
-    from spark_jobs.session import build_spark_session
+    requested (:mod:`spark_jobs.streaming_runtime`), or the query fails; lost Kafka data or
+    a missing topic is one line and exit 1 (:func:`spark_jobs.job_cli.run_job`)."""
     from spark_jobs.streaming_runtime import run_supervised
 
     args = parse_args(argv)
-    with owned_checkpoint(JOB_NAME):
-        spark = build_spark_session(JOB_NAME)
-        try:
-            return run_supervised(
-                spark,
-                JOB_NAME,
-                lambda: [
-                    start(
-                        spark,
-                        trigger=args.trigger,
-                        max_offsets_per_trigger=args.max_offsets_per_trigger,
-                        accept_data_loss=args.accept_data_loss,
-                    )
-                ],
-            )
-        except (DataLossError, MissingTopicError) as error:
-            print(f"bronze_ingest: {error}", file=sys.stderr)
-            return 1
+
+    def body(session: Callable[..., SparkSession]) -> int:
+        spark = session()
+        return run_supervised(
+            spark,
+            JOB_NAME,
+            lambda: [
+                start(
+                    spark,
+                    trigger=args.trigger,
+                    max_offsets_per_trigger=args.max_offsets_per_trigger,
+                    accept_data_loss=args.accept_data_loss,
+                )
+            ],
+        )
+
+    return run_job(JOB_NAME, body, refusals=(DataLossError, MissingTopicError))
 
 
 if __name__ == "__main__":

@@ -32,7 +32,7 @@ from __future__ import annotations
 import argparse
 import json
 import sys
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import asdict
 from typing import TYPE_CHECKING, Any
 
@@ -46,6 +46,7 @@ from ingest_core.replay_plan import (
 )
 from ingest_core.settings import PlatformSettings, get_settings
 from ingest_core.time_range import TimeRange, TimeRangeError
+from spark_jobs.job_cli import run_job
 
 if TYPE_CHECKING:
     from pyspark.sql import SparkSession
@@ -141,24 +142,22 @@ def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
 def main(argv: Sequence[str] | None = None) -> int:
     """spark-submit entry point: prints the plan and the counts as JSON lines; a range
     Kafka no longer holds exits 1 with the earliest available time, before Spark starts."""
-    from spark_jobs.session import build_spark_session
-
     args = parse_args(argv)
-    try:
-        plans = plan(args.kafka_topics, args.range)
-    except RangeNotInKafkaError as error:
-        print(f"bronze_replay: {error}", file=sys.stderr)
-        return 1
-    summary: dict[str, Any] = {"range": str(args.range)}
-    for p in plans:
-        print(json.dumps(asdict(p) | {"records": p.records, "left_to_stream": p.left_to_stream}))
-    summary |= (
-        replay(build_spark_session(JOB_NAME), plans)
-        if any(p.records for p in plans)
-        else {"read": 0, "inserted": 0}
-    )
-    print(json.dumps(summary))
-    return 0
+
+    def body(session: Callable[..., SparkSession]) -> None:
+        plans = plan(args.kafka_topics, args.range)  # before Spark: a refusal starts no JVM
+        summary: dict[str, Any] = {"range": str(args.range)}
+        for p in plans:
+            extra = {"records": p.records, "left_to_stream": p.left_to_stream}
+            print(json.dumps(asdict(p) | extra))
+        counts = {"read": 0, "inserted": 0}
+        print(
+            json.dumps(
+                summary | (replay(session(), plans) if any(p.records for p in plans) else counts)
+            )
+        )
+
+    return run_job(JOB_NAME, body, lock=None, refusals=(RangeNotInKafkaError,))
 
 
 if __name__ == "__main__":

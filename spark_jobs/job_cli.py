@@ -1,17 +1,20 @@
-"""The command line every streaming job shares: ``--trigger``, defaulting to the job's
-declared trigger, parsed and checked before Spark starts."""
+"""What every platform job's entry point shares: ``--trigger``, defaulting to the job's
+declared trigger, parsed and checked before Spark starts; the checkpoint lock; and
+:func:`run_job`, the one way a job runs and refuses."""
 
 from __future__ import annotations
 
 import argparse
-import functools
 import sys
 from collections.abc import Callable, Iterator, Sequence
-from contextlib import contextmanager
-from typing import Any
+from contextlib import AbstractContextManager, contextmanager, nullcontext
+from typing import TYPE_CHECKING, Any
 
 from ingest_core.catalog import get_catalog
 from spark_jobs.triggers import TriggerError, parse_trigger
+
+if TYPE_CHECKING:
+    from pyspark.sql import SparkSession
 
 
 def job_parser(job_name: str, description: str) -> argparse.ArgumentParser:
@@ -65,26 +68,63 @@ def owned_checkpoint(job_name: str) -> Iterator[None]:
         yield
 
 
-def operator_errors(main: Callable[..., int]) -> Callable[..., int]:
-    """Decorate a job's ``main``: errors an operator can act on (checkpoint in use, damaged
-    or from another configuration, input table missing, lost Kafka data) print one clear line
-    and exit 1 instead of a traceback. Anything else (a failed query, unbalanced counts)
-    propagates with its full trace."""
+class JobRefusedError(Exception):
+    """A job's refusal an operator can act on (a broker that does not answer, a name Kafka
+    refuses): :func:`run_job` prints it as one line and exits 1."""
+
+
+def run_job(
+    job: str,
+    body: Callable[[Callable[..., SparkSession]], int | None],
+    *,
+    lock: str | None = "own",
+    refusals: tuple[type[Exception], ...] = (),
+    session_builder: Callable[..., SparkSession] | None = None,
+) -> int:
+    """The one entry point of every platform job (after it parsed its command line, so a bad
+    argument exits 2 before anything starts): hold the checkpoint lock the job needs, run
+    ``body``, and turn what an operator can act on into one line on stderr and exit 1.
+
+    :param job: the job's name in ``include/pipeline.yaml`` (the prefix of every line).
+    :param body: the job's work; it gets ``session(**options)``, which builds the job's
+        Spark session (``spark_jobs.session.build_spark_session(job, **options)``) when
+        called: a job that refuses before Spark starts never starts a JVM. It returns the
+        exit code (None: 0).
+    :param lock: ``"own"``: the job's own checkpoint, with the checks of
+        :func:`owned_checkpoint`; another job's name: that job's checkpoint lock alone
+        (Gold's batch jobs never write beside ``gold_aggregate``); None: no lock.
+    :param refusals: more exception types printed as one line, exit 1.
+    :returns: the exit code.
+    :raises Exception: anything else (a failed query, unbalanced counts) with its trace.
+    """
     from ingest_core.checkpoint_health import ConfigurationChangedError, DamagedCheckpointError
-    from ingest_core.locks import CheckpointBusyError
+    from ingest_core.locks import CheckpointBusyError, checkpoint_lock
 
-    @functools.wraps(main)
-    def wrapper(*args: Any, **kwargs: Any) -> int:
-        try:
-            return main(*args, **kwargs)
-        except (
-            CheckpointBusyError,
-            FileNotFoundError,
-            DamagedCheckpointError,
-            ConfigurationChangedError,
-        ) as error:
-            job = main.__globals__.get("JOB_NAME", main.__module__)
-            print(f"{job}: {error}", file=sys.stderr)
-            return 1
+    def session(**options: Any) -> SparkSession:
+        if session_builder is not None:
+            return session_builder(job, **options)
+        from spark_jobs.session import build_spark_session
 
-    return wrapper
+        return build_spark_session(job, **options)
+
+    if lock == "own":
+        held: AbstractContextManager[Any] = owned_checkpoint(job)
+    elif lock is not None:
+        held = checkpoint_lock(get_catalog().job(lock).checkpoint())
+    else:
+        held = nullcontext()
+    refused: tuple[type[Exception], ...] = (
+        CheckpointBusyError,
+        FileNotFoundError,
+        DamagedCheckpointError,
+        ConfigurationChangedError,
+        JobRefusedError,
+        *refusals,
+    )
+    try:
+        with held:
+            code = body(session)
+        return 0 if code is None else code
+    except refused as error:
+        print(f"{job}: {error}", file=sys.stderr)
+        return 1

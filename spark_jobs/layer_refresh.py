@@ -31,7 +31,7 @@ from __future__ import annotations
 import argparse
 import json
 import sys
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from datetime import UTC, datetime
 from typing import TYPE_CHECKING
 
@@ -48,6 +48,7 @@ from ingest_core.refresh import (
     rebuilt_tables,
 )
 from ingest_core.settings import PlatformSettings, get_settings
+from spark_jobs.job_cli import run_job
 from spark_jobs.local_frames import local_frame
 
 if TYPE_CHECKING:
@@ -144,17 +145,15 @@ def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    """spark-submit entry point (``swap``); a refusal exits 1 with its reason."""
-    from spark_jobs.session import build_spark_session
-
+    """spark-submit entry point (``swap``); a refusal exits 1 with its reason. The swap
+    takes the layer's writers' locks itself (:func:`swap`)."""
     args = parse_args(argv)
-    try:
-        for line in swap(build_spark_session(JOB_NAME), args.layer, args.refresh_id):
+
+    def body(session: Callable[..., SparkSession]) -> None:
+        for line in swap(session(), args.layer, args.refresh_id):
             print(f"moved {line}")
-    except RefreshError as error:
-        print(f"layer_refresh: {error}", file=sys.stderr)
-        return 1
-    return 0
+
+    return run_job(JOB_NAME, body, lock=None, refusals=(RefreshError,))
 
 
 if __name__ == "__main__":

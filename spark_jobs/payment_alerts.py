@@ -25,7 +25,7 @@ from __future__ import annotations
 
 import argparse
 import sys
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from datetime import UTC, datetime, timedelta
 from typing import TYPE_CHECKING
 
@@ -33,7 +33,7 @@ from ingest_core.catalog import KafkaSourceSpec, get_catalog
 from ingest_core.delta_tables import checkpoint_query_id, table_exists
 from ingest_core.settings import PlatformSettings, get_settings
 from spark_jobs.delta_io import append_idempotent, read_table
-from spark_jobs.job_cli import job_parser, operator_errors, owned_checkpoint, parse_job_args
+from spark_jobs.job_cli import JobRefusedError, job_parser, parse_job_args, run_job
 from spark_jobs.local_frames import local_frame
 from spark_jobs.transforms.alerts import VELOCITY_RULE
 from spark_jobs.triggers import TriggerError, TriggerSpec
@@ -221,33 +221,31 @@ def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
     return parse_job_args(parser, argv, REAL_TIME_REFUSAL)
 
 
-@operator_errors
 def main(argv: Sequence[str] | None = None) -> int:
     """spark-submit entry point: run until stopped (or until AvailableNow ends).
 
     A broker that does not answer the alerts topic's creation, or a topic name Kafka refuses,
-    is one line on stderr and exit 1 (the heartbeat says ``failed``), not a traceback.
+    is one line on stderr and exit 1 (the heartbeat says ``failed``), not a traceback
+    (:func:`spark_jobs.job_cli.run_job`).
     """
     from kafka.errors import KafkaError
 
     from ingest_core.topics import TopicCollisionError
-    from spark_jobs.session import build_spark_session
     from spark_jobs.streaming_runtime import run_supervised
 
     args = parse_args(argv)
-    with owned_checkpoint(JOB_NAME):
-        spark = build_spark_session(JOB_NAME)
+
+    def body(session: Callable[..., SparkSession]) -> int:
+        spark = session()
         try:
             return run_supervised(spark, JOB_NAME, lambda: start(spark, trigger=args.trigger))
-        except TopicCollisionError as error:
-            print(f"{JOB_NAME}: {error}", file=sys.stderr)
         except KafkaError as error:
-            print(
-                f"{JOB_NAME}: Kafka at {get_settings().kafka.bootstrap_servers} refused or "
-                f"did not answer: {error!r} (is the broker up? `ingestctl kafka status`)",
-                file=sys.stderr,
-            )
-        return 1
+            raise JobRefusedError(
+                f"Kafka at {get_settings().kafka.bootstrap_servers} refused or did not "
+                f"answer: {error!r} (is the broker up? `ingestctl kafka status`)"
+            ) from error
+
+    return run_job(JOB_NAME, body, refusals=(TopicCollisionError,))
 
 
 if __name__ == "__main__":

@@ -27,12 +27,12 @@ from __future__ import annotations
 
 import argparse
 import sys
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from typing import TYPE_CHECKING
 
 from ingest_core.catalog import KafkaSinkSpec, KafkaSourceSpec, get_catalog
 from ingest_core.settings import PlatformSettings, get_settings
-from spark_jobs.job_cli import job_parser, operator_errors, owned_checkpoint, parse_job_args
+from spark_jobs.job_cli import job_parser, parse_job_args, run_job
 from spark_jobs.triggers import TriggerSpec
 
 if TYPE_CHECKING:
@@ -143,23 +143,23 @@ def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
     return args
 
 
-@operator_errors
 def main(argv: Sequence[str] | None = None) -> int:
     """spark-submit entry point: run until stopped.
 
     A refusal (stateful plan, sink, task slots) or a broker that does not answer is one line
-    on stderr and exit 1 (the heartbeat says ``failed``), not a traceback or a hang.
+    on stderr and exit 1 (the heartbeat says ``failed``), not a traceback or a hang
+    (:func:`spark_jobs.job_cli.run_job`).
     """
     from kafka.errors import KafkaError
 
     from ingest_core.topics import TopicCollisionError
     from spark_jobs.real_time import RealTimeRefusedError, local_master_for
-    from spark_jobs.session import build_spark_session
     from spark_jobs.streaming_runtime import mark_failed, run_supervised
 
     args = parse_args(argv)
     settings = get_settings()
-    with owned_checkpoint(JOB_NAME):
+
+    def body(session: Callable[..., SparkSession]) -> int:
         try:
             partitions = topic_partitions(settings)
         except TopicCollisionError as error:
@@ -175,7 +175,7 @@ def main(argv: Sequence[str] | None = None) -> int:
             given = _master(settings)
             sized = local_master_for(given, sum(partitions.values()))
             master = sized if sized != given.strip() else None
-        spark = build_spark_session(JOB_NAME, master=master)
+        spark = session(master=master)
         print(
             f"{JOB_NAME}: trigger {args.trigger}, Spark master {spark.sparkContext.master}, "
             f"Kafka partitions {partitions}",
@@ -190,6 +190,8 @@ def main(argv: Sequence[str] | None = None) -> int:
             )
         except RealTimeRefusedError as error:  # its message names the job already
             return mark_failed(JOB_NAME, str(error).removeprefix(f"{JOB_NAME}: "))
+
+    return run_job(JOB_NAME, body)
 
 
 def _master(settings: PlatformSettings) -> str:

@@ -42,7 +42,7 @@ from spark_jobs.gold.common import (
     recompute_windows,
     reconcile_payment_totals,
 )
-from spark_jobs.job_cli import job_parser, operator_errors, owned_checkpoint, parse_job_args
+from spark_jobs.job_cli import job_parser, parse_job_args, run_job
 from spark_jobs.quality.holds import without_held
 from spark_jobs.triggers import TriggerError, TriggerSpec
 
@@ -182,15 +182,14 @@ def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
     return parse_job_args(parser, argv, REAL_TIME_REFUSAL)
 
 
-@operator_errors
 def main(argv: Sequence[str] | None = None) -> int:
-    """spark-submit entry point."""
-    from spark_jobs.session import build_spark_session
-
+    """spark-submit entry point (:func:`spark_jobs.job_cli.run_job`)."""
     args = parse_args(argv)
-    with owned_checkpoint(JOB_NAME):
-        run(build_spark_session(JOB_NAME), trigger=args.trigger)
-    return 0
+
+    def body(session: Callable[..., SparkSession]) -> None:
+        run(session(), trigger=args.trigger)  # its count of queries is not an exit code
+
+    return run_job(JOB_NAME, body)
 
 
 if __name__ == "__main__":

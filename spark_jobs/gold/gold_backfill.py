@@ -47,6 +47,7 @@ from ingest_core.catalog import WindowSpec, get_catalog
 from ingest_core.settings import PlatformSettings, get_settings
 from ingest_core.time_range import TimeRange, TimeRangeError
 from spark_jobs.gold.common import gold_watermark, window_source
+from spark_jobs.job_cli import run_job
 
 if TYPE_CHECKING:
     from pyspark.sql import Column, DataFrame, SparkSession
@@ -340,23 +341,17 @@ def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    """spark-submit entry point: prints one JSON line per table (see :class:`TableReport`)."""
-    from ingest_core.locks import checkpoint_lock
-    from spark_jobs.job_cli import operator_errors
-    from spark_jobs.session import build_spark_session
-
+    """spark-submit entry point: prints one JSON line per table (see :class:`TableReport`);
+    holds gold_aggregate's checkpoint lock (:func:`spark_jobs.job_cli.run_job`)."""
     args = parse_args(argv)
 
-    @operator_errors
-    def body() -> int:
-        with checkpoint_lock(get_catalog().job("gold_aggregate").checkpoint()):
-            spark = build_spark_session(JOB_NAME)
-            print(f"gold_backfill: interval {args.interval}")
-            for report in run(spark, args.interval, tables=args.tables):
-                print(json.dumps(asdict(report)))
-        return 0
+    def body(session: Callable[..., SparkSession]) -> None:
+        spark = session()
+        print(f"gold_backfill: interval {args.interval}")
+        for report in run(spark, args.interval, tables=args.tables):
+            print(json.dumps(asdict(report)))
 
-    return body()
+    return run_job(JOB_NAME, body, lock="gold_aggregate")
 
 
 if __name__ == "__main__":

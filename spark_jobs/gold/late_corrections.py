@@ -55,7 +55,7 @@ import argparse
 import functools
 import operator
 import sys
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from typing import TYPE_CHECKING
 
 from ingest_core.catalog import get_catalog
@@ -75,7 +75,7 @@ from spark_jobs.gold.common import (
     window_source,
     windows_by_source,
 )
-from spark_jobs.job_cli import operator_errors
+from spark_jobs.job_cli import run_job
 
 if TYPE_CHECKING:
     from pyspark.sql import DataFrame, SparkSession
@@ -299,22 +299,19 @@ def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
     return parser.parse_args(argv)
 
 
-@operator_errors
 def main(argv: Sequence[str] | None = None) -> int:
-    """Entry point: correct, then reconcile including late payments."""
-    from ingest_core.locks import checkpoint_lock
-    from spark_jobs.session import build_spark_session
-
+    """Entry point: correct, then reconcile including late payments. The Gold tables are
+    gold_aggregate's: it holds that job's checkpoint lock, so it never rewrites them beside
+    its driver (or a backfill, which holds the same lock)."""
     parse_args(argv)
-    # The Gold tables are gold_aggregate's: never rewrite them beside its driver (or a
-    # backfill, which holds the same lock).
-    with checkpoint_lock(get_catalog().job("gold_aggregate").checkpoint()):
-        spark = build_spark_session(JOB_NAME)
-        changed = correct(spark)
-        print(f"late corrections: rows changed {changed}")
+
+    def body(session: Callable[..., SparkSession]) -> None:
+        spark = session()
+        print(f"late corrections: rows changed {correct(spark)}")
         checked = reconcile_payment_totals(spark, include_late=True)
         print(f"gold_payment_totals_5m: {checked} final windows match Silver")
-    return 0
+
+    return run_job(JOB_NAME, body, lock="gold_aggregate")
 
 
 if __name__ == "__main__":

@@ -6,6 +6,7 @@ from __future__ import annotations
 import re
 import runpy
 import sys
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -62,3 +63,72 @@ def test_help_prints_usage_and_exits_0_without_starting_spark(
     assert out.startswith("usage: "), out
     assert "--help" in out
     assert not (tmp_path / "home").exists()  # no lock, checkpoint or table was touched
+
+
+@pytest.fixture
+def home(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> Iterator[Path]:
+    monkeypatch.setenv("INGEST_HOME", str(tmp_path / "home"))
+    get_settings.cache_clear()
+    yield tmp_path / "home"
+    get_settings.cache_clear()
+
+
+def test_run_job_holds_the_jobs_lock_and_builds_spark_only_when_asked(home: Path) -> None:
+    """The body runs under the job's checkpoint lock (a second driver is refused meanwhile)
+    and gets a session builder it may never call: a job refusing early starts no JVM."""
+    from ingest_core.catalog import get_catalog
+    from ingest_core.locks import CheckpointBusyError, checkpoint_lock
+    from spark_jobs.job_cli import run_job
+
+    built: list[tuple[str, dict]] = []
+
+    def builder(job: str, **options: Any) -> Any:
+        built.append((job, options))
+        return "session"
+
+    def body(session: Any) -> int:
+        checkpoint = get_catalog().job("silver_refine").checkpoint()
+        with pytest.raises(CheckpointBusyError), checkpoint_lock(checkpoint):
+            pass
+        return 7
+
+    assert run_job("silver_refine", body, session_builder=builder) == 7
+    assert built == []
+
+    def asks(session: Any) -> None:
+        session(master="local[1]")
+
+    assert run_job("silver_refine", asks, session_builder=builder) == 0
+    assert built == [("silver_refine", {"master": "local[1]"})]
+    # Free again afterwards.
+    with checkpoint_lock(get_catalog().job("silver_refine").checkpoint()):
+        pass
+
+
+def test_run_job_turns_what_an_operator_can_act_on_into_one_line_and_exit_1(
+    home: Path, capsys: pytest.CaptureFixture
+) -> None:
+    from ingest_core.catalog import get_catalog
+    from ingest_core.locks import checkpoint_lock
+    from spark_jobs.job_cli import JobRefusedError, run_job
+
+    def refuse(error: Exception) -> Any:
+        def body(session: Any) -> None:
+            raise error
+
+        return body
+
+    assert run_job("late_corrections", refuse(JobRefusedError("broker down")), lock=None) == 1
+    assert capsys.readouterr().err == "late_corrections: broker down\n"
+    assert (
+        run_job("layer_refresh", refuse(LookupError("x")), lock=None, refusals=(LookupError,)) == 1
+    )
+    assert capsys.readouterr().err == "layer_refresh: x\n"
+    with pytest.raises(RuntimeError, match="unbalanced"):  # anything else keeps its trace
+        run_job("late_corrections", refuse(RuntimeError("unbalanced")), lock=None)
+    # Another job's lock: late_corrections never writes Gold beside gold_aggregate's driver.
+    with checkpoint_lock(get_catalog().job("gold_aggregate").checkpoint()):
+        ran: list[int] = []
+        code = run_job("late_corrections", lambda s: ran.append(1), lock="gold_aggregate")
+    assert (code, ran) == (1, [])
+    assert "late_corrections: checkpoint" in capsys.readouterr().err

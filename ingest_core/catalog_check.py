@@ -57,6 +57,8 @@ def _cross_problems(catalog: Catalog, include: Path) -> list[str]:
         *mapping_problems(contracts),
         *window_problems(catalog, contracts),
         *_window_lists(catalog),
+        *_window_sources_read(catalog),
+        *_silver_lists(catalog, sorted({s.silver_table for s in sources.values()})),
     ]
     landing = {s.silver_table: s for s in sources.values()}
     for source in sources.values():
@@ -112,6 +114,55 @@ def _window_lists(catalog: Catalog) -> list[str]:
                 problems.append(
                     f"pipeline.yaml: {section}.{job.name}.{role}: lists some windowed Gold "
                     f"tables but not {missing} (it works on every declared window)"
+                )
+    return problems
+
+
+def _window_sources_read(catalog: Catalog) -> list[str]:
+    """A job that writes a declared window and reads Silver reads the window's source, and
+    has it among ``work_from`` when it declares one: the medallion skips a job whose
+    ``work_from`` tables have no new data, so a source left out there never reaches Gold
+    (a new user's catalog: the reviews' Silver table missing from gold_aggregate's lists)."""
+    problems = []
+    windows = catalog.windowed_tables()
+    for job in catalog.applications.values():
+        section = "jobs" if job.name in catalog.jobs else "batch_jobs"
+        reads_silver = any(
+            t in catalog.tables and catalog.tables[t].layer == "silver" for t in job.inputs
+        )
+        for table in [t for t in job.outputs if t in windows]:
+            source = windows[table].source
+            if reads_silver and source not in job.inputs:
+                problems.append(
+                    f"pipeline.yaml: {section}.{job.name}.inputs: lacks {source!r}, the "
+                    f"source of the window {table!r} it writes"
+                )
+            work_from = getattr(job, "work_from", None)
+            if work_from and source not in work_from:
+                problems.append(
+                    f"pipeline.yaml: {section}.{job.name}.work_from: lacks {source!r}: "
+                    f"new data there would not run the job, and {table!r} would not update"
+                )
+    return problems
+
+
+def _silver_lists(catalog: Catalog, landing: list[str]) -> list[str]:
+    """A job that lists some of the Silver tables the contracts land in among its outputs
+    (silver_refine, layer_refresh), or among its inputs while it writes no Gold window (the
+    gates), lists them all: a new source's table left out would be neither refined, nor
+    rebuilt, nor gated."""
+    windowed = set(catalog.windowed_tables())
+    problems = []
+    for job in catalog.applications.values():
+        section = "jobs" if job.name in catalog.jobs else "batch_jobs"
+        roles = ["outputs"] + ([] if windowed & set(job.outputs) else ["inputs"])
+        for role in roles:
+            listed = getattr(job, role)
+            missing = [t for t in landing if t not in listed]
+            if missing and len(missing) < len(landing):
+                problems.append(
+                    f"pipeline.yaml: {section}.{job.name}.{role}: lists some Silver tables "
+                    f"of the contracts but not {missing}"
                 )
     return problems
 

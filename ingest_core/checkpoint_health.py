@@ -25,7 +25,7 @@ from typing import Any
 
 from ingest_core.catalog import JobSpec, get_catalog
 from ingest_core.contracts import Contracts, get_contracts
-from ingest_core.schema_evolution import INCOMPATIBLE_ADVICE, contract_changes, contract_shapes
+from ingest_core.schema_evolution import contract_changes, contract_shapes, incompatible_advice
 from ingest_core.settings import PlatformSettings, get_settings
 
 #: A state store file: ``<version>.delta`` or ``<version>.snapshot``.
@@ -406,9 +406,9 @@ def check_before_start(job_name: str, settings: PlatformSettings | None = None) 
             _record_fingerprint(record, job, current)
         elif changes and _incompatible_contracts(recorded.get("config", {}), current):
             raise ConfigurationChangedError(
-                f"{job_name}: an event contract changed incompatibly since its checkpoint was "
-                f"made: {'; '.join(_incompatible_contracts(recorded.get('config', {}), current))}"
-                f". {INCOMPATIBLE_ADVICE}"
+                "an event contract changed incompatibly since the checkpoint was made: "
+                f"{'; '.join(_incompatible_contracts(recorded.get('config', {}), current))}"
+                f". {incompatible_advice()}"
             )
         elif changes:
             raise ConfigurationChangedError(

@@ -642,6 +642,8 @@ def __getattr__(name: str) -> Any:
 
     :raises ContractError: a declaration is broken (``ingestctl catalog check`` lists all).
     """
+    if name.startswith("__"):  # the import system's probes (``__path__``...): never derived
+        raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
     derived = _derived()
     if name in derived:
         return derived[name]

@@ -26,13 +26,18 @@ from typing import TYPE_CHECKING, Any
 if TYPE_CHECKING:
     from ingest_core.contracts import Contracts, SourceContract
 
-#: What an incompatible contract change asks of the operator (appended to the refusal).
-INCOMPATIBLE_ADVICE = (
-    "Silver's rows and deduplication state were made under the old contract. Options: "
-    "(1) revert the contract change in include/contracts/; (2) rebuild Silver under the new "
-    "contract: trigger layer_full_refresh with layer=silver (docs/backfills.md), which "
-    "refines Bronze again beside the live tables and swaps after the Silver gate"
-)
+
+def incompatible_advice() -> str:
+    """What an incompatible contract change asks of the operator (appended to the refusal),
+    naming the contracts folder in use (``INGEST_CATALOG_DIR``, else the repository's)."""
+    from ingest_core.contracts import contracts_dir
+
+    return (
+        "Silver's rows and deduplication state were made under the old contract. Options: "
+        f"(1) revert the contract change in {contracts_dir()}; (2) rebuild Silver under the "
+        "new contract: trigger layer_full_refresh with layer=silver (docs/backfills.md), "
+        "which refines Bronze again beside the live tables and swaps after the Silver gate"
+    )
 
 
 def contract_shape(source: SourceContract) -> dict[str, Any]:

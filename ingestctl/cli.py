@@ -66,10 +66,14 @@ def _kafka_settings(
 
 
 @app.callback()
-def _check_settings() -> None:
-    """Refuse to run on invalid settings, naming the field (e.g. INGEST_KAFKA__PORT=abc)."""
+def _check_settings(ctx: typer.Context) -> None:
+    """Refuse to run on invalid settings, naming the field (e.g. INGEST_KAFKA__PORT=abc).
+    ``ingestctl catalog ...`` checks the catalog itself, one line per problem: a broken
+    catalog (``INGEST_CATALOG_DIR``) must not stop it with the settings' validation error."""
     from pydantic import ValidationError
 
+    if ctx.invoked_subcommand == "catalog":
+        return
     try:
         get_settings()
     except (ValidationError, KeyError) as error:
@@ -900,7 +904,7 @@ def _contract_drift(folder: Path) -> list[str]:
     problems; compatible ones are printed as notes (ingest_core.schema_evolution)."""
     from ingest_core.checkpoint_health import contract_drift
     from ingest_core.contracts import load_contracts
-    from ingest_core.schema_evolution import INCOMPATIBLE_ADVICE
+    from ingest_core.schema_evolution import incompatible_advice
 
     problems = []
     for job, compatible, incompatible in contract_drift(load_contracts(folder / "contracts")):
@@ -908,7 +912,7 @@ def _contract_drift(folder: Path) -> list[str]:
             typer.echo(f"{job}: compatible contract change, accepted at its next start: {change}")
         problems += [f"{job}: incompatible contract change: {change}" for change in incompatible]
     if problems:
-        problems.append(INCOMPATIBLE_ADVICE)
+        problems.append(incompatible_advice())
     return problems
 
 

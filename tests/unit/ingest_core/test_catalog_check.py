@@ -3,7 +3,10 @@ problem; each refusal on a copy of ``include/`` changed in one place."""
 
 from __future__ import annotations
 
+import os
 import shutil
+import subprocess
+import sys
 from pathlib import Path
 from typing import Any
 
@@ -192,3 +195,64 @@ def test_a_gold_job_listing_some_windows_but_not_a_new_one(include: Path) -> Non
         "pipeline.yaml: batch_jobs.quality_gate.inputs",
     }
     assert all("but not ['gold_payment_totals_1h']" in p for p in problems)
+
+
+def _without(job: str, role: str, table: str, section: str = "batch_jobs") -> Any:
+    return lambda d: d[section][job][role].remove(table)
+
+
+@pytest.mark.parametrize(
+    ("change", "problem"),
+    [
+        (
+            _without("gold_aggregate", "work_from", "silver_reviews", "jobs"),
+            "pipeline.yaml: jobs.gold_aggregate.work_from: lacks 'silver_reviews': new data "
+            "there would not run the job, and 'gold_reviews_daily' would not update",
+        ),
+        (
+            _without("gold_backfill", "inputs", "silver_reviews"),
+            "pipeline.yaml: batch_jobs.gold_backfill.inputs: lacks 'silver_reviews', the "
+            "source of the window 'gold_reviews_daily' it writes",
+        ),
+        (
+            _without("layer_refresh", "outputs", "silver_reviews"),
+            "pipeline.yaml: batch_jobs.layer_refresh.outputs: lists some Silver tables of the "
+            "contracts but not ['silver_reviews']",
+        ),
+        (
+            _without("quality_gate", "inputs", "silver_reviews"),
+            "pipeline.yaml: batch_jobs.quality_gate.inputs: lists some Silver tables of the "
+            "contracts but not ['silver_reviews']",
+        ),
+    ],
+    ids=["work-from", "gold-input", "refresh-output", "gate-input"],
+)
+def test_a_new_sources_silver_table_left_out_of_a_jobs_lists(
+    include: Path, change: Any, problem: str
+) -> None:
+    """What a new user's catalog missed (a helper following docs/add-a-source.md): the
+    medallion would skip gold_aggregate when only the new source had data, and the refresh
+    and the gates would leave its table out."""
+    _edit(include / "pipeline.yaml", change)
+    assert check(include) == [problem]
+
+
+def test_a_broken_catalog_in_use_is_checked_not_refused_as_settings(include: Path) -> None:
+    """With ``INGEST_CATALOG_DIR`` on the broken folder (as a user editing their catalog
+    has it), the check still prints its one line: neither the CLI's settings check nor an
+    import that evaluates the contracts' derived constants stops it with a validation
+    error first."""
+    _edit(
+        include / "pipeline.yaml",
+        lambda d: d["tables"]["gold_reviews_daily"].update(keys=["window_end"]),
+    )
+    done = subprocess.run(
+        [str(Path(sys.executable).parent / "ingestctl"), "catalog", "check"],
+        env={**os.environ, "INGEST_CATALOG_DIR": str(include)},
+        capture_output=True, text=True, timeout=120,
+    )  # fmt: skip
+    assert done.returncode == 1
+    assert done.stderr.strip().splitlines() == [
+        "pipeline.yaml: tables.gold_reviews_daily: windowed table 'gold_reviews_daily' must "
+        "be keyed on ['window_start'] (window start and grouping columns), not ['window_end']"
+    ]

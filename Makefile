@@ -26,7 +26,7 @@ PYTEST_ARGS ?=
 # against two's 20:36 (bench/results/REFERENCE.md, 2026-12-04). --dist loadfile keeps a file's
 # module fixtures (one Airflow, one platform) on one worker. xdist starts the files with the
 # most tests first; starting tests/e2e/test_medallion_dag.py first instead was slower (30:17 vs
-# 27:13 in a fresh clone): its 8-interval backfill with a real scheduler then ran beside the
+# 27:13 in a fresh clone): its backfill (8 intervals then, 3 now) with a real scheduler then ran beside the
 # integration tests and took twice as long. TEST_WORKERS=0 runs serially.
 TEST_WORKERS ?= 2
 

@@ -4,7 +4,9 @@ saying what is wrong and where."""
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from pathlib import Path
+from typing import Any
 
 import yaml
 from pydantic import ValidationError
@@ -99,23 +101,38 @@ def _cross_problems(catalog: Catalog, include: Path) -> list[str]:
     return problems
 
 
+def _lists_all(
+    catalog: Catalog, tables: list[str], roles: Callable[[Any], list[str]], what: str
+) -> list[str]:
+    """A job listing some of ``tables`` in one of its ``roles(job)`` lists them all; one
+    line per list that does not, naming the missing ones and ``what`` they are."""
+    problems = []
+    for job in catalog.applications.values():
+        section = "jobs" if job.name in catalog.jobs else "batch_jobs"
+        for role in roles(job):
+            listed = getattr(job, role)
+            missing = [t for t in tables if t not in listed]
+            if missing and len(missing) < len(tables):
+                problems.append(
+                    f"pipeline.yaml: {section}.{job.name}.{role}: lists some {what} but not "
+                    f"{missing}"
+                )
+    return problems
+
+
 def _window_lists(catalog: Catalog) -> list[str]:
     """The Gold jobs work on every declared window: a job listing one windowed table among
     its outputs (or inputs) lists them all, so that its lineage, Assets and refreshes cover
     a newly declared one."""
-    windowed = list(catalog.windowed_tables())
-    problems = []
-    for job in catalog.applications.values():
-        section = "jobs" if job.name in catalog.jobs else "batch_jobs"
-        for role in ("outputs", "inputs"):
-            listed = getattr(job, role)
-            missing = [t for t in windowed if t not in listed]
-            if missing and len(missing) < len(windowed):
-                problems.append(
-                    f"pipeline.yaml: {section}.{job.name}.{role}: lists some windowed Gold "
-                    f"tables but not {missing} (it works on every declared window)"
-                )
-    return problems
+    return [
+        f"{problem} (it works on every declared window)"
+        for problem in _lists_all(
+            catalog,
+            list(catalog.windowed_tables()),
+            lambda job: ["outputs", "inputs"],
+            "windowed Gold tables",
+        )
+    ]
 
 
 def _window_sources_read(catalog: Catalog) -> list[str]:
@@ -152,19 +169,11 @@ def _silver_lists(catalog: Catalog, landing: list[str]) -> list[str]:
     gates), lists them all: a new source's table left out would be neither refined, nor
     rebuilt, nor gated."""
     windowed = set(catalog.windowed_tables())
-    problems = []
-    for job in catalog.applications.values():
-        section = "jobs" if job.name in catalog.jobs else "batch_jobs"
-        roles = ["outputs"] + ([] if windowed & set(job.outputs) else ["inputs"])
-        for role in roles:
-            listed = getattr(job, role)
-            missing = [t for t in landing if t not in listed]
-            if missing and len(missing) < len(landing):
-                problems.append(
-                    f"pipeline.yaml: {section}.{job.name}.{role}: lists some Silver tables "
-                    f"of the contracts but not {missing}"
-                )
-    return problems
+
+    def roles(job: Any) -> list[str]:
+        return ["outputs"] + ([] if windowed & set(job.outputs) else ["inputs"])
+
+    return _lists_all(catalog, landing, roles, "Silver tables of the contracts")
 
 
 def _kafka_topics(job: object) -> list[str] | None:

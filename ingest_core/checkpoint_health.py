@@ -400,15 +400,15 @@ def check_before_start(job_name: str, settings: PlatformSettings | None = None) 
     if record.exists():
         recorded = json.loads(record.read_text())
         changes = config_changes(recorded.get("config", {}), current)
+        incompatible = _incompatible_contracts(recorded.get("config", {}), current)
         if changes and added_only(recorded.get("config", {}), current):
             # Only additions (a new setting, a newly declared Gold window): the existing
             # queries' state still fits; record the new configuration.
             _record_fingerprint(record, job, current)
-        elif changes and _incompatible_contracts(recorded.get("config", {}), current):
+        elif incompatible:
             raise ConfigurationChangedError(
                 "an event contract changed incompatibly since the checkpoint was made: "
-                f"{'; '.join(_incompatible_contracts(recorded.get('config', {}), current))}"
-                f". {incompatible_advice()}"
+                f"{'; '.join(incompatible)}. {incompatible_advice()}"
             )
         elif changes:
             raise ConfigurationChangedError(

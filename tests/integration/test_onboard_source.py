@@ -119,6 +119,20 @@ def _review(n: int, score: Any = 4, **changes: Any) -> dict[str, Any]:
     return value
 
 
+def _environment(catalog: Path, home: Path, bootstrap: str, prefix: str) -> dict[str, str]:
+    """The jobs' environment: the user's catalog folder, a home and topic prefix of the
+    test's own, the test broker."""
+    host, port = bootstrap.rsplit(":", 1)
+    return {
+        **os.environ,
+        "INGEST_CATALOG_DIR": str(catalog),
+        "INGEST_HOME": str(home),
+        "INGEST_KAFKA__HOST": host,
+        "INGEST_KAFKA__PORT": port,
+        "INGEST_KAFKA__TOPIC_PREFIX": prefix,
+    }
+
+
 def _run(module: str, env: dict[str, str]) -> None:
     done = subprocess.run(
         [sys.executable, "-m", module, "--trigger", "available-now"],
@@ -139,15 +153,7 @@ def test_a_new_source_lands_in_bronze_and_silver_by_configuration_only(
     catalog = _catalog(tmp_path / "catalog")
     assert check(catalog) == []  # what `ingestctl catalog check` says of the user's folder
     prefix = f"o{uuid.uuid4().hex[:8]}."
-    host, port = kafka_bootstrap.rsplit(":", 1)
-    env = {
-        **os.environ,
-        "INGEST_CATALOG_DIR": str(catalog),
-        "INGEST_HOME": str(tmp_path / "home"),
-        "INGEST_KAFKA__HOST": host,
-        "INGEST_KAFKA__PORT": port,
-        "INGEST_KAFKA__TOPIC_PREFIX": prefix,
-    }
+    env = _environment(catalog, tmp_path / "home", kafka_bootstrap, prefix)
     topics = [*TOPICS, "store_reviews"]
     ensure_topics(kafka_bootstrap, [prefix + t for t in topics], partitions=2)
     valid = [_review(n, score=1 + n % 5) for n in range(12)]
@@ -246,15 +252,7 @@ def test_a_contract_evolves_under_a_running_checkpoint_by_the_documented_rules(
     saying what changed and what to do; ``ingestctl catalog check`` says the same."""
     catalog = _catalog(tmp_path / "catalog")
     prefix = f"e{uuid.uuid4().hex[:8]}."
-    host, port = kafka_bootstrap.rsplit(":", 1)
-    env = {
-        **os.environ,
-        "INGEST_CATALOG_DIR": str(catalog),
-        "INGEST_HOME": str(tmp_path / "home"),
-        "INGEST_KAFKA__HOST": host,
-        "INGEST_KAFKA__PORT": port,
-        "INGEST_KAFKA__TOPIC_PREFIX": prefix,
-    }
+    env = _environment(catalog, tmp_path / "home", kafka_bootstrap, prefix)
     ensure_topics(kafka_bootstrap, [prefix + t for t in [*TOPICS, "store_reviews"]], partitions=1)
     topic = prefix + "store_reviews"
     before = [_review(n) for n in range(3)]

@@ -91,6 +91,17 @@ def _catalog(folder: Path) -> Path:
     jobs["bronze_ingest"]["source"]["topics"].append("store_reviews")
     pipeline["batch_jobs"]["bronze_replay"]["topics"].append("store_reviews")
     jobs["silver_refine"]["outputs"].append("silver_store_reviews")
+    # Every list the new Silver table goes in (docs/add-a-source.md; catalog check refuses
+    # each one left out).
+    for job, roles in (
+        (jobs["gold_aggregate"], ("inputs", "work_from")),
+        (pipeline["batch_jobs"]["late_corrections"], ("inputs",)),
+        (pipeline["batch_jobs"]["gold_backfill"], ("inputs",)),
+        (pipeline["batch_jobs"]["layer_refresh"], ("outputs",)),
+        (pipeline["batch_jobs"]["quality_gate"], ("inputs",)),
+    ):
+        for role in roles:
+            job[role].append("silver_store_reviews")
     jobs["gold_aggregate"]["settings"]["store_reviews_watermark"] = "1 hour"
     for job in (jobs["gold_aggregate"], *(pipeline["batch_jobs"][j] for j in GOLD_BATCH_JOBS)):
         job["outputs"].append("gold_store_reviews_daily")

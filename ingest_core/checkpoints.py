@@ -8,7 +8,12 @@ is a state Spark itself could have left after a clean stop:
   entries of a batch still running (offsets written, commit not yet) are left out;
 * state files belong to committed batches only (a state store's version is its batch id + 1);
 * ``metadata`` must be there: without it a restored query gets a new id and the Delta sink's
-  duplicate protection silently disappears.
+  duplicate protection silently disappears;
+* a query that has not committed a batch yet (one of a job's queries idle since its start:
+  soak run 9 met ``payment_alerts``' landing query so) is kept as Spark would leave it stopped
+  before its first commit: ``metadata`` and ``sources/`` (where a Kafka source recorded the
+  starting offsets it resolved, ``latest`` included), no ``offsets``; its manifest entry says
+  ``last_committed_batch: null``. A job none of whose queries has committed is refused.
 
 Each backup has a ``manifest.json``: job, time, per query the last committed batch, its Kafka
 offsets and watermark, the sink table's Delta version, the job's configuration fingerprint,
@@ -62,8 +67,9 @@ class BackupInfo:
         age = datetime.now(UTC) - self.created_at
         parts = []
         for name, query in sorted(self.manifest["queries"].items()):
+            batch = query["last_committed_batch"]
             parts.append(
-                f"{name or '.'}: batch {query['last_committed_batch']}, "
+                f"{name or '.'}: batch {'none yet' if batch is None else batch}, "
                 f"delta v{query.get('sink_delta_version')}, offsets {query.get('offsets')}"
             )
         return f"{self.backup_id}  age {str(age).split('.')[0]}  " + "; ".join(parts)
@@ -76,8 +82,9 @@ def backups_root(settings: PlatformSettings | None = None) -> Path:
 
 
 def _keep(relative: Path, committed: int) -> bool:
-    """Whether a checkpoint file belongs to a committed batch (see the module docstring);
-    never a half-written temporary file (a crash's, or a running task's)."""
+    """Whether a checkpoint file belongs to a committed batch (see the module docstring;
+    ``committed`` is -1 for a query with none yet); never a half-written temporary file (a
+    crash's, or a running task's)."""
     if UNFINISHED_WRITE.match(relative.name):
         return False
     top = relative.parts[0]
@@ -104,8 +111,8 @@ def backup(job_name: str, settings: PlatformSettings | None = None) -> BackupInf
     Safe while the job runs: only committed batches are copied.
 
     :raises KeyError: unknown job.
-    :raises BackupError: no checkpoint, a query without ``metadata`` or without a committed
-        batch, or a copied file whose checksum does not match.
+    :raises BackupError: no checkpoint, a query without ``metadata``, no query with a
+        committed batch, or a copied file whose checksum does not match.
     """
     settings = settings or get_settings()
     catalog = get_catalog()
@@ -131,8 +138,6 @@ def backup(job_name: str, settings: PlatformSettings | None = None) -> BackupInf
             if not (source / "metadata").exists():
                 raise BackupError(f"{source} has no metadata file: refusing to back it up")
             committed = last_committed_batch(source)
-            if committed is None:
-                raise BackupError(f"{source} has no committed batch yet")
             offsets = committed_offsets(source) or {}
             sink_name = query_sink(job, name)
             sink = catalog.table(sink_name).path(settings) if sink_name else None
@@ -146,12 +151,17 @@ def backup(job_name: str, settings: PlatformSettings | None = None) -> BackupInf
             }
             for file in sorted(p for p in source.rglob("*") if p.is_file()):
                 relative = file.relative_to(source)
-                if not _keep(relative, committed):
+                if not _keep(relative, -1 if committed is None else committed):
                     continue
                 destination = staging / name / relative
                 destination.parent.mkdir(parents=True, exist_ok=True)
                 shutil.copy2(file, destination)
                 manifest["files"][str(Path(name) / relative)] = _sha256(destination)
+        if all(q["last_committed_batch"] is None for q in manifest["queries"].values()):
+            raise BackupError(
+                f"{job_name}'s checkpoint has no committed batch yet: nothing to back up "
+                "(a query starting from scratch needs no backup)"
+            )
         (staging / MANIFEST).write_text(json.dumps(manifest, indent=2, sort_keys=True) + "\n")
         verify(staging)
         staging.rename(target)

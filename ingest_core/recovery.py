@@ -72,12 +72,14 @@ class KafkaUnavailableError(RestoreRefusedError):
 @dataclass(frozen=True)
 class RestoreResult:
     """What a restore did: the backup's batch per query, the batch each query resumes after
-    (rolled forward from the live checkpoint), and where the live checkpoint was moved."""
+    (rolled forward from the live checkpoint), and where the live checkpoint was moved; None
+    for a query that has no batch (backed up before its first commit: it starts at its
+    first batch, from the starting offsets its ``sources/`` recorded)."""
 
     job: str
     backup_id: str
-    restored_batch: dict[str, int]
-    resumes_after: dict[str, int]
+    restored_batch: dict[str, int | None]
+    resumes_after: dict[str, int | None]
     moved_aside: Path | None
 
 
@@ -137,6 +139,12 @@ def _intact_batches(folder: Path) -> int | None:
     return newest
 
 
+def _backed_up_batch(query: dict[str, Any]) -> int:
+    """A manifest query's last committed batch, -1 for one backed up before its first."""
+    batch = query["last_committed_batch"]
+    return -1 if batch is None else int(batch)
+
+
 def _carry_forward(live: Path, target: Path, after: int) -> int:
     """Copy intact batches > ``after`` from ``live`` into ``target`` (offsets, commits and the
     state files of their versions); :returns: the newest batch ``target`` now has.
@@ -158,6 +166,7 @@ def _carry_forward(live: Path, target: Path, after: int) -> int:
     if in_flight.exists() and not log_file_problem(in_flight, "offsets"):
         # The batch that was running: Spark re-runs it over its original offsets (a sink
         # that committed it skips it), never over a new range.
+        (target / "offsets").mkdir(parents=True, exist_ok=True)
         shutil.copy2(in_flight, target / "offsets" / str(newest + 1))
     state = live / "state"
     if state.is_dir():
@@ -265,7 +274,7 @@ def _plan_roll_forward(
     fills: dict[str, list[_Write]] = {}
     for name, query in manifest["queries"].items():
         live = live_queries.get(name)
-        restored = int(query["last_committed_batch"])
+        restored = _backed_up_batch(query)
         newest = _intact_batches(live) if live is not None else None
         resumes = max(restored, newest if newest is not None else restored)
         sink = _sink_batch(job_name, query["query_id"], settings)
@@ -280,7 +289,7 @@ def _plan_roll_forward(
             continue
         backed_up = folder / name if name else folder
         source = live if live is not None and resumes > restored else backed_up
-        previous: str | None = (source / "offsets" / str(resumes)).read_text()
+        previous = (source / "offsets" / str(resumes)).read_text() if resumes >= 0 else None
         stateful = any(p.is_file() for p in (backed_up / "state").rglob("*"))
         writes: list[_Write] = []
         unresolved = list(range(resumes + 1, sink + 1)) if stateful else []
@@ -356,7 +365,7 @@ def _do_restore(
 ) -> RestoreResult:
     aside = None
     if checkpoint.exists():
-        aside = checkpoint.with_name(f"{checkpoint.name}.replaced-{_stamp()}")
+        aside = _unused(checkpoint.with_name(f"{checkpoint.name}.replaced-{_stamp()}"))
         checkpoint.rename(aside)
     restored, resumes = {}, {}
     for name, query in manifest["queries"].items():
@@ -367,10 +376,11 @@ def _do_restore(
             dirs_exist_ok=True,
             ignore=shutil.ignore_patterns("manifest.json"),
         )
-        batch = int(query["last_committed_batch"])
-        restored[name] = batch
+        batch = _backed_up_batch(query)
+        restored[name] = batch if batch >= 0 else None
         live = (aside / name if name else aside) if aside else None
-        resumes[name] = _carry_forward(live, target, batch) if live and live.is_dir() else batch
+        after = _carry_forward(live, target, batch) if live and live.is_dir() else batch
+        resumes[name] = after if after >= 0 else None
         writes = [_Write(checkpoint / w.path, w.text, w.origin) for w in fills.get(name, [])]
         filled = _apply(writes)
         if filled:
@@ -704,7 +714,12 @@ def _quarantine(checkpoint: Path) -> Path:
     """A folder beside ``checkpoint`` that no earlier repair used, for what this one moves
     aside: ``.<name>.damaged-<UTC time>``, then ``-1``, ``-2``... within the same second (a
     rename onto an earlier repair's file would replace it)."""
-    base = checkpoint.parent / f".{checkpoint.name}.damaged-{_stamp()}"
+    return _unused(checkpoint.parent / f".{checkpoint.name}.damaged-{_stamp()}")
+
+
+def _unused(base: Path) -> Path:
+    """``base``, or ``base-1``, ``base-2``... the first that does not exist (names stamped to
+    the second: a second restore or repair in the same second must not collide)."""
     candidate, number = base, 0
     while candidate.exists():
         number += 1
@@ -832,7 +847,7 @@ def reset(job_name: str, settings: PlatformSettings | None = None) -> Path:
         raise RestoreRefusedError(f"{job_name} cannot be reset: {error}") from None
     try:
         with checkpoint_lock(checkpoint):
-            aside = checkpoint.with_name(f"{checkpoint.name}.replaced-{_stamp()}")
+            aside = _unused(checkpoint.with_name(f"{checkpoint.name}.replaced-{_stamp()}"))
             checkpoint.rename(aside)
             record = fingerprint_file(job, settings)
             if record.exists():

@@ -111,3 +111,79 @@ def test_backups_never_take_half_written_files() -> None:
     assert _keep(Path("offsets/3"), committed=5)
     assert not _keep(Path(f"offsets/.3.{UID}.tmp"), committed=5)
     assert not _keep(Path(f"state/0/0/..4.delta.{UID}.tmp.crc"), committed=5)
+
+
+def _batch(query: Path, batch: int, *, commit: bool) -> None:
+    """Batch ``batch``'s offsets file (``payments`` partition 0 up to ``10 * (batch + 1)``),
+    and its commit when ``commit``: the files Spark's logs write, in their formats."""
+    (query / "offsets").mkdir(parents=True, exist_ok=True)
+    (query / "offsets" / str(batch)).write_text(
+        'v1\n{"batchWatermarkMs":0,"batchTimestampMs":0,"conf":{}}\n'
+        + json.dumps({"payments": {"0": 10 * (batch + 1)}})
+    )
+    if commit:
+        (query / "commits").mkdir(exist_ok=True)
+        (query / "commits" / str(batch)).write_text('v1\n{"nextBatchWatermarkMs":0}')
+
+
+def _started_query(query: Path, query_id: str) -> None:
+    """A query as Spark leaves it when it starts: ``metadata`` and, for a Kafka source, the
+    starting offsets it resolved (``sources/0/0``)."""
+    (query / "sources" / "0").mkdir(parents=True)
+    (query / "metadata").write_text(json.dumps({"id": query_id}))
+    (query / "sources" / "0" / "0").write_text('v1\n{"payments":{"0":0}}')
+
+
+def test_a_query_idle_since_its_start_is_backed_up_and_restored_to_start_afresh(
+    ingest_home: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Soak run 9: a backup refused all of ``payment_alerts`` because its landing query had
+    not committed a batch yet. It now keeps that query as Spark leaves a query stopped
+    before its first commit (metadata and its recorded starting offsets, no planned batch);
+    the restore carries over what the live query did since, like any query's."""
+    from ingest_core import recovery
+    from ingest_core.checkpoints import BackupError, backup, verify
+
+    job = get_catalog().job("payment_alerts")
+    velocity, landing = job.checkpoint() / "velocity", job.checkpoint() / "landing"
+    _started_query(landing, "q-landing")
+    _batch(landing, 0, commit=False)  # planned, running: not a committed batch
+    with pytest.raises(BackupError, match="no committed batch yet"):
+        backup("payment_alerts")  # nothing committed anywhere: nothing to back up
+    _started_query(velocity, "q-velocity")
+    for batch in (0, 1):
+        _batch(velocity, batch, commit=True)
+
+    info = backup("payment_alerts")
+    assert info.manifest["queries"]["landing"]["last_committed_batch"] is None
+    assert info.manifest["queries"]["velocity"]["last_committed_batch"] == 1
+    assert "landing: batch none yet" in info.describe()
+    copied = sorted(str(p.relative_to(info.path)) for p in info.path.rglob("*") if p.is_file())
+    assert [p for p in copied if p.startswith("landing/")] == [
+        "landing/metadata",
+        "landing/sources/0/0",
+    ]
+    verify(info.path)
+
+    # The live landing query commits its first batch and plans the next after the backup.
+    _batch(landing, 0, commit=True)
+    _batch(landing, 1, commit=False)
+    # Kafka's check has its own integration tests; these offsets are hand-made.
+    monkeypatch.setattr(recovery, "_kafka_gaps", lambda *args: [])
+    result = recovery.restore("payment_alerts", info.backup_id)
+    assert result.restored_batch == {"landing": None, "velocity": 1}
+    assert result.resumes_after == {"landing": 0, "velocity": 1}
+    assert (landing / "commits" / "0").exists()
+    assert (landing / "offsets" / "1").exists()  # re-run over its original range
+
+    # Without a live checkpoint, the idle query starts afresh from its recorded offsets.
+    for query in (velocity, landing):
+        for kind in ("offsets", "commits"):
+            for file in (query / kind).iterdir():
+                file.unlink()
+    result = recovery.restore("payment_alerts", info.backup_id)
+    assert result.resumes_after == {"landing": None, "velocity": 1}
+    assert not list(landing.glob("offsets/*"))
+    assert (landing / "sources" / "0" / "0").read_text() == 'v1\n{"payments":{"0":0}}'
+    assert (landing / "metadata").exists()
+    assert (velocity / "commits" / "1").exists()

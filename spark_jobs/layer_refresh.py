@@ -100,8 +100,8 @@ def _record_passed(
     version 0 (the new table's history starts again) to its current version."""
     from ingest_core.delta_tables import delta_version
     from ingest_core.quality.state import RESULTS_TABLE
+    from ingest_core.quality.validation import docs_index
     from spark_jobs.quality.results import RESULTS_SCHEMA
-    from spark_jobs.quality.validation import docs_index
 
     catalog = get_catalog()
     now = datetime.now(UTC).replace(tzinfo=None)

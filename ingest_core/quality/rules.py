@@ -1,5 +1,5 @@
 """The quality gates' rules as data: one list of table rules per layer, which
-:func:`spark_jobs.quality.suites.build_suite` turns into GX suites.
+:func:`ingest_core.quality.suites.build_suite` turns into GX suites.
 
 Row-level rules (a missing key, a malformed record) are the Silver job's: such rows never
 reach Silver, they go to ``silver_quarantine``. The rules here are batch-level, applied to a

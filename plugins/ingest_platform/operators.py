@@ -368,8 +368,9 @@ class LayerGateOperator(SparkJobOperator):
         """
         from airflow.sdk.exceptions import AirflowException, AirflowFailException
 
+        from ingest_core.quality.pandas_gate import validate_layer_without_spark
+        from ingest_core.quality.results import failure_message, report
         from ingest_core.quality.state import failed_in_run, pending
-        from spark_jobs.quality import gate
 
         increments = pending(self.layer)
         if not increments:
@@ -384,7 +385,7 @@ class LayerGateOperator(SparkJobOperator):
                 inc.to_version,
             )
         settings = get_settings()
-        outcomes = gate.validate_layer_without_spark(
+        outcomes = validate_layer_without_spark(
             self.layer, run_id=str(context["run_id"]), settings=settings
         )
         if outcomes is None:
@@ -397,11 +398,11 @@ class LayerGateOperator(SparkJobOperator):
                 return super().execute(context)
             except AirflowException:
                 if failed_in_run(self.layer, str(context["run_id"]), settings):
-                    raise AirflowFailException(gate.failure_message(self.layer)) from None
+                    raise AirflowFailException(failure_message(self.layer)) from None
                 raise
-        self.log.info("%s", gate.report(self.layer, outcomes, settings))
+        self.log.info("%s", report(self.layer, outcomes, settings))
         if any(o.status == "failed" for o in outcomes):
-            raise AirflowFailException(gate.failure_message(self.layer))
+            raise AirflowFailException(failure_message(self.layer))
         return None
 
 

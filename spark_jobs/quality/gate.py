@@ -8,9 +8,9 @@ GX Data Docs once (``<storage.state_dir>/gx/gx/uncommitted/data_docs/local_site/
 
 Two engines, same suites and same results: increments of at most
 ``quality.pandas_max_rows`` change rows in all are read with delta-rs and validated by GX's
-pandas engine, with no JVM (:func:`validate_layer_without_spark`; the Airflow gate task runs
-it in its own process); larger ones are read and validated by Spark
-(:func:`validate_layer`, under spark-submit).
+pandas engine, with no JVM (:func:`ingest_core.quality.pandas_gate.validate_layer_without_spark`;
+the Airflow gate task runs it in its own process); larger ones are read and validated by
+Spark (:func:`validate_layer`, under spark-submit).
 
 A failed table keeps its validated mark where it was, so every later run of the gate fails
 on the same increment until an operator resolves it (README, "Quality gates"):
@@ -20,10 +20,13 @@ on the same increment until an operator resolves it (README, "Quality gates"):
   written to ``silver_quarantine`` with the expectation as reason; nothing is deleted;
 * ``accept``: the failed increment is recorded as accepted (who, why) and flows on.
 
-The work is split by responsibility: what to validate (:mod:`spark_jobs.quality.increments`),
-with which engine (:mod:`spark_jobs.quality.validation`), where the results go and how a
-failure is resolved (:mod:`spark_jobs.quality.results`); this module runs a layer's gate and
-is the command line.
+The work is split by responsibility: what to validate (:mod:`ingest_core.quality.increments`,
+the Spark read in :mod:`spark_jobs.quality.increments`), with which engine
+(:mod:`ingest_core.quality.validation`), where the results go
+(:mod:`ingest_core.quality.results`) and how a failure is resolved
+(:mod:`spark_jobs.quality.results`); this module runs a layer's gate and is the command
+line. What runs without Spark is in ``ingest_core``, so the Airflow side never imports this
+package.
 
 Run (Airflow runs ``validate``; operators run the others)::
 
@@ -42,27 +45,20 @@ from collections.abc import Sequence
 from datetime import UTC, datetime
 from typing import TYPE_CHECKING, Any
 
-from ingest_core.quality.rules import validated_columns
-from ingest_core.quality.state import Increment, pending
-from ingest_core.settings import PlatformSettings, get_settings
-from spark_jobs.quality.increments import (
-    increment,
-    increment_without_spark,
-    pending_increments,
-)
-from spark_jobs.quality.results import (
+from ingest_core.quality.increments import increment_without_spark, pending_increments
+from ingest_core.quality.pandas_gate import validate_layer_without_spark
+from ingest_core.quality.results import (
     RESULTS_SCHEMA,
     RemedyError,
-    accept,
     failure_message,
     quarantinable,
-    quarantine,
-    record,
     report,
     status,
     unresolved,
 )
-from spark_jobs.quality.validation import (
+from ingest_core.quality.rules import validated_columns
+from ingest_core.quality.state import Increment, pending
+from ingest_core.quality.validation import (
     ENGINE_CHOICES,
     TableOutcome,
     docs_index,
@@ -70,6 +66,9 @@ from spark_jobs.quality.validation import (
     gx_project,
     validate_increments,
 )
+from ingest_core.settings import PlatformSettings, get_settings
+from spark_jobs.quality.increments import increment
+from spark_jobs.quality.results import accept, quarantine, record
 
 if TYPE_CHECKING:
     from collections.abc import Callable
@@ -128,43 +127,6 @@ def validate_layer(
 
     outcomes = validate_increments(rules_by_table, increments, spark_rows, "spark", settings, now)
     record(spark, layer, run_id, outcomes, settings, now)
-    return outcomes
-
-
-def validate_layer_without_spark(
-    layer: str,
-    *,
-    run_id: str,
-    settings: PlatformSettings | None = None,
-    now: datetime | None = None,
-) -> list[TableOutcome] | None:
-    """:func:`validate_layer` with no JVM: delta-rs reads, GX's pandas engine, delta-rs
-    appends to ``ops_gate_results``. Same suites, outcomes and recorded rows.
-
-    :returns: one outcome per table with pending versions ([] when nothing is pending); None
-        when the pending increments have more than ``quality.pandas_max_rows`` change rows
-        in all (nothing validated, nothing recorded: run :func:`validate_layer`).
-    :raises ValueError: ``layer`` has no gate.
-    """
-    settings, now, increments, rules_by_table = pending_increments(layer, settings, now)
-    if not increments:
-        return []
-    budget = settings.quality.pandas_max_rows
-    frames = {}
-    for inc in increments:
-        rules = rules_by_table[inc.table]
-        rows = increment_without_spark(rules, inc, settings, budget, validated_columns(rules))
-        if rows is None:
-            return None
-        budget -= rows.attrs["change_rows"]
-        frames[inc] = rows
-
-    def pandas_rows(inc: Increment) -> tuple[Any, int, Callable[[], object]]:
-        rows = frames.pop(inc)
-        return rows, len(rows), lambda: None
-
-    outcomes = validate_increments(rules_by_table, increments, pandas_rows, "pandas", settings, now)
-    record(None, layer, run_id, outcomes, settings, now)
     return outcomes
 
 

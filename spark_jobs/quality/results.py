@@ -1,6 +1,6 @@
-"""Where a gate's results go and how an operator resolves a failure: the rows of
-``ops_gate_results`` (:func:`record`), the report for the task log, and the remedies
-:func:`accept` and :func:`quarantine`. Part of the gate job (:mod:`spark_jobs.quality.gate`).
+"""A gate's results written with Spark (:func:`record`) and the remedies of a failure,
+:func:`accept` and :func:`quarantine`. Part of the gate job (:mod:`spark_jobs.quality.gate`);
+the rows, the report and the status are in :mod:`ingest_core.quality.results`.
 """
 
 from __future__ import annotations
@@ -10,44 +10,32 @@ from datetime import UTC, datetime
 from typing import TYPE_CHECKING, Any
 
 from ingest_core.catalog import get_catalog
+from ingest_core.quality.results import (
+    RESULTS_SCHEMA,
+    RemedyError,
+    quarantinable,
+    result_rows,
+    unresolved,
+)
 from ingest_core.quality.rules import layer_rules
-from ingest_core.quality.state import (
-    HOLDS_TABLE,
-    RESULTS_TABLE,
-    Increment,
-    gate_results,
-    pending,
-    unresolved_failures,
+from ingest_core.quality.state import HOLDS_TABLE, RESULTS_TABLE, Increment, gate_results
+from ingest_core.quality.validation import (
+    TableOutcome,
+    gx_project,
+    validate_frame,
+    volume_band_for,
 )
 from ingest_core.settings import PlatformSettings, get_settings
 from spark_jobs.delta_io import append_idempotent, read_table
 from spark_jobs.local_frames import local_frame
 from spark_jobs.quality.increments import increment
-from spark_jobs.quality.validation import (
-    TableOutcome,
-    docs_index,
-    gx_project,
-    validate_frame,
-    volume_band_for,
-)
 
 if TYPE_CHECKING:
     from pyspark.sql import DataFrame, SparkSession
 
-#: ``ops_gate_results`` schema.
-RESULTS_SCHEMA = (
-    "run_id string, layer string, table string, from_version long, to_version long, "
-    "rows long, status string, failed_expectations string, docs_url string, "
-    "resolved_by string, reason string, validated_at timestamp"
-)
-
-
-class RemedyError(ValueError):
-    """A remedy cannot apply (nothing to resolve, or a failure rows cannot be held for)."""
-
 
 def record(
-    spark: SparkSession | None,
+    spark: SparkSession,
     layer: str,
     run_id: str,
     outcomes: list[TableOutcome],
@@ -57,68 +45,13 @@ def record(
     resolved_by: str | None = None,
     reason: str | None = None,
 ) -> None:
-    """Append one ``ops_gate_results`` row per outcome (with Spark when ``spark`` is given,
-    else with delta-rs), ``resolved_by``/``reason`` for a remedy."""
-    docs = docs_index(settings).as_uri()
-    rows = [
-        (
-            run_id,
-            layer,
-            o.increment.table,
-            o.increment.from_version,
-            o.increment.to_version,
-            o.rows,
-            o.status,
-            json.dumps(o.failed, default=str),
-            docs,
-            resolved_by,
-            reason,
-            now.replace(tzinfo=None),
-        )
-        for o in outcomes
-    ]
-    path = get_catalog().table(RESULTS_TABLE).path(settings)
-    if spark is not None:
-        frame = local_frame(spark, rows, RESULTS_SCHEMA)
-        frame.write.format("delta").mode("append").save(str(path))
-        return
-    import pyarrow as pa
-    from deltalake import write_deltalake
-
-    arrow_types = {
-        "string": pa.string(),
-        "long": pa.int64(),
-        "timestamp": pa.timestamp("us", "UTC"),
-    }
-    fields = [column.split() for column in RESULTS_SCHEMA.split(",")]
-    schema = pa.schema([(name, arrow_types[type_]) for name, type_ in fields])
-    utc = [(*row[:-1], row[-1].replace(tzinfo=UTC)) for row in rows]  # validated_at is UTC
-    write_deltalake(
-        str(path),
-        pa.Table.from_pylist([dict(zip(schema.names, r, strict=True)) for r in utc], schema),
-        mode="append",
+    """Append :func:`ingest_core.quality.results.result_rows` to ``ops_gate_results`` with
+    Spark (:func:`ingest_core.quality.results.record_without_spark` writes them without)."""
+    rows = result_rows(
+        layer, run_id, outcomes, settings, now, resolved_by=resolved_by, reason=reason
     )
-
-
-def report(layer: str, outcomes: list[TableOutcome], settings: PlatformSettings) -> str:
-    """Human-readable lines for the task log: one per table, then each broken expectation."""
-    if not outcomes:
-        return f"gate {layer}: nothing to validate (no new Delta versions since the last gate)"
-    lines = [f"gate {layer}:"]
-    for o in outcomes:
-        inc = o.increment
-        lines.append(
-            f"  {inc.table} versions {inc.from_version}..{inc.to_version}: "
-            f"{o.status} ({o.rows} rows)"
-        )
-        for f in o.failed:
-            lines.append(
-                f"    - {f['expectation']} on {f['column']}: observed "
-                f"{f['observed']}, unexpected {f['unexpected_count']} "
-                f"({f['unexpected_percent']}%), e.g. {f['examples']}"
-            )
-    lines.append(f"  Data Docs: {docs_index(settings)}")
-    return "\n".join(lines)
+    path = get_catalog().table(RESULTS_TABLE).path(settings)
+    local_frame(spark, rows, RESULTS_SCHEMA).write.format("delta").mode("append").save(str(path))
 
 
 def accept(
@@ -157,28 +90,6 @@ def accept(
         reason=reason,
     )
     return [o.increment.table for o in outcomes]
-
-
-def unresolved(layer: str, reason: str, by: str, settings: PlatformSettings) -> Any:
-    """``layer``'s unresolved failures (pandas rows of ``ops_gate_results``).
-
-    :raises RemedyError: ``reason`` or ``by`` is blank, or nothing is unresolved.
-    """
-    if not reason.strip() or not by.strip():
-        raise RemedyError("a remedy needs --reason and --by: they are recorded with it")
-    failures = unresolved_failures(layer, settings)
-    if failures.empty:
-        raise RemedyError(f"gate {layer} has no unresolved failure: nothing to resolve")
-    return failures
-
-
-def quarantinable(layer: str) -> None:
-    """:raises RemedyError: ``layer`` is not Silver (only Silver rows can be held back)."""
-    if layer != "silver":
-        raise RemedyError(
-            f"quarantine applies to Silver rows; a failed {layer} gate is resolved by fixing "
-            "Silver and rebuilding, or by `accept`"
-        )
 
 
 def quarantine(
@@ -307,32 +218,4 @@ def _hold(
     )
     append_idempotent(
         holds, catalog.table(HOLDS_TABLE).path(settings), app_id=app_id, version=inc.to_version
-    )
-
-
-def status(layer: str, settings: PlatformSettings | None = None) -> str:
-    """What is pending and what awaits an operator, as text."""
-    settings = settings or get_settings()
-    lines = [f"gate {layer}:"]
-    for inc in pending(layer, settings):
-        lines.append(f"  pending  {inc.table} versions {inc.from_version}..{inc.to_version}")
-    failures = unresolved_failures(layer, settings)
-    for _, row in failures.iterrows():
-        versions = f"{row['from_version']}..{row['to_version']}"
-        lines.append(
-            f"  FAILED   {row['table']} versions {versions} (run {row['run_id']}): "
-            f"{row['failed_expectations']}"
-        )
-    if len(lines) == 1:
-        lines.append("  nothing pending, nothing to resolve")
-    return "\n".join(lines)
-
-
-def failure_message(layer: str) -> str:
-    """What an operator reads when ``layer``'s gate failed: the increment is held, and how
-    to resolve it."""
-    remedy = f"quarantine|accept --layer {layer} --reason ..."
-    return (
-        f"gate {layer} FAILED: the increment is held back. Resolve with "
-        f"`python -m spark_jobs.quality.gate {remedy}` (docs/quality.md)."
     )

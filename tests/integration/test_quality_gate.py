@@ -11,9 +11,9 @@ import pandas as pd
 import pytest
 
 from ingest_core.catalog import get_catalog
-from ingest_core.quality import state
+from ingest_core.quality import state, validation
 from ingest_core.settings import get_settings
-from spark_jobs.quality import gate, validation
+from spark_jobs.quality import gate
 from tests.integration.medallion import Platform, activity, payment, windows
 
 pytestmark = pytest.mark.integration

@@ -138,8 +138,8 @@ def test_suites_cover_every_gated_table_and_build(tmp_path) -> None:
 
     from ingest_core.catalog import get_catalog
     from ingest_core.quality.rules import LAYER_RULES
+    from ingest_core.quality.suites import build_suite
     from ingest_core.settings import QualitySettings
-    from spark_jobs.quality.suites import build_suite
 
     gx.get_context(mode="ephemeral")
     catalog = get_catalog()

@@ -40,7 +40,7 @@ def _gate(home: str, tables: list[str], results: Any) -> None:
     try:
         from ingest_core.quality.rules import layer_rules, validated_columns
         from ingest_core.quality.state import Increment
-        from spark_jobs.quality.validation import validate_increments
+        from ingest_core.quality.validation import validate_increments
 
         rules = {r.table: r for r in layer_rules("silver") if r.table in tables}
 

@@ -1,4 +1,4 @@
-"""The gate hands GX only the columns its suites read (spark_jobs/quality/suites.py)."""
+"""The gate hands GX only the columns its suites read (ingest_core/quality/suites.py)."""
 
 from __future__ import annotations
 
@@ -7,8 +7,8 @@ from datetime import UTC, datetime
 import pytest
 
 from ingest_core.quality.rules import GATED_LAYERS, layer_rules, validated_columns
+from ingest_core.quality.suites import build_suite
 from ingest_core.settings import get_settings
-from spark_jobs.quality.suites import build_suite
 
 pytestmark = pytest.mark.unit
 

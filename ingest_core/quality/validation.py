@@ -17,8 +17,8 @@ from ingest_core.locks import file_lock
 from ingest_core.quality.rules import TableRules
 from ingest_core.quality.rules import volume_band as learn_band
 from ingest_core.quality.state import Increment, gate_results
+from ingest_core.quality.suites import build_suite
 from ingest_core.settings import PlatformSettings, get_settings
-from spark_jobs.quality.suites import build_suite
 
 if TYPE_CHECKING:
     from collections.abc import Callable
@@ -71,7 +71,7 @@ def gx_project(settings: PlatformSettings) -> Iterator[Any]:
     four gates started together (a backfill beside a scheduled run) crashed three times in
     four with "ExpectationSuite ... not found", "Store already has the following key" or a
     ``ValidationDefinition`` error, and recorded nothing (issue 50;
-    tests/unit/spark_jobs/test_gate_concurrency.py). A validation takes seconds, so waiting
+    tests/unit/ingest_core/test_gate_concurrency.py). A validation takes seconds, so waiting
     costs little; the lock dies with its holder.
     """
     root = settings.storage.state_path / "gx"

@@ -9,7 +9,9 @@ the live tables, and swaps it in only after the rebuild passed its gate (paramet
 * `silver`: Silver from Bronze, then Gold from the rebuilt Silver (Gold's checkpoints follow
   Silver's tables, so a new Silver needs a new Gold), both gated, both swapped.
 
-`prepare` **refuses while the layer's jobs run** (their checkpoint locks are held) and
+`prepare` **waits while the layer's jobs run** (their checkpoint locks are held: a scheduled
+`medallion_incremental` run or a backfill; a sensor that gives its worker slot back between
+checks every 15 s, for an hour at most, then fails naming them) and
 creates `<data>/_refresh/<run id>/staging` (with a copy of the live `ops_gate_holds`, so
 held rows stay out). The rebuild tasks run on the staging folders only; the live layer keeps
 serving and `medallion_incremental` keeps running meanwhile. `swap` refuses unless every
@@ -22,10 +24,12 @@ fix, and trigger a new refresh.
 
 from __future__ import annotations
 
+import logging
 from datetime import UTC, datetime
 
-from airflow.sdk import DAG, Param, task
+from airflow.sdk import DAG, Param, PokeReturnValue, task
 
+from ingest_core.refresh import BUSY_WAIT_S
 from ingest_platform.operators import SparkJobOperator, StagedJobOperator
 from ingest_platform.orchestration import GOLD_POOL
 
@@ -54,17 +58,22 @@ with DAG(
     },
 ) as dag:
 
-    @task
-    def prepare(params: dict | None = None, run_id: str | None = None) -> str:
-        """Refuse while the layer's jobs run; create the staging folders."""
+    @task.sensor(poke_interval=15, timeout=BUSY_WAIT_S, mode="reschedule")
+    def prepare(params: dict | None = None, run_id: str | None = None) -> PokeReturnValue:
+        """Wait while the layer's jobs run; then create the staging folders (in the same
+        check, so no run starts between the two)."""
         from airflow.sdk.exceptions import AirflowFailException
 
-        from ingest_core.refresh import RefreshError, prepare
+        from ingest_core.refresh import LayerBusyError, RefreshError, prepare
 
         try:
-            return str(prepare(str((params or {})["layer"]), str(run_id)))
+            staging = prepare(str((params or {})["layer"]), str(run_id))
+        except LayerBusyError as error:
+            logging.getLogger(__name__).info("waiting: %s", error)
+            return PokeReturnValue(is_done=False)
         except (RefreshError, ValueError) as error:
             raise AirflowFailException(str(error)) from None
+        return PokeReturnValue(is_done=True, xcom_value=str(staging))
 
     rebuild_silver = StagedJobOperator(
         task_id="rebuild_silver", job="silver_refine", job_args=AVAILABLE_NOW, builds="silver"

@@ -40,6 +40,18 @@ class RefreshError(RuntimeError):
     """A refresh step cannot go on; nothing live was changed (the message says why)."""
 
 
+class LayerBusyError(RefreshError):
+    """A job of the layer a refresh rebuilds holds its checkpoint lock right now: try again
+    once it finished (``layer_full_refresh``'s ``prepare`` does, for :data:`BUSY_WAIT_S`)."""
+
+
+#: How long ``layer_full_refresh`` waits for the layer's running jobs before it refuses, in
+#: seconds. Soak run 10: a refresh triggered while the 15-minute medallion run's
+#: ``gold_aggregate`` (or a backfill's Gold) ran failed at once and needed a human to trigger
+#: it again; an hour covers a backfill of several intervals.
+BUSY_WAIT_S = 3600.0
+
+
 def layers_of(layer: str) -> tuple[str, ...]:
     """The layers a full refresh of ``layer`` rebuilds.
 
@@ -119,13 +131,14 @@ def prepare(layer: str, refresh_id: str, settings: PlatformSettings | None = Non
     ``ops_gate_holds``).
 
     :returns: the staging folder.
-    :raises RefreshError: a job of the layer is running, or the refresh id was used.
+    :raises LayerBusyError: a job of the layer is running.
+    :raises RefreshError: the refresh id was used.
     """
     settings = settings or get_settings()
     layout = RefreshLayout(refresh_id, settings)
     busy = busy_jobs(layer, settings)
     if busy:
-        raise RefreshError(
+        raise LayerBusyError(
             f"refusing to refresh {layer}: {', '.join(busy)} is running; wait "
             "for it to finish (or stop it) and trigger again"
         )

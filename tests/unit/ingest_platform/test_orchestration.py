@@ -326,3 +326,28 @@ def test_inputs_snapshot_changes_with_a_new_delta_version_or_checkpoint_batch(
         assert inputs_snapshot("silver_refine", ["bronze_events"]) != third
     finally:
         get_settings.cache_clear()
+
+
+def test_a_refresh_waits_while_the_layers_jobs_run_then_prepares(dagbag, ingest_home: Path) -> None:
+    """Soak run 10: a refresh triggered while the medallion's ``gold_aggregate`` ran failed at
+    once (a human had to trigger it again). ``prepare`` is a rescheduling sensor: not done
+    while the layer's checkpoint lock is held, done (staging created) once it is free."""
+    from airflow.sdk.exceptions import AirflowFailException
+
+    from ingest_core.locks import checkpoint_lock
+    from ingest_core.refresh import BUSY_WAIT_S
+
+    prepare = dagbag.dags["layer_full_refresh"].get_task("prepare")
+    assert prepare.mode == "reschedule"  # its worker slot is free between checks
+    assert prepare.timeout == BUSY_WAIT_S
+    checkpoint = get_catalog().job("gold_aggregate").checkpoint()
+    checkpoint.mkdir(parents=True)
+    with checkpoint_lock(checkpoint):  # a Gold run holds it
+        waiting = prepare.python_callable(params={"layer": "gold"}, run_id="r1")
+    assert waiting.is_done is False
+    assert not (ingest_home / "data" / "_refresh").exists()  # nothing prepared yet
+    done = prepare.python_callable(params={"layer": "gold"}, run_id="r1")
+    assert done.is_done is True
+    assert Path(done.xcom_value).is_dir()
+    with pytest.raises(AirflowFailException, match="already has folders"):
+        prepare.python_callable(params={"layer": "gold"}, run_id="r1")  # not retried

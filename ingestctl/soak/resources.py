@@ -127,8 +127,12 @@ class CpuSampler:
         self.home = str(home)
         self.every_s = every_s
         self.account = CpuAccount()
-        #: (pid, start time) -> (component, CPU seconds at its last sample); None: not ours.
-        self._seen: dict[tuple[int, float], tuple[str, float] | None] = {}
+        #: (pid, start time) -> (component, CPU seconds at its last sample, the command line
+        #: it was named from); None: not ours.
+        self._seen: dict[tuple[int, float], tuple[str, float, list[str] | None] | None] = {}
+        #: Pids of processes found ours (a pid reused by a stranger's process is rare
+        #: within one soak and only matters for its children).
+        self._ours_pids: set[int] = set()
         self._machine0 = 0.0
         self._wall0 = 0.0
         self._stop = threading.Event()
@@ -158,11 +162,32 @@ class CpuSampler:
                 return
 
     def _ours(self, process: psutil.Process, descendants: set[int]) -> bool:
-        if process.pid in descendants:
+        """The soak's descendants, processes with its ``INGEST_HOME``, processes whose
+        command line names a path in its home (the PostgreSQL server: started as another
+        user, with a clean environment), and children of processes already found ours (the
+        server's backends)."""
+        if process.pid in descendants or process.ppid() in self._ours_pids:
             return True
         with contextlib.suppress(psutil.Error):
-            return process.environ().get("INGEST_HOME") == self.home
+            if process.environ().get("INGEST_HOME") == self.home:
+                return True
+        with contextlib.suppress(psutil.Error):
+            inside = self.home.rstrip("/") + "/"
+            return any(inside in word for word in process.cmdline())
         return False
+
+    def _name(self, process: psutil.Process, cmdline: list[str]) -> str:
+        """``process``'s component (:func:`component`); a PySpark program's JVM is its
+        parent's."""
+        if process.pid == self._me:
+            return "soak"
+        name = component(cmdline)
+        if name.startswith("other: java"):
+            with contextlib.suppress(psutil.Error):
+                parent = process.parent()
+                if parent is not None:
+                    name = f"{component(parent.cmdline())} (JVM)"
+        return name
 
     def sample(self) -> None:
         """Add each platform process's CPU since its last sample to its component."""
@@ -175,21 +200,23 @@ class CpuSampler:
                 key = (process.pid, process.create_time())
                 if key not in self._seen:
                     ours = self._ours(process, descendants)
-                    name = "soak" if process.pid == self._me else component(process.cmdline())
-                    if name.startswith("other: java"):  # a PySpark program's JVM: its parent's
-                        with contextlib.suppress(psutil.Error):
-                            parent = process.parent()
-                            if parent is not None:
-                                name = f"{component(parent.cmdline())} (JVM)"
-                    self._seen[key] = (name, 0.0) if ours else None
+                    self._seen[key] = ("", 0.0, None) if ours else None
+                    if ours:
+                        self._ours_pids.add(process.pid)
                 seen = self._seen[key]
                 if seen is None:
                     continue
-                name, before = seen
+                name, before, named_from = seen
+                cmdline = process.cmdline()
+                if cmdline != named_from:
+                    # Named afresh when the command line changes: an always-on job's launcher
+                    # execs spark-submit, which execs the driver's JVM, all in one process
+                    # (soak run 10 charged the drivers' CPU to the launchers).
+                    name = self._name(process, cmdline)
                 times = process.cpu_times()
                 now = times.user + times.system
                 seconds[name] = seconds.get(name, 0.0) + max(0.0, now - before)
-                self._seen[key] = (name, now)
+                self._seen[key] = (name, now, cmdline)
         self.account.machine_s = _machine_cpu() - self._machine0
         self.account.wall_s = time.monotonic() - self._wall0
 

@@ -110,3 +110,69 @@ def test_a_busy_process_of_the_soaks_home_is_charged_and_a_strangers_is_not(
     assert account.seconds.get("spark: gold_aggregate", 0) >= 0.7
     assert "spark: late_corrections" not in account.seconds
     assert account.machine_s >= 1.4
+
+
+def test_a_launcher_that_execs_its_driver_charges_the_driver_after_the_exec(
+    tmp_path: Path,
+) -> None:
+    """Soak run 10: an always-on job's launcher (``python -m ingest_platform.hooks submit``)
+    execs spark-submit and then the driver in the same process (same pid, same start
+    time); the sampler named it once, so the drivers' CPU went to the launchers."""
+    package = tmp_path / "path" / "ingest_platform"
+    package.mkdir(parents=True)
+    (package / "__init__.py").write_text("")
+    burn = tmp_path / "burn.py"
+    burn.write_text(
+        "import sys, time\n"
+        "end = time.process_time() + 1.0\n"
+        "while time.process_time() < end:\n"
+        "    pass\n"
+    )
+    (package / "hooks.py").write_text(  # a launcher: idle, then becomes the driver
+        "import os, sys, time\n"
+        "time.sleep(0.8)\n"
+        "os.execv(sys.executable,"
+        f" [sys.executable, {str(burn)!r}, 'spark_jobs/bronze_ingest.py'])\n"
+    )
+    home = tmp_path / "home"
+    sampler = CpuSampler(home, every_s=0.2)
+    sampler.start()
+    launcher = subprocess.Popen(
+        [sys.executable, "-m", "ingest_platform.hooks", "submit", "bronze_ingest"],
+        env={**os.environ, "INGEST_HOME": str(home), "PYTHONPATH": str(tmp_path / "path")},
+        start_new_session=True,
+    )
+    launcher.wait(60)
+    account = sampler.stop()
+    assert account.seconds.get("spark: bronze_ingest", 0) >= 0.7
+    assert account.seconds.get("spark-submit launchers", 0) < 0.5  # its start-up only
+
+
+def test_a_server_started_as_another_user_in_the_soaks_home_is_charged_with_its_children(
+    tmp_path: Path,
+) -> None:
+    """Soak run 10 charged PostgreSQL nothing: its server runs as another user with a clean
+    environment and leaves the soak's process tree (``pg_ctl`` daemonises it); its backends
+    are its children. It is ours by the data folder in its command line."""
+    script = tmp_path / "server.py"
+    script.write_text(  # a "server" that forks a busy "backend"
+        "import os, sys, time\n"
+        "if os.fork() == 0:\n"
+        "    os.execv(sys.executable, [sys.executable, '-c', 'import time\\n"
+        "end = time.process_time() + 1.0\\nwhile time.process_time() < end: pass'])\n"
+        "os.wait()\n"
+        "open(sys.argv[2], 'w').close()\n"
+    )
+    home = tmp_path / "home"
+    env = {k: v for k, v in os.environ.items() if k != "INGEST_HOME"}
+    sampler = CpuSampler(home, every_s=0.2)
+    sampler.start()
+    subprocess.run(
+        f"{sys.executable} {script} {home}/postgres/data {tmp_path / 'done'} &",
+        shell=True,
+        check=True,
+        env=env,
+    )
+    wait_until(lambda: (tmp_path / "done").exists(), 30, 0.1, what="the server to finish")
+    account = sampler.stop()
+    assert account.seconds.get("python -c", 0) >= 0.7, account.seconds

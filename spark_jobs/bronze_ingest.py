@@ -16,7 +16,11 @@ import argparse
 import sys
 from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import Any
+
+from pyspark.sql import DataFrame, SparkSession
+from pyspark.sql import functions as F
+from pyspark.sql.streaming import StreamingQuery
 
 from ingest_core.catalog import KafkaSourceSpec, get_catalog
 from ingest_core.kafka_offsets import (
@@ -31,10 +35,6 @@ from spark_jobs.delta_io import ensure_table_properties
 from spark_jobs.job_cli import job_parser, parse_job_args, run_job
 from spark_jobs.local_frames import local_frame
 from spark_jobs.triggers import TriggerError, TriggerSpec
-
-if TYPE_CHECKING:
-    from pyspark.sql import DataFrame, SparkSession
-    from pyspark.sql.streaming import StreamingQuery
 
 JOB_NAME = "bronze_ingest"
 #: Spark 4.2's real-time mode cannot write Delta.
@@ -61,7 +61,6 @@ def to_bronze(
         1 log-append time), ``ingestion_time`` timestamp (the micro-batch's start, UTC),
         ``ingestion_date`` date (partition column, from ``ingestion_time``).
     """
-    from pyspark.sql import functions as F
 
     ids = {t: i for t, i in (topic_ids or {}).items() if i}
     topic_id = (
@@ -145,17 +144,9 @@ def start(
     bootstrap = bootstrap_servers or settings.kafka.bootstrap_servers
     subscribed = list(topics or [settings.kafka.topic(t) for t in job.source.topics])
     checkpoint_path = checkpoint or job.checkpoint(settings)
-    found = inspect_kafka(checkpoint_path, bootstrap, subscribed, settings.kafka)
-    if found.gaps and not accept_data_loss:
-        raise DataLossError(found.gaps)
-    if found.gaps:
-        record_gaps(spark, found.gaps, catalog.table("bronze_kafka_gaps").path(settings))
-        resume_after_gaps(checkpoint_path, found)
-    # Every row carries the id of the topic incarnation it was read from, looked up now. A
-    # topic re-created while the query runs fails it when offsets shrink or partitions vanish
-    # (failOnDataLoss), and the next start sees the new id; a new topic that overtakes the
-    # old end between two micro-batches is not seen (Spark's Kafka source has no topic ids).
-    record_topic_ids(checkpoint_path, found.topic_ids)
+    topic_ids = _check_kafka_positions(
+        spark, checkpoint_path, bootstrap, subscribed, accept_data_loss=accept_data_loss
+    )
     reader = (
         spark.readStream.format("kafka")
         # bootstrap servers and the security settings (SASL, TLS) of the profile
@@ -169,7 +160,7 @@ def start(
     limit = max_offsets_per_trigger or job.max_offsets_per_trigger
     if limit:
         reader = reader.option("maxOffsetsPerTrigger", str(limit))
-    bronze = to_bronze(reader.load(), found.topic_ids)
+    bronze = to_bronze(reader.load(), topic_ids)
     if job.output_files_per_batch:
         bronze = bronze.coalesce(job.output_files_per_batch)
     path = table_path or table.path(settings)
@@ -186,6 +177,37 @@ def start(
         .queryName(JOB_NAME)
     )
     return trigger.apply(writer).start(str(path))
+
+
+def _check_kafka_positions(
+    spark: SparkSession,
+    checkpoint: Path,
+    bootstrap: str,
+    topics: Sequence[str],
+    *,
+    accept_data_loss: bool,
+) -> dict[str, str | None]:
+    """Compare ``checkpoint``'s Kafka positions with what Kafka holds before a start; with
+    ``accept_data_loss``, record the gaps in ``bronze_kafka_gaps`` and move the positions
+    past them. :returns: each topic's current topic id (None where Kafka gives none), also
+    recorded in the checkpoint.
+
+    :raises DataLossError: gaps, and ``accept_data_loss`` is false.
+    """
+    settings = get_settings()
+    found = inspect_kafka(checkpoint, bootstrap, topics, settings.kafka)
+    if found.gaps and not accept_data_loss:
+        raise DataLossError(found.gaps)
+    if found.gaps:
+        gaps_table = get_catalog().table("bronze_kafka_gaps").path(settings)
+        record_gaps(spark, found.gaps, gaps_table)
+        resume_after_gaps(checkpoint, found)
+    # Every row carries the id of the topic incarnation it was read from, looked up now. A
+    # topic re-created while the query runs fails it when offsets shrink or partitions vanish
+    # (failOnDataLoss), and the next start sees the new id; a new topic that overtakes the
+    # old end between two micro-batches is not seen (Spark's Kafka source has no topic ids).
+    record_topic_ids(checkpoint, found.topic_ids)
+    return dict(found.topic_ids)
 
 
 def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:

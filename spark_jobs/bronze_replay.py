@@ -34,7 +34,10 @@ import json
 import sys
 from collections.abc import Callable, Sequence
 from dataclasses import asdict
-from typing import TYPE_CHECKING, Any
+from typing import Any
+
+from delta.tables import DeltaTable
+from pyspark.sql import SparkSession
 
 from ingest_core.catalog import get_catalog
 from ingest_core.replay_plan import (
@@ -48,9 +51,6 @@ from ingest_core.settings import PlatformSettings, get_settings
 from ingest_core.time_range import TimeRange, TimeRangeError
 from spark_jobs.job_cli import run_job
 
-if TYPE_CHECKING:
-    from pyspark.sql import SparkSession
-
 JOB_NAME = "bronze_replay"
 
 
@@ -61,7 +61,6 @@ def replay(
 
     :returns: ``{"read": rows read from Kafka, "inserted": rows added to Bronze}``.
     """
-    from delta.tables import DeltaTable
 
     from ingest_core.delta_tables import table_exists
     from spark_jobs.bronze_ingest import to_bronze

@@ -31,6 +31,10 @@ import threading
 import time
 from pathlib import Path
 
+from delta.tables import DeltaTable
+from pyspark.sql import DataFrame
+from pyspark.sql import functions as F
+
 from ingest_core.locks import file_lock
 
 # What a driver needs to map the archive is in the Spark-free core; importable from here too.
@@ -51,8 +55,6 @@ def _workload(archive: Path) -> None:
     """Run what the platform's drivers run, on a few rows, in a driver that records the
     classes it loads into ``archive`` when its JVM exits: Delta writes, reads, MERGE and an
     AvailableNow stream, JSON parsing, event-time windows, the Kafka source's planning."""
-    from pyspark.sql import DataFrame
-    from pyspark.sql import functions as F
 
     # The build that started this driver was killed: stop too (the JVM, its stdin closed,
     # exits), rather than record an archive nobody will move into place.
@@ -86,7 +88,6 @@ def _workload(archive: Path) -> None:
         source, target = f"{folder}/source", f"{folder}/target"
         events.write.format("delta").partitionBy("event_id").mode("overwrite").save(source)
         events.limit(10).write.format("delta").save(target)
-        from delta.tables import DeltaTable
 
         def merge(batch: DataFrame, batch_id: int) -> None:
             (

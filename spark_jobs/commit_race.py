@@ -30,10 +30,8 @@ from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
-from typing import TYPE_CHECKING
 
-if TYPE_CHECKING:
-    from pyspark.sql import SparkSession
+from pyspark.sql import SparkSession
 
 #: The Hadoop key of the platform log store's test pause (``LocalPutIfAbsentLogStore.
 #: PAUSE_KEY``): milliseconds between writing a commit's temporary file and its atomic step.

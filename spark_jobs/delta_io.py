@@ -11,13 +11,12 @@ from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
 from pathlib import Path
-from typing import TYPE_CHECKING
+
+from delta.tables import DeltaTable
+from pyspark.sql import DataFrame, SparkSession
+from pyspark.sql.types import StructType
 
 from ingest_core.delta_tables import table_exists
-
-if TYPE_CHECKING:
-    from pyspark.sql import DataFrame, SparkSession
-    from pyspark.sql.types import StructType
 
 
 def append_idempotent(
@@ -67,7 +66,6 @@ def ensure_table_properties(
     """
     if not properties:
         return {}
-    from delta.tables import DeltaTable
 
     if not table_exists(path):
         builder = DeltaTable.createIfNotExists(spark).location(str(path)).addColumns(schema)

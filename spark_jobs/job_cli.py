@@ -8,13 +8,12 @@ import argparse
 import sys
 from collections.abc import Callable, Iterator, Sequence
 from contextlib import AbstractContextManager, contextmanager, nullcontext
-from typing import TYPE_CHECKING, Any
+from typing import Any
+
+from pyspark.sql import SparkSession
 
 from ingest_core.catalog import get_catalog
 from spark_jobs.triggers import TriggerError, parse_trigger
-
-if TYPE_CHECKING:
-    from pyspark.sql import SparkSession
 
 
 def job_parser(job_name: str, description: str) -> argparse.ArgumentParser:

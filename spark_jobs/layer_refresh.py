@@ -33,7 +33,8 @@ import json
 import sys
 from collections.abc import Callable, Sequence
 from datetime import UTC, datetime
-from typing import TYPE_CHECKING
+
+from pyspark.sql import SparkSession
 
 from ingest_core.catalog import get_catalog
 from ingest_core.refresh import (
@@ -50,9 +51,6 @@ from ingest_core.refresh import (
 from ingest_core.settings import PlatformSettings, get_settings
 from spark_jobs.job_cli import run_job
 from spark_jobs.local_frames import local_frame
-
-if TYPE_CHECKING:
-    from pyspark.sql import SparkSession
 
 JOB_NAME = "layer_refresh"
 

@@ -13,19 +13,17 @@ batch's reconciliation row, a gate's results, a Kafka gap); as literal expressio
 from __future__ import annotations
 
 from collections.abc import Iterable, Mapping, Sequence
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
-if TYPE_CHECKING:  # pyspark is imported when a frame is built: importing this module is free
-    from pyspark.sql import Column, DataFrame, SparkSession
-    from pyspark.sql.types import DataType, StructType
+from pyspark.sql import Column, DataFrame, SparkSession
+from pyspark.sql import functions as F
+from pyspark.sql.types import ArrayType, DataType, MapType, StructType
 
 
 def _literal(value: Any, data_type: DataType) -> Column:
     """``value`` as a column of type ``data_type``: structs from tuples or mappings, arrays
     from sequences, maps from mappings, anything else through :func:`pyspark.sql.functions.lit`
     (a naive ``datetime`` is a local time, as ``createDataFrame`` takes it) and a cast."""
-    from pyspark.sql import functions as F
-    from pyspark.sql.types import ArrayType, MapType, StructType
 
     if value is None:
         return F.lit(None).cast(data_type)
@@ -70,8 +68,6 @@ def local_frame(
         ``schema`` is not a list of columns.
     :raises pyspark.errors.PySparkException: a value does not cast to its column's type.
     """
-    from pyspark.sql import functions as F
-    from pyspark.sql.types import StructType
 
     struct = schema if isinstance(schema, StructType) else StructType.fromDDL(schema)
     if not isinstance(struct, StructType):  # a DDL string of one type, not of columns

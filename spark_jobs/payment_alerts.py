@@ -29,6 +29,9 @@ from collections.abc import Callable, Sequence
 from datetime import UTC, datetime, timedelta
 from typing import TYPE_CHECKING
 
+from pyspark.sql import DataFrame, SparkSession
+from pyspark.sql.streaming import StreamingQuery
+
 from ingest_core.catalog import KafkaSourceSpec, get_catalog
 from ingest_core.delta_tables import checkpoint_query_id, table_exists
 from ingest_core.settings import PlatformSettings, get_settings
@@ -41,8 +44,6 @@ from spark_jobs.triggers import TriggerError, TriggerSpec
 if TYPE_CHECKING:
     from pathlib import Path
 
-    from pyspark.sql import DataFrame, SparkSession
-    from pyspark.sql.streaming import StreamingQuery
 
 JOB_NAME = "payment_alerts"
 #: The query (and checkpoint folder) that lands the alerts topic in ``gold_payment_alerts``.

@@ -30,6 +30,10 @@ import sys
 from collections.abc import Callable, Sequence
 from typing import TYPE_CHECKING
 
+from pyspark.sql import DataFrame, SparkSession
+from pyspark.sql import functions as F
+from pyspark.sql.streaming import StreamingQuery
+
 from ingest_core.catalog import KafkaSinkSpec, KafkaSourceSpec, get_catalog
 from ingest_core.settings import PlatformSettings, get_settings
 from spark_jobs.job_cli import job_parser, parse_job_args, run_job
@@ -38,8 +42,6 @@ from spark_jobs.triggers import TriggerSpec
 if TYPE_CHECKING:
     from pathlib import Path
 
-    from pyspark.sql import DataFrame, SparkSession
-    from pyspark.sql.streaming import StreamingQuery
 
 JOB_NAME = "payment_alerts_rt"
 SINK_FORMAT = "kafka"
@@ -71,7 +73,6 @@ def topic_partitions(settings: PlatformSettings) -> dict[str, int]:
 def alert_stream(spark: SparkSession, settings: PlatformSettings) -> DataFrame:
     """The alerts topic's records (``key``, ``value`` strings) for every payment a stateless
     rule flags, with the observed metric ``skipped`` (records Silver would quarantine)."""
-    from pyspark.sql import functions as F
 
     from spark_jobs.payment_alerts import parse_payments
     from spark_jobs.transforms.alerts import alert_records, stateless_alerts

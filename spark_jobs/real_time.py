@@ -23,12 +23,10 @@ from __future__ import annotations
 import contextlib
 import re
 from collections.abc import Mapping
-from typing import TYPE_CHECKING
+
+from pyspark.sql import DataFrame, SparkSession
 
 from spark_jobs.triggers import TriggerError
-
-if TYPE_CHECKING:
-    from pyspark.sql import DataFrame, SparkSession
 
 #: Logical plan nodes that keep state across records (Spark's ``UnsupportedOperationChecker``
 #: refuses them in real-time mode): aggregations, deduplication, joins of two streams,

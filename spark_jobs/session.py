@@ -16,7 +16,11 @@ import time
 import types
 from collections.abc import Mapping
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import Any
+
+import pyspark
+from pyspark import SparkConf, SparkContext
+from pyspark.sql import SparkSession
 
 from ingest_core.settings import PlatformSettings
 
@@ -51,9 +55,6 @@ __all__ = [
     "submitted_master",
 ]
 
-if TYPE_CHECKING:
-    from pyspark.sql import SparkSession
-
 
 def launched_by_spark_submit() -> bool:
     """Whether this Python process is a driver started by ``spark-submit`` (which hands it a
@@ -66,7 +67,6 @@ def submitted_master() -> str | None:
     read before any SparkContext exists; None outside spark-submit."""
     if not launched_by_spark_submit():
         return None
-    from pyspark import SparkConf, SparkContext
 
     defer_pyspark_testing_utils()  # this may be the driver's first JVM call
     # A SparkConf made before the gateway is up has no JVM behind it and reads nothing.
@@ -133,7 +133,6 @@ def defer_pyspark_testing_utils() -> None:
     ``pyspark.testing.utils`` is already imported (then nothing is saved, nothing changes)."""
     if PYSPARK_TESTING_UTILS in sys.modules:
         return
-    import pyspark
 
     stand_in = _TestingUtilsUntilNeeded(PYSPARK_TESTING_UTILS)
     folder = Path(pyspark.__file__).parent / "testing"
@@ -173,7 +172,6 @@ def build_spark_session(
         spark = build_spark_session("bronze_ingest")
         spark.read.format("delta").load(path).count()
     """
-    from pyspark.sql import SparkSession
 
     defer_pyspark_testing_utils()
     # Spark hands timestamps to Python as naive local times: make "local" UTC, the session

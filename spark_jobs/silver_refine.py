@@ -53,11 +53,12 @@ import threading
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from datetime import UTC, datetime, timedelta
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 from delta.tables import DeltaTable
-from pyspark.sql import Window
+from pyspark.sql import DataFrame, SparkSession, Window
 from pyspark.sql import functions as F
+from pyspark.sql.streaming import StreamingQuery
 
 from ingest_core.catalog import Catalog, get_catalog
 from ingest_core.contracts import CONTRACTS, TOPICS, get_contracts
@@ -80,10 +81,6 @@ from spark_jobs.transforms.silver import (
     quarantine_rows,
 )
 from spark_jobs.triggers import TriggerError, TriggerSpec
-
-if TYPE_CHECKING:
-    from pyspark.sql import DataFrame, SparkSession
-    from pyspark.sql.streaming import StreamingQuery
 
 JOB_NAME = "silver_refine"
 #: The table every batch records its counts and watermarks in, last.

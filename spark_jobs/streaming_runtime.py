@@ -35,21 +35,15 @@ import threading
 import time
 from collections.abc import Callable
 from datetime import UTC, datetime
-from typing import TYPE_CHECKING, Any
+from typing import Any
+
+from pyspark.sql import SparkSession
+from pyspark.sql.streaming import StreamingQuery
+from pyspark.sql.streaming import StreamingQueryListener as _Listener
 
 from ingest_core.consumer_groups import GroupOffsetCommitter, kafka_offsets
 from ingest_core.runtime_files import RuntimeFiles, read_json, runtime_files, write_json
 from ingest_core.settings import PlatformSettings, get_settings
-
-if TYPE_CHECKING:
-    from pyspark.sql import SparkSession
-    from pyspark.sql.streaming import StreamingQuery
-
-_Listener: Any
-try:  # pyspark is absent in processes that only read heartbeats (Airflow's)
-    from pyspark.sql.streaming import StreamingQueryListener as _Listener
-except ImportError:  # pragma: no cover - pyspark is a dependency of the project
-    _Listener = object
 
 #: Batches kept per query in the heartbeat's ``history`` (the Streaming page's charts).
 HISTORY = 60

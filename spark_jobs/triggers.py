@@ -16,12 +16,11 @@ An interval is read by :func:`ingest_core.intervals.spark_interval`: ``<number> 
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Literal
+from typing import Literal
+
+from pyspark.sql.streaming import DataStreamWriter
 
 from ingest_core.intervals import IntervalError, spark_interval
-
-if TYPE_CHECKING:
-    from pyspark.sql.streaming import DataStreamWriter
 
 TriggerKind = Literal["available-now", "processing-time", "real-time"]
 

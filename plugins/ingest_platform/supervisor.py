@@ -64,7 +64,7 @@ from ingest_core.catalog import get_catalog
 from ingest_core.locks import file_lock, lock_holder
 from ingest_core.processes import command_line, stop_group
 from ingest_core.runtime_files import RuntimeFiles, read_json, runtime_files, write_json
-from ingest_core.settings import PROJECT_ROOT, PlatformSettings, get_settings
+from ingest_core.settings import PROJECT_ROOT, PlatformSettings, SupervisorSettings, get_settings
 from ingest_core.waiting import wait_until
 
 #: Supervisor actions a DAG run can ask for.
@@ -425,28 +425,14 @@ def _supervise(
         since_start = float("inf")
     reason = "not running"
     if current.running:
-        age = current.heartbeat_age_s
-        fresh_since_start = age is not None and since_start is not None and age <= since_start
-        if (
-            age is not None
-            and age <= limits.heartbeat_timeout_s
-            and (fresh_since_start or since_start is None)
-        ):
-            if (
-                since_start is not None
-                and since_start >= limits.stable_after_s
-                and float(record.get("budget_from", 0)) < starts[-1]
-            ):
-                record["budget_from"] = now  # stable: the starts before no longer count
-                write_json(files.supervisor, record)
-            return f"{job}: healthy"
-        if since_start is not None and since_start < limits.startup_grace_s:
-            return f"{job}: starting ({since_start:.0f} s ago), no heartbeat yet"
-        reason = (
-            f"heartbeat {age:.0f} s old (limit {limits.heartbeat_timeout_s:.0f} s)"
-            if age is not None
-            else "no heartbeat"
+        budget_from = record.get("budget_from")
+        verdict, reason = _judge_running(
+            job, current.heartbeat_age_s, record, since_start, now, limits
         )
+        if verdict is not None:
+            if record.get("budget_from") != budget_from:
+                write_json(files.supervisor, record)
+            return verdict
         echo(f"{job}: stuck ({reason}): stopping pid {current.pid}")
         _terminate(record.get("process_group"), current.pid, job)
     if probe is not None:
@@ -476,6 +462,39 @@ def _supervise(
     if crash_loop:
         raise SupervisorError(f"{looping}; started it again (pid {pid}).{tail}")
     return f"{job}: started (pid {pid}) because {reason}"
+
+
+def _judge_running(
+    job: str,
+    age: float | None,
+    record: dict[str, Any],
+    since_start: float | None,
+    now: float,
+    limits: SupervisorSettings,
+) -> tuple[str | None, str]:
+    """A running driver's verdict from its heartbeat's age (s) and the time since its last
+    start (s): ``(message, "")`` when healthy (``record``'s restart budget reset once it has
+    run ``stable_after_s``; the caller saves ``record``) or still in its start-up grace,
+    else ``(None, why it is stuck)``."""
+    fresh_since_start = age is not None and since_start is not None and age <= since_start
+    if (
+        age is not None
+        and age <= limits.heartbeat_timeout_s
+        and (fresh_since_start or since_start is None)
+    ):
+        starts = sorted(record["starts"])
+        if (
+            since_start is not None
+            and since_start >= limits.stable_after_s
+            and float(record.get("budget_from", 0)) < starts[-1]
+        ):
+            record["budget_from"] = now  # stable: the starts before no longer count
+        return f"{job}: healthy", ""
+    if since_start is not None and since_start < limits.startup_grace_s:
+        return f"{job}: starting ({since_start:.0f} s ago), no heartbeat yet", ""
+    if age is None:
+        return None, "no heartbeat"
+    return None, f"heartbeat {age:.0f} s old (limit {limits.heartbeat_timeout_s:.0f} s)"
 
 
 def _look(files: RuntimeFiles) -> str:

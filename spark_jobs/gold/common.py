@@ -13,6 +13,10 @@ from collections.abc import Sequence
 from datetime import UTC, datetime
 from typing import TYPE_CHECKING
 
+from delta.tables import DeltaTable
+from pyspark.sql import DataFrame, SparkSession, Window
+from pyspark.sql import functions as F
+
 from ingest_core.catalog import get_catalog
 from ingest_core.delta_tables import committed_offsets, delta_source_batches, table_exists
 from ingest_core.settings import PlatformSettings, get_settings
@@ -21,8 +25,6 @@ from spark_jobs.local_frames import local_frame
 from spark_jobs.quality.holds import without_held
 
 if TYPE_CHECKING:
-    from pyspark.sql import DataFrame, SparkSession
-
     from ingest_core.catalog import WindowSpec
 
 #: Silver columns ``gold_customer_metrics`` (code, not a declared window) reads.
@@ -115,9 +117,6 @@ def behind_gold(
     """
     import time
 
-    from pyspark.sql import DataFrame
-    from pyspark.sql import functions as F
-
     from ingest_core.intervals import parse_interval
 
     settings = settings or get_settings()
@@ -182,8 +181,6 @@ def silver_with_late(
     :returns: ``columns`` plus ``late`` boolean.
     :raises StopIteration: ``table`` is no event table.
     """
-    from pyspark.sql import Window
-    from pyspark.sql import functions as F
 
     from ingest_core.contracts import CONTRACTS, ENVELOPE_DDL, PAYLOAD_DDL
 
@@ -266,7 +263,6 @@ def reconcile_payment_totals(
     :returns: windows checked.
     :raises GoldReconciliationError: windows differ; the message lists up to five.
     """
-    from pyspark.sql import functions as F
 
     settings = settings or get_settings()
     table = "gold_payment_totals_5m"
@@ -319,7 +315,6 @@ def merge_customer_metrics(
         corrections).
     :param version: Delta ``txnVersion``: the writer's batch or run number, increasing.
     """
-    from delta.tables import DeltaTable
 
     if not table_exists(path):
         increment.limit(0).write.format("delta").save(path)

@@ -32,7 +32,10 @@ import argparse
 import functools
 import sys
 from collections.abc import Callable, Sequence
-from typing import TYPE_CHECKING
+
+from pyspark.sql import DataFrame, SparkSession
+from pyspark.sql import functions as F
+from pyspark.sql.streaming import StreamingQuery
 
 from ingest_core.catalog import get_catalog
 from ingest_core.delta_tables import checkpoint_query_id, table_exists
@@ -45,10 +48,6 @@ from spark_jobs.gold.common import (
 from spark_jobs.job_cli import job_parser, parse_job_args, run_job
 from spark_jobs.quality.holds import without_held
 from spark_jobs.triggers import TriggerError, TriggerSpec
-
-if TYPE_CHECKING:
-    from pyspark.sql import DataFrame, SparkSession
-    from pyspark.sql.streaming import StreamingQuery
 
 JOB_NAME = "gold_aggregate"
 REAL_TIME_REFUSAL = (
@@ -109,7 +108,6 @@ def start(
     :raises TriggerError: a real-time trigger.
     :returns: the started queries (possibly none, when Silver is still empty).
     """
-    from pyspark.sql import functions as F
 
     if trigger.kind == "real-time":
         raise TriggerError(REAL_TIME_REFUSAL)

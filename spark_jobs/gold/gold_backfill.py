@@ -41,16 +41,16 @@ import sys
 from collections.abc import Callable, Sequence
 from dataclasses import asdict, dataclass
 from datetime import timedelta
-from typing import TYPE_CHECKING
+
+from delta.tables import DeltaTable
+from pyspark.sql import Column, DataFrame, SparkSession
+from pyspark.sql import functions as F
 
 from ingest_core.catalog import WindowSpec, get_catalog
 from ingest_core.settings import PlatformSettings, get_settings
 from ingest_core.time_range import TimeRange, TimeRangeError
 from spark_jobs.gold.common import gold_watermark, window_source
 from spark_jobs.job_cli import run_job
-
-if TYPE_CHECKING:
-    from pyspark.sql import Column, DataFrame, SparkSession
 
 JOB_NAME = "gold_backfill"
 #: A backfill's interval may span at most this long (one DAG run is normally 15 minutes).
@@ -131,7 +131,6 @@ class TableReport:
 
 
 def _interval_rows(df: DataFrame, spec: WindowedTable, interval: TimeRange) -> DataFrame:
-    from pyspark.sql import functions as F
 
     column = F.col(spec.start_col)
     return df.where((column >= F.lit(interval.start)) & (column < F.lit(interval.end)))
@@ -170,7 +169,6 @@ def recompute(
     :returns: the table's columns (see :mod:`spark_jobs.transforms.gold`).
     :raises KeyError: ``table`` is not a windowed Gold table.
     """
-    from pyspark.sql import functions as F
 
     spec = _specs()[table]
     rows = source if source is not None else _source(spark, spec, settings)
@@ -214,7 +212,6 @@ def interval_changes(
         ``existing``, no finalised row in ``fresh``), ``changed`` (both, some value differs;
         nulls compare equal).
     """
-    from pyspark.sql import functions as F
 
     values = [c for c in existing.columns if c not in keys]
     s_in, t_in = F.col("s._final").isNotNull(), F.col("t._in").isNotNull()
@@ -251,8 +248,6 @@ def backfill_table(
     :param source: see :func:`recompute`.
     :raises KeyError: ``table`` is not a windowed Gold table.
     """
-    from delta.tables import DeltaTable
-    from pyspark.sql import functions as F
 
     from ingest_core.delta_tables import delta_version
     from spark_jobs.delta_io import read_table

@@ -56,7 +56,10 @@ import functools
 import operator
 import sys
 from collections.abc import Callable, Sequence
-from typing import TYPE_CHECKING
+
+from delta.tables import DeltaTable
+from pyspark.sql import DataFrame, SparkSession
+from pyspark.sql import functions as F
 
 from ingest_core.catalog import get_catalog
 from ingest_core.delta_tables import table_exists
@@ -76,10 +79,6 @@ from spark_jobs.gold.common import (
     windows_by_source,
 )
 from spark_jobs.job_cli import run_job
-
-if TYPE_CHECKING:
-    from pyspark.sql import DataFrame, SparkSession
-
 
 JOB_NAME = "late_corrections"
 LEDGER_TABLE = "gold_late_corrections"
@@ -120,8 +119,6 @@ def correct_windows(
     :param rows: the window's source rows, on-time and late (:func:`window_source`).
     :returns: windows rewritten (0 when nothing changed).
     """
-    from delta.tables import DeltaTable
-    from pyspark.sql import functions as F
 
     from spark_jobs.transforms.gold import window_keys
 
@@ -173,8 +170,6 @@ def correct_sessions(
     :param rows: the window's source rows, on-time and late (:func:`window_source`).
     :returns: sessions inserted, updated or deleted (0: nothing committed).
     """
-    from delta.tables import DeltaTable
-    from pyspark.sql import functions as F
 
     settings = settings or get_settings()
     catalog = get_catalog()
@@ -244,7 +239,6 @@ def correct_customer_metrics(spark: SparkSession, settings: PlatformSettings | N
     :returns: (customer, currency) rows the new run incremented (0: nothing new; a
         re-issued MERGE of the previous run, skipped or finished, is not counted).
     """
-    from pyspark.sql import functions as F
 
     from spark_jobs.transforms.gold import customer_metrics_increment
 

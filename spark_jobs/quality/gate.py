@@ -45,6 +45,8 @@ from collections.abc import Sequence
 from datetime import UTC, datetime
 from typing import TYPE_CHECKING, Any
 
+from pyspark.sql import SparkSession
+
 from ingest_core.quality.increments import increment_without_spark, pending_increments
 from ingest_core.quality.pandas_gate import validate_layer_without_spark
 from ingest_core.quality.results import (
@@ -73,7 +75,6 @@ from spark_jobs.quality.results import accept, quarantine, record
 if TYPE_CHECKING:
     from collections.abc import Callable
 
-    from pyspark.sql import SparkSession
 
 JOB_NAME = "quality_gate"
 #: What other modules and operators use of the gate, wherever it is defined.

@@ -7,15 +7,13 @@ the failed expectation as its reason.
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING
+from pyspark.sql import DataFrame, SparkSession
+from pyspark.sql import functions as F
 
 from ingest_core.catalog import get_catalog
 from ingest_core.quality.state import HOLDS_TABLE
 from ingest_core.settings import PlatformSettings, get_settings
 from spark_jobs.delta_io import read_table
-
-if TYPE_CHECKING:
-    from pyspark.sql import DataFrame, SparkSession
 
 #: ``ops_gate_holds`` schema.
 HOLDS_SCHEMA = (
@@ -28,7 +26,6 @@ def held_event_ids(
 ) -> DataFrame | None:
     """``event_id`` (string) of the held rows of Silver ``table``; None when nothing is held
     anywhere (no holds table yet)."""
-    from pyspark.sql import functions as F
 
     holds = read_table(spark, get_catalog().table(HOLDS_TABLE).path(settings or get_settings()))
     if holds is None:
@@ -47,6 +44,5 @@ def without_held(
     held = held_event_ids(spark, table, settings)
     if held is None:
         return rows
-    from pyspark.sql import functions as F
 
     return rows.join(F.broadcast(held), "event_id", "left_anti")

@@ -5,7 +5,8 @@ gate job (:mod:`spark_jobs.quality.gate`)."""
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING
+from pyspark.sql import DataFrame, SparkSession, Window
+from pyspark.sql import functions as F
 
 from ingest_core.catalog import get_catalog
 from ingest_core.quality.increments import CDF_COLUMNS
@@ -13,9 +14,6 @@ from ingest_core.quality.rules import ALREADY_IN_TABLE, TableRules
 from ingest_core.quality.state import Increment
 from ingest_core.settings import PlatformSettings
 from spark_jobs.quality.holds import held_event_ids
-
-if TYPE_CHECKING:
-    from pyspark.sql import DataFrame, SparkSession
 
 
 def increment(
@@ -31,8 +29,6 @@ def increment(
         ``_already_in_table`` boolean for ``unique_in_table`` tables (key present at
         ``from_version - 1``).
     """
-    from pyspark.sql import Window
-    from pyspark.sql import functions as F
 
     path = str(get_catalog().table(rules.table).path(settings))
     rows = (

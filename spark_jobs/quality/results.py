@@ -7,7 +7,10 @@ from __future__ import annotations
 
 import json
 from datetime import UTC, datetime
-from typing import TYPE_CHECKING, Any
+from typing import Any
+
+from pyspark.sql import DataFrame, SparkSession
+from pyspark.sql import functions as F
 
 from ingest_core.catalog import get_catalog
 from ingest_core.quality.results import (
@@ -29,9 +32,6 @@ from ingest_core.settings import PlatformSettings, get_settings
 from spark_jobs.delta_io import append_idempotent, read_table
 from spark_jobs.local_frames import local_frame
 from spark_jobs.quality.increments import increment
-
-if TYPE_CHECKING:
-    from pyspark.sql import DataFrame, SparkSession
 
 
 def record(
@@ -179,7 +179,6 @@ def _hold(
 ) -> None:
     """Quarantine the held rows' raw Bronze records and record their ids in
     ``ops_gate_holds``; both writes idempotent per increment (its end version)."""
-    from pyspark.sql import functions as F
 
     catalog = get_catalog()
     detail = "; ".join(f"{f['expectation']} on {f['column']}" for f in failed)

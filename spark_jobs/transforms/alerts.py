@@ -15,10 +15,8 @@ string.
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING
-
-if TYPE_CHECKING:
-    from pyspark.sql import Column, DataFrame
+from pyspark.sql import Column, DataFrame
+from pyspark.sql import functions as F
 
 AMOUNT_RULE = "amount_above_threshold"
 VELOCITY_RULE = "payment_velocity"
@@ -38,7 +36,6 @@ ALERTS_DDL = (
 
 def alert_id(rule: str, *parts: Column) -> Column:
     """Deterministic alert id: ``sha2(rule|part|...)`` truncated to 32 hex digits."""
-    from pyspark.sql import functions as F
 
     joined = F.concat_ws("|", F.lit(rule), *[p.cast("string") for p in parts])
     return F.substring(F.sha2(joined, 256), 1, 32)
@@ -50,7 +47,6 @@ def amount_alerts(payments: DataFrame, threshold: float) -> DataFrame:
     :param payments: parsed payments (``event_id``, ``customer_id``, ``amount``,
         ``currency``, ``event_time``), as Silver types them.
     """
-    from pyspark.sql import functions as F
 
     big = payments.where(F.col("amount") > F.lit(threshold))
     return big.select(
@@ -85,7 +81,6 @@ def alert_records(alerts: DataFrame) -> DataFrame:
         ``current_timestamp()`` is the batch's start, a minute early in real-time mode;
         timestamps in microseconds, :data:`_JSON_OPTIONS`).
     """
-    from pyspark.sql import functions as F
 
     now_ms = F.expr("reflect('java.lang.System', 'currentTimeMillis')").cast("bigint")
     stamped = alerts.withColumn("detected_at", F.timestamp_millis(now_ms))
@@ -105,7 +100,6 @@ def alerts_from_records(records: DataFrame) -> DataFrame:
         ``alert_id`` that is not 32 lower-case hex digits), which the caller reports and
         keeps out of the table (a stray record must not take a real alert's id).
     """
-    from pyspark.sql import functions as F
 
     alert = F.from_json(F.col("value").cast("string"), ALERTS_DDL, _JSON_OPTIONS)
     parsed = records.select(alert.alias("_a"), "topic", "partition", "offset")
@@ -131,7 +125,6 @@ def velocity_alerts(
     :param window: window length, e.g. ``5 minutes``.
     :param watermark: how late a payment may arrive and still count, e.g. ``10 minutes``.
     """
-    from pyspark.sql import functions as F
 
     # Distinct payments: a producer retry re-sends the same event_id, which must not look
     # like a second payment (Silver drops such duplicates; this job reads Kafka directly).

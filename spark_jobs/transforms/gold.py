@@ -11,9 +11,10 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
-if TYPE_CHECKING:
-    from pyspark.sql import Column, DataFrame
+from pyspark.sql import Column, DataFrame
+from pyspark.sql import functions as F
 
+if TYPE_CHECKING:
     from ingest_core.catalog import Condition, Measure, WindowSpec
 
 
@@ -27,7 +28,6 @@ def customer_metrics_increment(orders: DataFrame) -> DataFrame:
     :returns: ``customer_id``, ``currency`` strings, ``order_count`` bigint, ``spend``
         decimal(28,2), ``last_order_time`` timestamp.
     """
-    from pyspark.sql import functions as F
 
     return (
         orders.where((F.col("event_type") == "order_placed") & F.col("customer_id").isNotNull())
@@ -43,7 +43,6 @@ def customer_metrics_increment(orders: DataFrame) -> DataFrame:
 def condition(cond: Condition) -> Column:
     """The Spark predicate of a declared :class:`~ingest_core.catalog.Condition` (null when
     the column is null, which ``where`` and ``count_if`` treat as false)."""
-    from pyspark.sql import functions as F
 
     column = F.col(cond.column)
     if cond.equals is not None:
@@ -56,7 +55,6 @@ def condition(cond: Condition) -> Column:
 
 
 def _measure(name: str, measure: Measure) -> Column:
-    from pyspark.sql import functions as F
 
     if measure.kind == "count":
         return F.count(F.lit(1)).alias(name)
@@ -71,7 +69,6 @@ def _measure(name: str, measure: Measure) -> Column:
 
 
 def _window_column(window: WindowSpec, gap: str | None) -> Column:
-    from pyspark.sql import functions as F
 
     if window.kind == "session":
         if gap is None:
@@ -102,7 +99,6 @@ def aggregate_window(rows: DataFrame, window: WindowSpec, gap: str | None = None
         aggregate of that column).
     :raises ValueError: a session window without ``gap``.
     """
-    from pyspark.sql import functions as F
 
     if window.where is not None:
         rows = rows.where(condition(window.where))
@@ -133,7 +129,6 @@ def window_keys(rows: DataFrame, window: WindowSpec) -> DataFrame:
         ``group_by`` columns.
     :raises ValueError: a session window.
     """
-    from pyspark.sql import functions as F
 
     if window.kind == "session":
         raise ValueError("a session's bounds depend on its neighbours: recompute sessions")

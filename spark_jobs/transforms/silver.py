@@ -22,8 +22,10 @@ from datetime import UTC, datetime, timedelta
 from functools import cache, reduce
 from typing import TYPE_CHECKING
 
+from pyspark.sql import Column, DataFrame, Window
 from pyspark.sql import functions as F
 from pyspark.sql.types import ArrayType, DecimalType, IntegerType, StringType, StructType
+from pyspark.sql.window import WindowSpec
 
 from ingest_core.contracts import (
     CONTRACTS,
@@ -45,8 +47,6 @@ from ingest_core.quarantine import (
 if TYPE_CHECKING:
     from collections.abc import Callable, Iterable, Mapping
 
-    from pyspark.sql import Column, DataFrame
-    from pyspark.sql.window import WindowSpec
 
 #: Bronze columns carried into Silver rows for lineage.
 COORDINATES = ("topic", "partition", "offset", "kafka_timestamp")
@@ -86,7 +86,6 @@ def _first_reason(checks: list[tuple[str, Column, Column]]) -> tuple[Column, Col
         conditions (JSON tokenizing, regular expressions, timestamp parsing) were most of
         the parse (JFR of a 300k-record parse, ``bench/results/REFERENCE.md``, 2026-12-04).
     """
-    from pyspark.sql import functions as F
 
     (first_reason, first_condition, first_detail), *rest = checks
     check = F.when(first_condition, F.lit(0))
@@ -150,7 +149,6 @@ def parse_topic(
         fields the contract does not know, or null) and ``payload_hash`` string (SHA-256 of
         the typed event, for duplicate conflicts).
     """
-    from pyspark.sql import functions as F
 
     incarnation = tuple(c for c in _INCARNATION if c in bronze.columns)
     plan = _built_plan(topic, incarnation, event_time_skew)
@@ -572,7 +570,6 @@ def _rescued(known: list[str]) -> tuple[Column, Column]:
 def _lead(event_time: Column) -> Column:
     """A record's lead: its event time minus its Kafka timestamp, in microseconds (exact
     for every timestamp, no floating point in the comparisons)."""
-    from pyspark.sql import functions as F
 
     return F.unix_micros(event_time) - F.unix_micros(F.col("kafka_timestamp"))
 
@@ -585,8 +582,6 @@ def _neighbour_leads(df: DataFrame, incarnation: list[str]) -> DataFrame:
     :param df: rows with ``topic``, ``partition``, ``offset``, ``kafka_timestamp`` and
         ``_v`` (the value parsed as VARIANT).
     """
-    from pyspark.sql import Window
-    from pyspark.sql import functions as F
 
     text = F.try_variant_get(F.col("_v"), "$.event_time", "string")
     ordered = Window.partitionBy("topic", *incarnation, "partition").orderBy("offset")
@@ -615,7 +610,6 @@ def _skew_checks(
     :param skew: see :func:`parse_topic`'s ``event_time_skew``; ``None``: only ``latest``.
     :returns: (condition, detail).
     """
-    from pyspark.sql import functions as F
 
     ahead_of_now = F.coalesce(event_time > latest, F.lit(False))
     if skew is None:
@@ -642,7 +636,6 @@ def _item_checks(v: Column) -> tuple[Column, list[tuple[str, Column]]]:
 
     :returns: (type mismatch condition, [(invalid_value detail, condition)]).
     """
-    from pyspark.sql import functions as F
 
     items = F.try_variant_get(v, "$.items", "array<variant>")
 
@@ -697,7 +690,6 @@ def quarantine_rows(parsed: DataFrame) -> DataFrame:
         ``value`` binary (raw, as in Bronze), ``reason`` string, ``detail`` string,
         ``event_id`` string (when it could be read).
     """
-    from pyspark.sql import functions as F
 
     return parsed.where("_quarantine_reason IS NOT NULL").select(
         *COORDINATES,
@@ -756,7 +748,6 @@ def parse_batch(
         columns of its usable rows, in :func:`usable_rows` order (what its Silver table
         holds, with ``payload_hash``).
     """
-    from pyspark.sql import functions as F
 
     frames: list[DataFrame] = []
     columns: dict[str, list[str]] = {}
@@ -799,6 +790,31 @@ def parse_batch(
     return stacked, columns
 
 
+def _watermark_in_force(watermarks: Mapping[str, datetime | None]) -> Column:
+    """A timestamp column: the watermark of each row's ``_contract_topic`` (null for a topic
+    without one yet); see :func:`decide`."""
+
+    mark: Column = F.lit(None).cast("timestamp")
+    for topic, watermark in sorted(watermarks.items()):
+        if watermark is not None:
+            mark = F.when(
+                F.col("_contract_topic") == topic, F.lit(watermark).cast("timestamp")
+            ).otherwise(mark)
+    return mark
+
+
+def _kept_before(seen: DataFrame, batch_ids: DataFrame) -> DataFrame:
+    """``event_id``, ``_seen_hash``: the ids of ``batch_ids`` an earlier batch kept, with
+    the kept payload's hash, one row per id (``seen`` cut down to the batch first, see
+    :func:`decide`)."""
+
+    return (
+        seen.join(batch_ids, "event_id", "left_semi")
+        .dropDuplicates(["event_id"])
+        .select("event_id", F.col("payload_hash").alias("_seen_hash"))
+    )
+
+
 def decide(
     parsed: DataFrame, watermarks: Mapping[str, datetime | None], seen: DataFrame
 ) -> DataFrame:
@@ -830,15 +846,8 @@ def decide(
         ``first_payload_hash`` string (the kept occurrence's hash; duplicates only) and
         ``_conflict`` boolean (a duplicate whose payload differs from the kept one).
     """
-    from pyspark.sql import Window
-    from pyspark.sql import functions as F
 
-    mark: Column = F.lit(None).cast("timestamp")
-    for topic, watermark in sorted(watermarks.items()):
-        if watermark is not None:
-            mark = F.when(
-                F.col("_contract_topic") == topic, F.lit(watermark).cast("timestamp")
-            ).otherwise(mark)
+    mark = _watermark_in_force(watermarks)
     usable = F.col("_quarantine_reason").isNull()
     marked = parsed.withColumn("watermark", F.when(usable, mark)).withColumn(
         "_candidate", usable & F.coalesce(F.col("event_time") >= F.col("watermark"), F.lit(True))
@@ -851,12 +860,7 @@ def decide(
         "_batch_first_hash", F.first("payload_hash").over(order)
     )
     batch_ids = marked.where("_candidate").select("event_id").distinct()
-    prior = (
-        seen.join(batch_ids, "event_id", "left_semi")
-        .dropDuplicates(["event_id"])
-        .select("event_id", F.col("payload_hash").alias("_seen_hash"))
-    )
-    joined = ranked.join(prior, "event_id", "left")
+    joined = ranked.join(_kept_before(seen, batch_ids), "event_id", "left")
     kept = F.col("_candidate") & (F.col("_rank") == 1) & F.col("_seen_hash").isNull()
     decision = (
         F.when(~usable, F.lit(QUARANTINED))

@@ -89,6 +89,22 @@ def test_a_plugin_importing_a_spark_job_is_refused(tmp_path: Path) -> None:
     assert _violations("ingest_platform", [module]) == [f"{module}:2 imports spark_jobs"]
 
 
+def test_the_spark_jobs_import_pyspark_at_module_top() -> None:
+    """Issue 52: with the Airflow side free of ``spark_jobs``, nothing needs pyspark kept out
+    at import time; a Spark module states its dependencies where a reader looks first."""
+    inside = []
+    for path in sorted(PACKAGES["spark_jobs"].rglob("*.py")):
+        for node in ast.walk(ast.parse(path.read_text(), str(path))):
+            if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef)):
+                inside += [
+                    f"{path.relative_to(ROOT)}:{child.lineno} ({node.name})"
+                    for child in ast.walk(node)
+                    if isinstance(child, ast.ImportFrom)
+                    and (child.module or "").split(".")[0] in ("pyspark", "delta")
+                ]
+    assert not inside, "\n".join(inside)
+
+
 def test_no_gold_job_imports_another() -> None:
     """Issue 52: ``gold_aggregate`` and ``late_corrections`` imported each other, and
     ``gold_backfill`` both; what they share lives in ``spark_jobs.gold.common``."""

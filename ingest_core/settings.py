@@ -142,6 +142,13 @@ class KafkaSettings(BaseModel):
         set, clients use it instead of ``host:port`` (which only the embedded broker uses).
     :param replication_factor: replication factor of the topics the platform creates
         (1 for the single-node embedded broker; 3 on a real cluster).
+    :param brokers: how many embedded brokers ``ingestctl kafka up`` starts (1: the one
+        combined broker and controller; 3 for the ``local-cluster`` profile: a KRaft quorum of
+        three combined nodes, node ``i`` listening on ``port + i`` and ``controller_port +
+        i``). Ignored when :attr:`bootstrap` names an external cluster.
+    :param min_insync_replicas: replicas that must hold a record before the broker
+        acknowledges an ``acks=all`` write (``min.insync.replicas`` of the topics the
+        platform creates and of the embedded brokers); at most ``replication_factor``.
     :param security_protocol: ``PLAINTEXT`` (default), ``SSL``, ``SASL_PLAINTEXT`` or
         ``SASL_SSL``; the same for Spark's Kafka source and sink and for kafka-python.
     :param sasl_mechanism: ``PLAIN``, ``SCRAM-SHA-256`` or ``SCRAM-SHA-512`` (required with
@@ -170,6 +177,8 @@ class KafkaSettings(BaseModel):
     topic_prefix: str = Field("", pattern=r"^[A-Za-z0-9._-]*$")
     bootstrap: str | None = Field(None, pattern=r"^[^\s,]+:\d+(,[^\s,]+:\d+)*$")
     replication_factor: int = Field(1, ge=1, le=32)
+    brokers: int = Field(1, ge=1, le=5)
+    min_insync_replicas: int = Field(1, ge=1, le=32)
     security_protocol: KafkaSecurityProtocol = "PLAINTEXT"
     sasl_mechanism: SaslMechanism | None = None
     sasl_username: str | None = None
@@ -177,6 +186,36 @@ class KafkaSettings(BaseModel):
     ssl_cafile: Path | None = None
     ssl_check_hostname: bool = True
     bootstrap_timeout_s: float = Field(10.0, gt=0, le=600)
+
+    @model_validator(mode="after")
+    def _a_possible_cluster(self) -> KafkaSettings:
+        """``min_insync_replicas`` at most ``replication_factor``; the embedded brokers' ports
+        distinct; their replication at most their number."""
+        if self.min_insync_replicas > self.replication_factor:
+            raise ValueError(
+                f"kafka.min_insync_replicas ({self.min_insync_replicas}) is more than "
+                f"kafka.replication_factor ({self.replication_factor}): no write could be "
+                "acknowledged"
+            )
+        if self.bootstrap is None and self.replication_factor > self.brokers:
+            raise ValueError(
+                f"kafka.replication_factor ({self.replication_factor}) is more than the "
+                f"{self.brokers} embedded broker(s) (kafka.brokers): topics could not be created"
+            )
+        clients = set(range(self.port, self.port + self.brokers))
+        controllers = set(range(self.controller_port, self.controller_port + self.brokers))
+        if self.bootstrap is None and clients & controllers:
+            raise ValueError(
+                f"the {self.brokers} embedded broker(s) would use ports "
+                f"{self.port}-{self.port + self.brokers - 1} for clients and "
+                f"{self.controller_port}-{self.controller_port + self.brokers - 1} for their "
+                "controllers: choose kafka.port and kafka.controller_port apart"
+            )
+        return self
+
+    def node_address(self, node: int) -> str:
+        """``host:port`` of embedded broker ``node`` (0-based) for clients."""
+        return f"{self.host}:{self.port + node}"
 
     def topic(self, name: str) -> str:
         """The Kafka topic that carries contract topic ``name`` here."""
@@ -191,8 +230,10 @@ class KafkaSettings(BaseModel):
     @property
     def bootstrap_servers(self) -> str:
         """Comma-separated ``host:port`` list clients connect to: :attr:`bootstrap` when set,
-        else the embedded broker's ``host:port``."""
-        return self.bootstrap or f"{self.host}:{self.port}"
+        else the embedded brokers' (``host:port`` for one)."""
+        if self.bootstrap:
+            return self.bootstrap
+        return ",".join(self.node_address(node) for node in range(self.brokers))
 
     @property
     def uses_sasl(self) -> bool:

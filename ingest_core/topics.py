@@ -33,8 +33,9 @@ def ensure_topics(
     :param topics: topic names (validated by the broker).
     :param partitions: partition count for topics this call creates.
     :param allow_partition_mismatch: accept existing topics with another partition count.
-    :param kafka: the security settings (SASL, TLS) and ``replication_factor`` (1 for the
-        single-node embedded broker) to use; the current profile's when ``None``.
+    :param kafka: the security settings (SASL, TLS), ``replication_factor`` (1 for the
+        single-node embedded broker) and ``min_insync_replicas`` (a topic setting when more
+        than 1) to use; the current profile's when ``None``.
     :raises TopicMismatchError: an existing topic has another partition count and
         ``allow_partition_mismatch`` is false; the message names topic and both counts.
     :raises TopicCollisionError: a missing topic collides with an existing one (``.`` and
@@ -70,10 +71,20 @@ def ensure_topics(
         if missing:
             # Created concurrently by another producer: its partitions are checked below.
             factor = kafka.replication_factor
+            configs = (
+                {"min.insync.replicas": str(kafka.min_insync_replicas)}
+                if kafka.min_insync_replicas > 1
+                else {}
+            )
             with contextlib.suppress(TopicAlreadyExistsError):
                 admin.create_topics(
                     [
-                        NewTopic(name, num_partitions=partitions, replication_factor=factor)
+                        NewTopic(
+                            name,
+                            num_partitions=partitions,
+                            replication_factor=factor,
+                            topic_configs=configs,
+                        )
                         for name in missing
                     ]
                 )

@@ -1,4 +1,5 @@
-"""Run a real single-node Apache Kafka broker (KRaft, combined broker and controller).
+"""Run a real Apache Kafka broker (KRaft, combined broker and controller), or a KRaft cluster
+of several such nodes on loopback (``kafka.brokers``: the ``local-cluster`` profile).
 
 The broker runs from the Maven-fetched jars in ``.ingest/jars/kafka`` (``make jars``), on
 loopback, with its data, logs, rendered configuration and pid file in one folder
@@ -25,7 +26,7 @@ import socket
 import subprocess
 import uuid
 from collections.abc import Callable, Iterator
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 from string import Template
 
@@ -69,6 +70,7 @@ class BrokerStatus:
     :param bootstrap_servers: ``host:port`` clients use.
     :param data_dir: folder with the broker's data, logs and configuration.
     :param already_running: ``up`` found the broker running and started nothing.
+    :param pids: every running node's process id (one for a single broker).
     """
 
     running: bool
@@ -76,6 +78,7 @@ class BrokerStatus:
     bootstrap_servers: str
     data_dir: Path
     already_running: bool = False
+    pids: tuple[int, ...] = ()
 
     def describe(self) -> str:
         """One line for people: state, address, pid and folder."""
@@ -84,6 +87,12 @@ class BrokerStatus:
                 f"kafka: stopped (would listen on {self.bootstrap_servers}; data {self.data_dir})"
             )
         prefix = "already running" if self.already_running else "running"
+        if len(self.pids) > 1:
+            pids = ", ".join(map(str, self.pids))
+            return (
+                f"kafka: {prefix}, {len(self.pids)} brokers on {self.bootstrap_servers} "
+                f"(pids {pids}; data {self.data_dir})"
+            )
         return f"kafka: {prefix} on {self.bootstrap_servers} (pid {self.pid}; data {self.data_dir})"
 
 
@@ -93,10 +102,15 @@ def kafka_jars_dir() -> Path:
 
 
 class KafkaBroker:
-    """Start, stop and inspect the platform's own Kafka broker.
+    """Start, stop and inspect the platform's own Kafka broker, or its embedded KRaft cluster
+    (``settings.brokers`` combined broker-and-controller nodes, the ``local-cluster`` profile).
 
-    :param settings: where the broker listens and keeps its data.
+    :param settings: where the brokers listen and keep their data.
     :param java: the ``java`` executable; ``$JAVA_HOME/bin/java`` or ``java`` on ``PATH``.
+    :param node: one node (0-based) of the cluster, for faults on a single broker; None: all
+        ``settings.brokers`` of them. Node ``i`` listens on ``port + i`` (clients) and
+        ``controller_port + i`` (the quorum), keeps its data in ``<data_dir>/node-<i>`` (in
+        ``<data_dir>`` itself when there is one broker) and has KRaft ``node.id`` ``i + 1``.
 
     Example::
 
@@ -105,49 +119,69 @@ class KafkaBroker:
         broker.down()
     """
 
-    def __init__(self, settings: KafkaSettings, *, java: str | None = None) -> None:
+    def __init__(
+        self, settings: KafkaSettings, *, java: str | None = None, node: int | None = None
+    ) -> None:
+        if node is not None and not 0 <= node < settings.brokers:
+            raise ValueError(f"node {node}: kafka.brokers is {settings.brokers} (nodes 0..)")
         self.settings = settings
         self.data_dir = settings.data_path
         self.java = java or _find_java()
-        # Log sizes when this object last started the broker: error reports read from there.
-        self._log_offsets: dict[str, int] = {}
+        #: The nodes this object starts and stops.
+        self.nodes = [node] if node is not None else list(range(settings.brokers))
+        # Log sizes when this object last started a node: error reports read from there.
+        self._log_offsets: dict[Path, int] = {}
 
     # -- files -------------------------------------------------------------------------
+    def node_dir(self, node: int) -> Path:
+        """Folder of one node's data, logs, rendered configuration and pid file."""
+        return self.data_dir if self.settings.brokers == 1 else self.data_dir / f"node-{node}"
+
     @property
     def config_path(self) -> Path:
-        """The rendered ``server.properties`` this broker runs with."""
-        return self.data_dir / "server.properties"
+        """The rendered ``server.properties`` the (first) node runs with."""
+        return self._config(self.nodes[0])
 
     @property
     def log_dir(self) -> Path:
-        """Folder of the broker's own logs (``server.log``, ``kafka.out``)."""
-        return self.data_dir / "logs"
+        """Folder of the (first) node's own logs (``server.log``, ``kafka.out``)."""
+        return self.node_dir(self.nodes[0]) / "logs"
 
     @property
     def storage_dir(self) -> Path:
-        """Kafka's ``log.dirs``: topic partitions and KRaft metadata."""
-        return self.data_dir / "kraft-data"
+        """Kafka's ``log.dirs`` of the (first) node: topic partitions and KRaft metadata."""
+        return self.node_dir(self.nodes[0]) / "kraft-data"
 
     @property
     def pid_path(self) -> Path:
-        """Pid of the broker process this platform started."""
-        return self.data_dir / "broker.pid"
+        """Pid of the (first) node's process this platform started."""
+        return self.node_dir(self.nodes[0]) / "broker.pid"
+
+    def _config(self, node: int) -> Path:
+        return self.node_dir(node) / "server.properties"
 
     # -- public API ----------------------------------------------------------------------
     def status(self) -> BrokerStatus:
-        """Report whether the broker this platform started is alive (no network call).
+        """Report whether the brokers this platform started are alive (no network call):
+        running when every node of this object runs.
 
-        The address is the one the running broker was started with (its rendered
+        The address is the one a running single broker was started with (its rendered
         ``server.properties``), which can differ from the current settings.
         """
-        process = self._own_process()
+        processes = [self._own_process(node) for node in self.nodes]
+        running = all(p is not None for p in processes)
+        pids = tuple(p.pid for p in processes if p is not None)
+        address = self._running_address() if running and self.settings.brokers == 1 else None
         return BrokerStatus(
-            running=process is not None,
-            pid=process.pid if process else None,
-            bootstrap_servers=(self._running_address() if process else None)
-            or self.settings.bootstrap_servers,
+            running=running,
+            pid=pids[0] if running else None,
+            bootstrap_servers=address or self._addresses(),
             data_dir=self.data_dir,
+            pids=pids,
         )
+
+    def _addresses(self) -> str:
+        return ",".join(self.settings.node_address(node) for node in self.nodes)
 
     def _running_address(self) -> str | None:
         """``host:port`` of the PLAINTEXT listener in the rendered config, if readable."""
@@ -160,105 +194,117 @@ class KafkaBroker:
         return None
 
     def up(self) -> BrokerStatus:
-        """Start the broker unless it already runs; return once it answers metadata requests.
+        """Start the nodes that do not run; return once every node answers metadata requests
+        (a node of a cluster answers once the quorum has elected a controller).
 
-        :raises PortInUseError: the client or controller port is held by another process.
-        :raises BrokerStartError: Java or the jars are missing, formatting failed, or the
-            broker exited or did not answer within ``start_timeout_s`` seconds (the message
-            carries the last lines of its log; a half-started process is stopped).
+        :raises PortInUseError: a client or controller port is held by another process.
+        :raises BrokerStartError: Java or the jars are missing, formatting failed, or a node
+            exited or did not answer within ``start_timeout_s`` seconds (the message carries
+            the last lines of its log; half-started processes are stopped).
         """
         self.data_dir.mkdir(parents=True, exist_ok=True)
         with self._lock():
             current = self.status()
-            if current.running and current.bootstrap_servers != self.settings.bootstrap_servers:
+            if current.running and current.bootstrap_servers != self._addresses():
                 raise PortMismatchError(
                     f"the broker in {self.data_dir} (pid {current.pid}) runs on "
                     f"{current.bootstrap_servers}, but the settings say "
-                    f"{self.settings.bootstrap_servers}: stop it first (`ingestctl kafka down`) "
+                    f"{self._addresses()}: stop it first (`ingestctl kafka down`) "
                     "or use the same port"
                 )
             if current.running:
-                self._wait_ready(current.pid)
-                return BrokerStatus(
-                    running=True,
-                    pid=current.pid,
-                    bootstrap_servers=current.bootstrap_servers,
-                    data_dir=self.data_dir,
-                    already_running=True,
-                )
+                for node in self.nodes:
+                    self._wait_ready(node, self._pid(node))
+                return replace(current, already_running=True)
             if self.settings.port == self.settings.controller_port:
                 raise BrokerStartError(
                     f"client and controller ports are both {self.settings.port}: choose two"
                 )
-            for port in (self.settings.port, self.settings.controller_port):
-                ensure_port_free(self.settings.host, port)
-            self._render_config()
-            if not (self.storage_dir / "meta.properties").exists():
-                self._format_storage()
-            process = self._spawn()
+            started: dict[int, subprocess.Popen[bytes]] = {}
             try:
-                self._wait_ready(process.pid, exit_code=process.poll)
+                for node in self.nodes:
+                    if self._own_process(node) is None:
+                        started[node] = self._start_node(node)
+                for node in self.nodes:
+                    process = started.get(node)
+                    if process is not None:
+                        self._wait_ready(node, process.pid, exit_code=process.poll)
+                    else:
+                        self._wait_ready(node, self._pid(node))
             except BrokerStartError:
-                self._terminate(process.pid, timeout_s=10)
+                for process in started.values():
+                    self._terminate(process.pid, timeout_s=10)
                 raise
             return self.status()
 
-    def down(self, timeout_s: float = 30.0) -> bool:
-        """Stop the broker this platform started (SIGTERM, then SIGKILL after ``timeout_s``).
+    def _start_node(self, node: int) -> subprocess.Popen[bytes]:
+        for port in (self.settings.port + node, self.settings.controller_port + node):
+            ensure_port_free(self.settings.host, port)
+        self._render_config(node)
+        if not (self.node_dir(node) / "kraft-data" / "meta.properties").exists():
+            self._format_storage(node)
+        return self._spawn(node)
 
-        :returns: ``True`` if a broker was stopped, ``False`` if none was running.
+    def down(self, timeout_s: float = 30.0) -> bool:
+        """Stop the nodes this platform started (SIGTERM, then SIGKILL after ``timeout_s``).
+
+        :returns: ``True`` if a node was stopped, ``False`` if none was running.
         """
+        stopped = False
         with self._lock():
-            process = self._own_process()
-            if process is None:
-                self.pid_path.unlink(missing_ok=True)
-                return False
-            self._terminate(process.pid, timeout_s=timeout_s)
-            self.pid_path.unlink(missing_ok=True)
-            return True
+            for node in self.nodes:
+                process = self._own_process(node)
+                if process is not None:
+                    self._terminate(process.pid, timeout_s=timeout_s)
+                    stopped = True
+                (self.node_dir(node) / "broker.pid").unlink(missing_ok=True)
+        return stopped
 
     def clean(self) -> bool:
-        """Delete the broker's data folder: topics, records, KRaft metadata and logs (the
+        """Delete the brokers' data folder: topics, records, KRaft metadata and logs (the
         next :meth:`up` formats new storage).
 
         :returns: ``True`` if there was a folder to delete, ``False`` if none.
-        :raises BrokerError: the broker runs (its pid named): stop it first.
+        :raises BrokerError: a broker runs (its pid named): stop it first.
         """
         existed = self.data_dir.exists()
         with self._lock():
-            process = self._own_process()
-            if process is not None:
-                raise BrokerError(
-                    f"the Kafka broker in {self.data_dir} is running (pid {process.pid}): "
-                    "stop it first (make demo-down or make kafka-down)"
-                )
+            for node in range(self.settings.brokers):
+                process = self._own_process(node)
+                if process is not None:
+                    raise BrokerError(
+                        f"the Kafka broker in {self.node_dir(node)} is running (pid "
+                        f"{process.pid}): stop it first (make demo-down or make kafka-down)"
+                    )
             shutil.rmtree(self.data_dir)
         return existed
 
     def log_tail(self, lines: int = 30) -> str:
-        """Return the broker's errors and last ``lines`` log lines since the latest start.
+        """Return the nodes' errors and last ``lines`` log lines since their latest start.
 
         Error lines (``ERROR``/``FATAL`` with the line after, which holds the exception
         message) come first: a stack trace would otherwise push the cause out of the tail.
         """
         chunks = []
-        for path in (self.log_dir / "kafka.out", self.log_dir / "server.log"):
-            if not path.exists():
-                continue
-            with open(path, "rb") as handle:
-                handle.seek(self._log_offsets.get(path.name, 0))
-                text = handle.read().decode(errors="replace").splitlines()
-            errors = [
-                f"{line}\n{text[i + 1] if i + 1 < len(text) else ''}".rstrip()
-                for i, line in enumerate(text)
-                if " ERROR " in line or " FATAL " in line
-            ]
-            if errors:
-                chunks.append(f"--- errors in {path}:\n" + "\n".join(errors[-5:]))
-            if text:
-                chunks.append(
-                    f"--- {path} (last {len(text[-lines:])} lines)\n" + "\n".join(text[-lines:])
-                )
+        for node in self.nodes:
+            logs = self.node_dir(node) / "logs"
+            for path in (logs / "kafka.out", logs / "server.log"):
+                if not path.exists():
+                    continue
+                with open(path, "rb") as handle:
+                    handle.seek(self._log_offsets.get(path, 0))
+                    text = handle.read().decode(errors="replace").splitlines()
+                errors = [
+                    f"{line}\n{text[i + 1] if i + 1 < len(text) else ''}".rstrip()
+                    for i, line in enumerate(text)
+                    if " ERROR " in line or " FATAL " in line
+                ]
+                if errors:
+                    chunks.append(f"--- errors in {path}:\n" + "\n".join(errors[-5:]))
+                if text:
+                    chunks.append(
+                        f"--- {path} (last {len(text[-lines:])} lines)\n" + "\n".join(text[-lines:])
+                    )
         return "\n".join(chunks) or f"(no broker log in {self.log_dir})"
 
     # -- internals -----------------------------------------------------------------------
@@ -269,9 +315,14 @@ class KafkaBroker:
         with file_lock(self.data_dir / ".lock"):
             yield
 
-    def _own_process(self) -> psutil.Process | None:
+    def _pid(self, node: int) -> int | None:
+        process = self._own_process(node)
+        return process.pid if process else None
+
+    def _own_process(self, node: int | None = None) -> psutil.Process | None:
+        node = self.nodes[0] if node is None else node
         try:
-            pid = int(self.pid_path.read_text().strip())
+            pid = int((self.node_dir(node) / "broker.pid").read_text().strip())
             process = psutil.Process(pid)
             cmdline = process.cmdline()
         except (FileNotFoundError, ValueError, psutil.NoSuchProcess, psutil.AccessDenied):
@@ -279,7 +330,7 @@ class KafkaBroker:
         if process.status() == psutil.STATUS_ZOMBIE:
             return None
         # The pid may have been reused: it is ours only if it runs our config.
-        if BROKER_MAIN_CLASS in cmdline and str(self.config_path) in cmdline:
+        if BROKER_MAIN_CLASS in cmdline and str(self._config(node)) in cmdline:
             return process
         return None
 
@@ -313,18 +364,29 @@ class KafkaBroker:
             command, capture_output=True, text=True, timeout=timeout_s, check=False
         )
 
-    def _render_config(self) -> None:
+    def _render_config(self, node: int) -> None:
+        settings = self.settings
+        voters = ",".join(
+            f"{n + 1}@{settings.host}:{settings.controller_port + n}"
+            for n in range(settings.brokers)
+        )
         template = Template(SERVER_PROPERTIES_TEMPLATE.read_text())
-        self.config_path.write_text(
+        self.node_dir(node).mkdir(parents=True, exist_ok=True)
+        self._config(node).write_text(
             template.substitute(
-                host=self.settings.host,
-                port=self.settings.port,
-                controller_port=self.settings.controller_port,
-                log_dirs=self.storage_dir,
+                node_id=node + 1,
+                voters=voters,
+                host=settings.host,
+                port=settings.port + node,
+                controller_port=settings.controller_port + node,
+                log_dirs=self.node_dir(node) / "kraft-data",
+                replication_factor=min(settings.replication_factor, settings.brokers),
+                min_insync_replicas=min(settings.min_insync_replicas, settings.brokers),
             )
         )
 
-    def _java_command(self, main_class: str, *args: str) -> list[str]:
+    def _java_command(self, main_class: str, *args: str, node: int | None = None) -> list[str]:
+        logs = self.node_dir(self.nodes[0] if node is None else node) / "logs"
         return [
             self.java,
             f"-Xmx{self.settings.heap}",
@@ -335,7 +397,7 @@ class KafkaBroker:
             "-Xms32m",
             "-XX:+UseSerialGC",
             "-Djava.awt.headless=true",
-            f"-Dkafka.logs.dir={self.log_dir}",
+            f"-Dkafka.logs.dir={logs}",
             f"-Dlog4j2.configurationFile={LOG4J2_PROPERTIES}",
             "-cp",
             self._classpath(),
@@ -343,36 +405,45 @@ class KafkaBroker:
             *args,
         ]
 
-    def _format_storage(self) -> None:
-        # A KRaft cluster id is 16 random bytes, URL-safe base64 without padding
-        # (what `kafka-storage.sh random-uuid` prints).
-        cluster_id = base64.urlsafe_b64encode(uuid.uuid4().bytes).decode().rstrip("=")
-        self.log_dir.mkdir(parents=True, exist_ok=True)
+    def _cluster_id(self) -> str:
+        """The cluster id a node is formatted with: the one another node of this cluster was
+        formatted with (a KRaft quorum shares one), else a new one."""
+        for other in range(self.settings.brokers):
+            meta = self.node_dir(other) / "kraft-data" / "meta.properties"
+            with contextlib.suppress(OSError):
+                for line in meta.read_text().splitlines():
+                    if line.startswith("cluster.id="):
+                        return line.split("=", 1)[1].strip()
+        # 16 random bytes, URL-safe base64 without padding (`kafka-storage.sh random-uuid`).
+        return base64.urlsafe_b64encode(uuid.uuid4().bytes).decode().rstrip("=")
+
+    def _format_storage(self, node: int) -> None:
+        (self.node_dir(node) / "logs").mkdir(parents=True, exist_ok=True)
         command = self._java_command(
             # `--cluster-id=ID`, not `-t ID`: about one id in 64 starts with "-", which the
             # tool's argument parser would take for an option.
             STORAGE_TOOL_CLASS,
             "format",
-            f"--cluster-id={cluster_id}",
+            f"--cluster-id={self._cluster_id()}",
             "-c",
-            str(self.config_path),
+            str(self._config(node)),
+            node=node,
         )
         result = subprocess.run(command, capture_output=True, text=True, check=False)
         if result.returncode != 0:
             raise BrokerStartError(
-                f"formatting the broker storage in {self.storage_dir} failed "
+                f"formatting the broker storage in {self.node_dir(node) / 'kraft-data'} failed "
                 f"(exit {result.returncode}):\n{result.stdout}{result.stderr}"
             )
 
-    def _spawn(self) -> subprocess.Popen[bytes]:
-        self.log_dir.mkdir(parents=True, exist_ok=True)
-        self._log_offsets = {
-            name: (self.log_dir / name).stat().st_size
-            for name in ("kafka.out", "server.log")
-            if (self.log_dir / name).exists()
-        }
-        command = self._java_command(BROKER_MAIN_CLASS, str(self.config_path))
-        with open(self.log_dir / "kafka.out", "ab") as out:
+    def _spawn(self, node: int) -> subprocess.Popen[bytes]:
+        logs = self.node_dir(node) / "logs"
+        logs.mkdir(parents=True, exist_ok=True)
+        for name in ("kafka.out", "server.log"):
+            if (logs / name).exists():
+                self._log_offsets[logs / name] = (logs / name).stat().st_size
+        command = self._java_command(BROKER_MAIN_CLASS, str(self._config(node)), node=node)
+        with open(logs / "kafka.out", "ab") as out:
             # A session of its own: the broker outlives `ingestctl kafka up` and a Ctrl-C in
             # the terminal that started it.
             process = subprocess.Popen(
@@ -382,13 +453,13 @@ class KafkaBroker:
                 stdin=subprocess.DEVNULL,
                 start_new_session=True,
             )
-        self.pid_path.write_text(f"{process.pid}\n")
+        (self.node_dir(node) / "broker.pid").write_text(f"{process.pid}\n")
         return process
 
     def _wait_ready(
-        self, pid: int | None, exit_code: Callable[[], int | None] | None = None
+        self, node: int, pid: int | None, exit_code: Callable[[], int | None] | None = None
     ) -> None:
-        """Return once the broker answers a metadata request.
+        """Return once node ``node`` answers a metadata request on its own address.
 
         :param exit_code: for a broker this process started, its ``Popen.poll``: whether it
             exited is then its exit status (the kernel's answer to its parent), not a look
@@ -414,11 +485,11 @@ class KafkaBroker:
                 raise BrokerStartError(
                     f"the Kafka broker (pid {pid}) exited during start-up{how}.\n{self.log_tail()}"
                 )
-            if not accepts_connections(self.settings.host, self.settings.port):
+            if not accepts_connections(self.settings.host, self.settings.port + node):
                 return False
             try:
                 admin = KafkaAdminClient(
-                    bootstrap_servers=self.settings.bootstrap_servers,
+                    bootstrap_servers=self.settings.node_address(node),
                     request_timeout_ms=5000,
                     client_id="ingestctl-readiness",
                 )
@@ -440,7 +511,7 @@ class KafkaBroker:
             pass
         raise BrokerStartError(
             f"the Kafka broker (pid {pid}) did not answer a metadata request on "
-            f"{self.settings.bootstrap_servers} within {self.settings.start_timeout_s:.0f} s "
+            f"{self.settings.node_address(node)} within {self.settings.start_timeout_s:.0f} s "
             f"(last error: {last_error!r}).\n{self.log_tail()}"
         )
 

@@ -46,8 +46,8 @@ class SaslBroker(KafkaBroker):
         self.sasl_port = sasl_port
         self.users = users
 
-    def _render_config(self) -> None:
-        super()._render_config()
+    def _render_config(self, node: int) -> None:
+        super()._render_config(node)
         host, sasl = self.settings.host, f"SASL_PLAINTEXT://{self.settings.host}:{self.sasl_port}"
         lines = []
         for line in self.config_path.read_text().splitlines():

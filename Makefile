@@ -40,7 +40,7 @@ export UV_PROJECT_ENVIRONMENT := $(VENV)
 export UV_COMPILE_BYTECODE := 1
 
 .PHONY: help setup prereqs jars browser demo demo-down test lint typecheck unit integration clean-kafka \
-        kafka-up kafka-down kafka-status postgres-up postgres-down postgres-status clean-data \
+        kafka-up kafka-down kafka-status kafka-cluster-up kafka-cluster-down postgres-up postgres-down postgres-status clean-data \
         bench docs soak soak-smoke
 
 help: ## List the targets
@@ -109,6 +109,14 @@ kafka-down: $(VENV_STAMP) ## Stop the broker this platform started
 
 kafka-status: $(VENV_STAMP) ## Is the platform's broker running?
 	$(BIN)/ingestctl kafka status
+
+# The local-cluster profile's three brokers (docs/deployment.md): every ingestctl command and
+# job run with INGEST_PROFILE=local-cluster uses them.
+kafka-cluster-up: setup ## Start three replicated brokers (127.0.0.1:19092-19094, profile local-cluster)
+	INGEST_PROFILE=local-cluster $(BIN)/ingestctl kafka up
+
+kafka-cluster-down: $(VENV_STAMP) ## Stop the local-cluster profile's brokers
+	INGEST_PROFILE=local-cluster $(BIN)/ingestctl kafka down
 
 # The embedded PostgreSQL (Airflow's metadata database): `make demo` starts it by itself.
 postgres-up: $(VENV_STAMP) ## Start the embedded PostgreSQL (socket in .ingest/postgres/run)

@@ -399,7 +399,7 @@ def soak(
     from ingestctl.soak.runner import SoakOptions, run_soak
 
     try:
-        chosen = parse_kinds(kinds)
+        chosen = parse_kinds(kinds, get_settings().kafka.brokers)
     except ValueError as error:
         raise _fail(str(error)) from None
     if home is not None and home.exists() and (not home.is_dir() or any(home.iterdir())):

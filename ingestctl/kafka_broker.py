@@ -364,6 +364,37 @@ class KafkaBroker:
             command, capture_output=True, text=True, timeout=timeout_s, check=False
         )
 
+    def quorum_leader(self, timeout_s: float = 60) -> int | None:
+        """The node (0-based) that is the KRaft quorum's active controller now, from Kafka's
+        ``MetadataQuorumCommand`` (what ``kafka-metadata-quorum.sh describe --status`` runs)
+        asked through the controllers' listeners; None when it does not answer.
+
+        (Clients' metadata names a random broker as "controller" under KRaft, not this one.)
+        """
+        voters = ",".join(
+            f"{self.settings.host}:{self.settings.controller_port + n}"
+            for n in range(self.settings.brokers)
+        )
+        command = self._java_command(
+            "org.apache.kafka.tools.MetadataQuorumCommand",
+            "--bootstrap-controller",
+            voters,
+            "describe",
+            "--status",
+        )
+        command[1] = "-Xmx128m"  # a client, not the broker's heap
+        try:
+            done = subprocess.run(
+                command, capture_output=True, text=True, timeout=timeout_s, check=False
+            )
+        except subprocess.TimeoutExpired:
+            return None
+        for line in done.stdout.splitlines():
+            key, _, value = line.partition(":")
+            if key.strip() == "LeaderId" and value.strip().isdigit():
+                return int(value.strip()) - 1  # node.id is node + 1
+        return None
+
     def _render_config(self, node: int) -> None:
         settings = self.settings
         voters = ",".join(

@@ -30,7 +30,7 @@ from ingest_core.waiting import wait_until
 from ingestctl.soak.plan import ALWAYS_ON, PlannedFault
 
 if TYPE_CHECKING:
-    from ingest_core.settings import PlatformSettings
+    from ingest_core.settings import KafkaSettings, PlatformSettings
     from ingestctl.airflow_runtime import AirflowClient, Standalone
 
 MEDALLION = "medallion_incremental"
@@ -430,6 +430,80 @@ def kill_broker(platform: SoakPlatform, fault: PlannedFault) -> Recovery:
     )
 
 
+def _cluster_node(platform: SoakPlatform, which: str, rng_seed: int) -> int:
+    """The node (0-based) a cluster fault hits: ``leader`` of the first contract topic's
+    partition 0, the KRaft quorum's active ``controller``, or ``any`` (drawn from the fault's
+    number, so that a run is reproducible); a node Kafka cannot name now is drawn too."""
+    import random
+
+    from ingestctl.kafka_broker import KafkaBroker
+
+    kafka = platform.settings.kafka
+    node: int | None = None
+    if which == "leader":
+        node = _partition_leader(kafka)
+    elif which == "controller":
+        node = KafkaBroker(kafka).quorum_leader()
+    if node is not None and 0 <= node < kafka.brokers:
+        return node
+    return random.Random(rng_seed).randrange(kafka.brokers)
+
+
+def _partition_leader(kafka: KafkaSettings) -> int | None:
+    """The node (0-based; KRaft ``node.id`` is node + 1) leading partition 0 of the first
+    contract topic, or None when Kafka does not say."""
+    from kafka import KafkaAdminClient
+    from kafka.errors import KafkaError
+
+    from ingest_core.contracts import TOPICS
+
+    with contextlib.suppress(KafkaError, OSError, KeyError, IndexError, ValueError):
+        admin = KafkaAdminClient(**kafka.client_config(kafka.bootstrap_servers))
+        try:
+            (topic,) = admin.describe_topics([kafka.topic(TOPICS[0])])
+            partitions = {p["partition_index"]: p for p in topic["partitions"]}
+            return int(partitions[0]["leader_id"]) - 1
+        finally:
+            admin.close()
+    return None
+
+
+def _cluster_whole(platform: SoakPlatform) -> str | None:
+    """None once every broker runs again, Kafka answers and the always-on jobs are whole."""
+    from ingestctl.kafka_broker import KafkaBroker
+
+    status = KafkaBroker(platform.settings.kafka).status()
+    if not status.running:
+        return f"{len(status.pids)} of {platform.settings.kafka.brokers} brokers running"
+    return _broker_whole(platform)
+
+
+def kill_cluster_broker(platform: SoakPlatform, fault: PlannedFault) -> Recovery:
+    from ingestctl.kafka_broker import KafkaBroker
+
+    which = str(fault.params["node"])
+    node = _cluster_node(platform, which, fault.number)
+    broker = KafkaBroker(platform.settings.kafka, node=node)
+    seconds, pid = float(fault.params["seconds"]), broker.status().pid
+    _kill_and_restart(pid, broker.up, seconds)
+    return Recovery(
+        f"kill -9 broker node {node} ({which}, pid {pid}), started again {seconds:.0f} s later",
+        lambda: _cluster_whole(platform),
+    )
+
+
+def stop_cluster_broker(platform: SoakPlatform, fault: PlannedFault) -> Recovery:
+    from ingestctl.kafka_broker import KafkaBroker
+
+    node = _cluster_node(platform, str(fault.params["node"]), fault.number)
+    broker = KafkaBroker(platform.settings.kafka, node=node)
+    seconds = float(fault.params["seconds"])
+    _outage(lambda: broker.down(), broker.up, seconds)
+    return Recovery(
+        f"stopped broker node {node} for {seconds:.0f} s", lambda: _cluster_whole(platform)
+    )
+
+
 def _task_instances(
     platform: SoakPlatform, run_states: tuple[str, ...] = ("running",)
 ) -> Iterator[tuple[str, dict[str, Any]]]:
@@ -749,6 +823,8 @@ INJECTORS: dict[str, Callable[[SoakPlatform, PlannedFault], Recovery]] = {
     "kill_metadata_db": kill_metadata_db,
     "stop_broker": stop_broker,
     "kill_broker": kill_broker,
+    "kill_cluster_broker": kill_cluster_broker,
+    "stop_cluster_broker": stop_cluster_broker,
     "mark_task_failed": mark_task_failed,
     "hang_scheduled_driver": hang_scheduled_driver,
     "kill_gate": kill_gate,

@@ -112,7 +112,38 @@ KINDS: tuple[FaultKind, ...] = (
     ),
     FaultKind("layer_full_refresh", 1, "layer_full_refresh of Gold mid-stream"),
 )
-KINDS_BY_NAME = {kind.name: kind for kind in KINDS}
+#: The fault kinds of a replicated cluster (issue 54; the ``local-cluster`` profile, where
+#: ``kafka.brokers`` > 1): one broker at a time, the others keep the topics writable
+#: (``min.insync.replicas`` of 3). ``node`` "leader" is the leader of the first contract
+#: topic's partition 0 when the fault starts, "controller" the quorum's active controller.
+CLUSTER_KINDS: tuple[FaultKind, ...] = (
+    FaultKind(
+        "kill_cluster_broker",
+        2,
+        "kill -9 of one broker of the cluster (a partition leader, the active controller or"
+        " any node), back 5-60 s later",
+        lambda rng, longest: {
+            "node": rng.choice(["leader", "controller", "any"]),
+            "seconds": round(rng.uniform(5, max(5, min(60, longest)))),
+        },
+    ),
+    FaultKind(
+        "stop_cluster_broker",
+        1,
+        "one broker of the cluster stopped for 10-300 s (any node)",
+        lambda rng, longest: {
+            "node": "any",
+            "seconds": round(rng.uniform(10, max(10, min(300, longest)))),
+        },
+    ),
+)
+KINDS_BY_NAME = {kind.name: kind for kind in (*KINDS, *CLUSTER_KINDS)}
+
+
+def default_kinds(brokers: int) -> tuple[FaultKind, ...]:
+    """Every kind that applies to a platform with ``brokers`` embedded brokers: the
+    cluster's kinds only when there are several."""
+    return (*KINDS, *CLUSTER_KINDS) if brokers > 1 else KINDS
 
 
 @dataclass(frozen=True)
@@ -132,17 +163,25 @@ class PlannedFault:
         return ":".join([self.kind, *words]) + (f" ({seconds} s)" if seconds else "")
 
 
-def parse_kinds(text: str | None) -> tuple[FaultKind, ...]:
-    """``--kinds``: comma-separated kind names, or None/empty for all of them.
+def parse_kinds(text: str | None, brokers: int = 1) -> tuple[FaultKind, ...]:
+    """``--kinds``: comma-separated kind names, or None/empty for all that apply to a
+    platform of ``brokers`` embedded brokers (:func:`default_kinds`).
 
-    :raises ValueError: an unknown name; the message lists the known ones.
+    :raises ValueError: an unknown name (the message lists the known ones), or a cluster's
+        kind on a single broker.
     """
     if not text:
-        return KINDS
+        return default_kinds(brokers)
     names = [name.strip() for name in text.split(",") if name.strip()]
     unknown = [name for name in names if name not in KINDS_BY_NAME]
     if unknown:
         raise ValueError(f"unknown fault kinds {unknown}; known: {', '.join(KINDS_BY_NAME)}")
+    single = [name for name in names if brokers == 1 and KINDS_BY_NAME[name] in CLUSTER_KINDS]
+    if single:
+        raise ValueError(
+            f"fault kinds {single} need a replicated cluster (kafka.brokers > 1: "
+            "INGEST_PROFILE=local-cluster)"
+        )
     return tuple(KINDS_BY_NAME[name] for name in dict.fromkeys(names))
 
 

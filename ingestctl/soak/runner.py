@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import json
 import os
+import random
 import socket
 import statistics
 import threading
@@ -126,14 +127,41 @@ def free_port() -> int:
         return int(probe.getsockname()[1])
 
 
-def soak_environment(home: Path) -> dict[str, str]:
+def free_port_block(count: int) -> int:
+    """The first of ``count`` consecutive TCP ports nothing listens on now (an embedded
+    cluster's node ``i`` listens on ``port + i``).
+
+    :raises RuntimeError: none found in 200 tries.
+    """
+    rng = random.Random()
+    for _ in range(200):
+        base = rng.randint(20000, 60000 - count)
+        with ExitStack() as stack:
+            try:
+                for port in range(base, base + count):
+                    probe = stack.enter_context(closing(socket.socket()))
+                    probe.bind(("127.0.0.1", port))
+            except OSError:
+                continue
+            return base
+    raise RuntimeError(f"no {count} consecutive free TCP ports found")
+
+
+def soak_environment(home: Path, brokers: int = 1) -> dict[str, str]:
     """The soak's platform settings: its own home, broker ports and Airflow log ports, so
     that it runs beside a demo without touching it; an alert threshold its stream reaches; a
-    Spark task budget its hung-driver fault can wait for."""
+    Spark task budget its hung-driver fault can wait for. With ``brokers`` > 1 (the
+    ``local-cluster`` profile) the brokers' client and controller ports are two blocks of
+    consecutive ports."""
+    if brokers > 1:
+        base = free_port_block(2 * brokers)
+        port, controller_port = base, base + brokers
+    else:
+        port, controller_port = free_port(), free_port()
     return {
         "INGEST_HOME": str(home),
-        "INGEST_KAFKA__PORT": str(free_port()),
-        "INGEST_KAFKA__CONTROLLER_PORT": str(free_port()),
+        "INGEST_KAFKA__PORT": str(port),
+        "INGEST_KAFKA__CONTROLLER_PORT": str(controller_port),
         "AIRFLOW__LOGGING__WORKER_LOG_SERVER_PORT": str(free_port()),
         "AIRFLOW__LOGGING__TRIGGER_LOG_SERVER_PORT": str(free_port()),
         # The generated payments are 70-2,500 (BRL): about 1 in 20 above 2,000 is alerted.
@@ -268,7 +296,7 @@ class Soak:
         from ingestctl.airflow_runtime import Standalone
         from ingestctl.kafka_broker import KafkaBroker
 
-        os.environ.update(soak_environment(self.home))
+        os.environ.update(soak_environment(self.home, get_settings().kafka.brokers))
         get_settings.cache_clear()
         settings = get_settings()
         spark_jar_paths()

@@ -45,6 +45,22 @@ def test_kinds_are_parsed_and_an_unknown_one_is_refused() -> None:
         schedule(1, 0, 3)
 
 
+def test_a_clusters_fault_kinds_apply_only_to_a_cluster() -> None:
+    """Issue 54: one broker killed or stopped at a time needs replicas on the others."""
+    cluster = parse_kinds(None, brokers=3)
+    assert {k.name for k in cluster} - {k.name for k in KINDS} == {
+        "kill_cluster_broker",
+        "stop_cluster_broker",
+    }
+    with pytest.raises(ValueError, match="need a replicated cluster"):
+        parse_kinds("kill_cluster_broker", brokers=1)
+    planned = schedule(3, 3600, 60, cluster, longest_outage_s=120)
+    nodes = {f.params["node"] for f in planned if f.kind == "kill_cluster_broker"}
+    assert nodes <= {"leader", "controller", "any"}
+    assert nodes
+    assert all(5 <= f.params["seconds"] <= 120 for f in planned if "cluster" in f.kind)
+
+
 def test_the_log_reads_back_tags_and_acknowledgements(tmp_path: Path) -> None:
     path = tmp_path / "sent.jsonl"
     lines = [

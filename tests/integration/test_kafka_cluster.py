@@ -87,6 +87,7 @@ def test_a_replicated_topic_loses_nothing_acknowledged_when_a_leader_is_killed(
     try:
         assert len(started.pids) == 3, started.describe()
         assert started.bootstrap_servers == settings.bootstrap_servers
+        assert cluster.quorum_leader() in (0, 1, 2)  # the soak's "controller" fault target
         topic = f"cluster_{uuid.uuid4().hex[:8]}"
         ensure_topics(settings.bootstrap_servers, [topic], partitions=3, kafka=settings)
         for partition in _partitions(settings, topic):  # on every broker, all in sync

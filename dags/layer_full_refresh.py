@@ -31,7 +31,7 @@ from airflow.sdk import DAG, Param, PokeReturnValue, task
 
 from ingest_core.refresh import BUSY_WAIT_S
 from ingest_platform.operators import SparkJobOperator, StagedJobOperator
-from ingest_platform.orchestration import GOLD_POOL
+from ingest_platform.orchestration import GOLD_POOL, REFRESH_PRIORITY
 
 AVAILABLE_NOW = ["--trigger", "available-now"]
 
@@ -96,6 +96,10 @@ with DAG(
         task_id="swap",
         job="layer_refresh",
         pool=GOLD_POOL,
+        # Before backfills, after the live path, for a free gold_layer slot (soak run 11:
+        # at the default weight it waited 10 minutes behind backfills of older dates).
+        priority_weight=REFRESH_PRIORITY,
+        weight_rule="absolute",
         job_args=["swap", "--layer", "{{ params.layer }}", "--refresh-id", "{{ run_id }}"],
     )
 

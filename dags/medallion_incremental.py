@@ -49,16 +49,17 @@ from airflow.sdk import DAG, Asset, DeltaDataIntervalTimetable, task
 
 from ingest_core.catalog import get_catalog
 from ingest_platform.operators import LayerGateOperator, SparkJobOperator
-from ingest_platform.orchestration import GOLD_POOL, SILVER_POOL
+from ingest_platform.orchestration import (
+    BACKFILL_PRIORITY,
+    GOLD_POOL,
+    LIVE_PRIORITY,
+    SILVER_POOL,
+)
 
 AVAILABLE_NOW = ["--trigger", "available-now"]
 #: Trigger rule of the incremental steps after the first (see ``incremental_path``).
 AFTER_A_STEP = "none_failed_min_one_success"
 INTERVAL = timedelta(minutes=15)
-#: Absolute priority weights (``weight_rule="absolute"``): the live path's tasks take a free
-#: pool slot before any backfill's (see the DAG's doc).
-LIVE_PRIORITY = 10
-BACKFILL_PRIORITY = 1
 #: The run's data interval, as the gold_backfill job reads it (ISO 8601 with offset).
 DATA_INTERVAL = [
     "--start",

@@ -377,8 +377,6 @@ class Soak:
 
     def keep_medallion_going(self, platform: SoakPlatform) -> None:
         while not self.stop.wait(self.options.cadence_s):
-            if platform.quiet_medallion.is_set():  # a fault waits for a gap
-                continue
             try:
                 if platform.active_medallion_run() is None:
                     platform.trigger(MEDALLION)

@@ -22,6 +22,12 @@ from ingest_core.settings import INCLUDE_DIR
 POOLS_FILE: Path = INCLUDE_DIR / "airflow" / "pools.json"
 #: Pool of the tasks that write Silver; of those that write or gate Gold.
 SILVER_POOL, GOLD_POOL = "silver_layer", "gold_layer"
+#: Absolute priority weights (``weight_rule="absolute"``) of the tasks that share those
+#: pools. Airflow fills a free pool slot by weight, then by the oldest logical date, so at
+#: equal weights every (older) backfill run went first: a scheduled run's gate_gold waited
+#: 25 minutes behind four backfills (soak run 9), and a refresh's swap 10 minutes (soak run
+#: 11). The live path first, then an operator's refresh, then backfills of history.
+LIVE_PRIORITY, REFRESH_PRIORITY, BACKFILL_PRIORITY = 10, 5, 1
 
 RunPath = Literal["incremental", "backfill"]
 

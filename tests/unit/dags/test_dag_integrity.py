@@ -213,3 +213,7 @@ def test_the_live_path_takes_a_pool_slot_before_any_backfill(dagbag) -> None:
     backfill = [weight(t) for t in pooled if t.task_id in backfill_path]
     assert {t.task_id for t in pooled} >= backfill_path | {"aggregate_gold", "gate_gold"}
     assert min(live) > max(backfill)
+    # An operator's refresh swaps before any backfill's task, after the live path's.
+    swap = dagbag.dags["layer_full_refresh"].get_task("swap")
+    assert swap.pool == "gold_layer"
+    assert max(backfill) < weight(swap) < min(live)

@@ -411,7 +411,7 @@ def stop_broker(platform: SoakPlatform, fault: PlannedFault) -> Recovery:
 
     broker = KafkaBroker(platform.settings.kafka)
     seconds = float(fault.params["seconds"])
-    _outage(lambda: broker.down(), broker.up, seconds)
+    _outage(lambda: broker.down(), _restarting(broker), seconds)
     return Recovery(f"stopped the broker for {seconds:.0f} s", lambda: _broker_whole(platform))
 
 
@@ -420,7 +420,7 @@ def kill_broker(platform: SoakPlatform, fault: PlannedFault) -> Recovery:
 
     broker = KafkaBroker(platform.settings.kafka)
     seconds, pid = float(fault.params["seconds"]), broker.status().pid
-    _kill_and_restart(pid, broker.up, seconds)
+    _kill_and_restart(pid, _restarting(broker), seconds)
     return Recovery(
         f"kill -9 the broker (pid {pid}), started again {seconds:.0f} s later",
         lambda: _broker_whole(platform),
@@ -475,6 +475,29 @@ def _cluster_whole(platform: SoakPlatform) -> str | None:
     return _broker_whole(platform)
 
 
+def _restarting(broker: Any, give_up_s: float = 600.0) -> Callable[[], object]:
+    """``broker.up`` as a service manager runs it (systemd's ``Restart=on-failure``): a
+    node that exits during start-up is started again every 10 s, for ``give_up_s`` seconds.
+    Soak run 12: a node restarted while a whole-cluster outage was on could not register
+    with the quorum, exited, and nothing started it again.
+
+    :raises BrokerStartError: still failing after ``give_up_s``.
+    """
+    from ingestctl.kafka_broker import BrokerStartError
+
+    def start() -> object:
+        deadline = time.monotonic() + give_up_s
+        while True:
+            try:
+                return broker.up()
+            except BrokerStartError:
+                if time.monotonic() > deadline:
+                    raise
+                time.sleep(10)
+
+    return start
+
+
 def kill_cluster_broker(platform: SoakPlatform, fault: PlannedFault) -> Recovery:
     from ingestctl.kafka_broker import KafkaBroker
 
@@ -482,7 +505,7 @@ def kill_cluster_broker(platform: SoakPlatform, fault: PlannedFault) -> Recovery
     node = _cluster_node(platform, which, fault.number)
     broker = KafkaBroker(platform.settings.kafka, node=node)
     seconds, pid = float(fault.params["seconds"]), broker.status().pid
-    _kill_and_restart(pid, broker.up, seconds)
+    _kill_and_restart(pid, _restarting(broker), seconds)
     return Recovery(
         f"kill -9 broker node {node} ({which}, pid {pid}), started again {seconds:.0f} s later",
         lambda: _cluster_whole(platform),
@@ -495,7 +518,7 @@ def stop_cluster_broker(platform: SoakPlatform, fault: PlannedFault) -> Recovery
     node = _cluster_node(platform, str(fault.params["node"]), fault.number)
     broker = KafkaBroker(platform.settings.kafka, node=node)
     seconds = float(fault.params["seconds"])
-    _outage(lambda: broker.down(), broker.up, seconds)
+    _outage(lambda: broker.down(), _restarting(broker), seconds)
     return Recovery(
         f"stopped broker node {node} for {seconds:.0f} s", lambda: _cluster_whole(platform)
     )

@@ -290,3 +290,29 @@ def test_every_fault_kind_has_an_injector_and_the_issue_s_kinds_are_there() -> N
     assert set(INJECTORS) == set(KINDS_BY_NAME)
     # Issue 50's list: a task past its execution_timeout, a killed gate, concurrent commits.
     assert {"hang_scheduled_driver", "kill_gate", "concurrent_commits"} <= set(KINDS_BY_NAME)
+
+
+def test_a_broker_that_exits_during_start_up_is_started_again_like_a_service(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """Soak run 12: a node restarted during a whole-cluster outage could not register with
+    the quorum and exited; the soak, playing the service manager, now starts it again."""
+    from ingestctl.kafka_broker import BrokerStartError
+    from ingestctl.soak import faults
+
+    monkeypatch.setattr(faults.time, "sleep", lambda seconds: None)
+
+    class Broker:
+        attempts = 0
+
+        def up(self) -> str:
+            self.attempts += 1
+            if self.attempts < 3:
+                raise BrokerStartError("unable to register with the controller quorum")
+            return "running"
+
+    broker = Broker()
+    assert faults._restarting(broker)() == "running"
+    assert broker.attempts == 3
+    with pytest.raises(BrokerStartError):
+        faults._restarting(Broker(), give_up_s=-1)()  # past its time: the error stands

@@ -420,6 +420,8 @@ def kill_broker(platform: SoakPlatform, fault: PlannedFault) -> Recovery:
 
     broker = KafkaBroker(platform.settings.kafka)
     seconds, pid = float(fault.params["seconds"]), broker.status().pid
+    if pid is None:  # soak run 12: a no-op counted as a fault recovered in 0 s
+        raise FaultNotInjectedError("the broker (or a node of the cluster) is not running")
     _kill_and_restart(pid, _restarting(broker), seconds)
     return Recovery(
         f"kill -9 the broker (pid {pid}), started again {seconds:.0f} s later",
@@ -505,6 +507,8 @@ def kill_cluster_broker(platform: SoakPlatform, fault: PlannedFault) -> Recovery
     node = _cluster_node(platform, which, fault.number)
     broker = KafkaBroker(platform.settings.kafka, node=node)
     seconds, pid = float(fault.params["seconds"]), broker.status().pid
+    if pid is None:
+        raise FaultNotInjectedError(f"broker node {node} is not running")
     _kill_and_restart(pid, _restarting(broker), seconds)
     return Recovery(
         f"kill -9 broker node {node} ({which}, pid {pid}), started again {seconds:.0f} s later",

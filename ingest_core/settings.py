@@ -217,6 +217,10 @@ class KafkaSettings(BaseModel):
         """``host:port`` of embedded broker ``node`` (0-based) for clients."""
         return f"{self.host}:{self.port + node}"
 
+    def controller_address(self, node: int) -> str:
+        """``host:port`` of embedded node ``node``'s KRaft controller listener."""
+        return f"{self.host}:{self.controller_port + node}"
+
     def topic(self, name: str) -> str:
         """The Kafka topic that carries contract topic ``name`` here."""
         return self.topic_prefix + name

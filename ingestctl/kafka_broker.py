@@ -21,6 +21,7 @@ import base64
 import contextlib
 import errno
 import os
+import random
 import shutil
 import socket
 import subprocess
@@ -319,8 +320,7 @@ class KafkaBroker:
         process = self._own_process(node)
         return process.pid if process else None
 
-    def _own_process(self, node: int | None = None) -> psutil.Process | None:
-        node = self.nodes[0] if node is None else node
+    def _own_process(self, node: int) -> psutil.Process | None:
         try:
             pid = int((self.node_dir(node) / "broker.pid").read_text().strip())
             process = psutil.Process(pid)
@@ -353,13 +353,25 @@ class KafkaBroker:
 
         :raises BrokerStartError: the broker's jars are missing (``make jars``).
         """
-        command = self._java_command(
+        return self._run_tool(
             "org.apache.kafka.tools.consumer.group.ConsumerGroupCommand",
             "--bootstrap-server",
             self.settings.bootstrap_servers,
             *args,
+            heap="256m",
+            timeout_s=timeout_s,
         )
-        command[1] = "-Xmx256m"  # a client, not the broker's heap
+
+    def _run_tool(
+        self, main_class: str, *args: str, heap: str, timeout_s: float
+    ) -> subprocess.CompletedProcess[str]:
+        """Run one of Kafka's command-line tools from the broker's jars with a client's
+        ``heap`` (not the broker's), output captured as text.
+
+        :raises subprocess.TimeoutExpired: it ran past ``timeout_s`` seconds.
+        """
+        command = self._java_command(main_class, *args)
+        command[1] = f"-Xmx{heap}"
         return subprocess.run(
             command, capture_output=True, text=True, timeout=timeout_s, check=False
         )
@@ -371,21 +383,16 @@ class KafkaBroker:
 
         (Clients' metadata names a random broker as "controller" under KRaft, not this one.)
         """
-        voters = ",".join(
-            f"{self.settings.host}:{self.settings.controller_port + n}"
-            for n in range(self.settings.brokers)
-        )
-        command = self._java_command(
-            "org.apache.kafka.tools.MetadataQuorumCommand",
-            "--bootstrap-controller",
-            voters,
-            "describe",
-            "--status",
-        )
-        command[1] = "-Xmx128m"  # a client, not the broker's heap
+        voters = ",".join(map(self.settings.controller_address, range(self.settings.brokers)))
         try:
-            done = subprocess.run(
-                command, capture_output=True, text=True, timeout=timeout_s, check=False
+            done = self._run_tool(
+                "org.apache.kafka.tools.MetadataQuorumCommand",
+                "--bootstrap-controller",
+                voters,
+                "describe",
+                "--status",
+                heap="128m",
+                timeout_s=timeout_s,
             )
         except subprocess.TimeoutExpired:
             return None
@@ -398,8 +405,7 @@ class KafkaBroker:
     def _render_config(self, node: int) -> None:
         settings = self.settings
         voters = ",".join(
-            f"{n + 1}@{settings.host}:{settings.controller_port + n}"
-            for n in range(settings.brokers)
+            f"{n + 1}@{settings.controller_address(n)}" for n in range(settings.brokers)
         )
         template = Template(SERVER_PROPERTIES_TEMPLATE.read_text())
         self.node_dir(node).mkdir(parents=True, exist_ok=True)
@@ -577,6 +583,25 @@ def ensure_port_free(host: str, port: int, hint: str = INGESTCTL_PORT_HINT) -> N
                 f"port {port} on {host} is already in use by another process "
                 f"({_port_owner(port)}). {hint}"
             ) from None
+
+
+def free_port_block(count: int) -> int:
+    """The first of ``count`` consecutive TCP ports nothing listens on now (an embedded
+    cluster's node ``i`` listens on ``port + i``).
+
+    :raises RuntimeError: none found in 200 tries.
+    """
+    for _ in range(200):
+        base = random.randint(20000, 60000 - count)
+        with contextlib.ExitStack() as stack:
+            try:
+                for port in range(base, base + count):
+                    probe = stack.enter_context(socket.socket())
+                    probe.bind(("127.0.0.1", port))
+            except OSError:
+                continue
+            return base
+    raise RuntimeError(f"no {count} consecutive free TCP ports found")
 
 
 def _port_owner(port: int) -> str:

@@ -10,7 +10,6 @@ from __future__ import annotations
 import contextlib
 import logging
 import os
-import random
 import socket
 import tempfile
 import time
@@ -73,25 +72,6 @@ def free_ports(count: int) -> tuple[int, ...]:
         for probe in probes:
             probe.bind(("127.0.0.1", 0))
         return tuple(int(probe.getsockname()[1]) for probe in probes)
-
-
-def free_port_block(count: int) -> int:
-    """The first of ``count`` consecutive TCP ports on 127.0.0.1 that nothing listens on right
-    now (an embedded Kafka cluster's node ``i`` listens on ``port + i``).
-
-    :raises RuntimeError: no such block found in 200 tries.
-    """
-    for _ in range(200):
-        base = random.randint(20000, 60000 - count)
-        with contextlib.ExitStack() as stack:
-            try:
-                for port in range(base, base + count):
-                    probe = stack.enter_context(socket.socket())
-                    probe.bind(("127.0.0.1", port))
-            except OSError:
-                continue
-            return base
-    raise RuntimeError(f"no {count} consecutive free ports found")
 
 
 @pytest.fixture(scope="session")

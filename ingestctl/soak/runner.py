@@ -5,7 +5,6 @@ from __future__ import annotations
 
 import json
 import os
-import random
 import socket
 import statistics
 import threading
@@ -127,26 +126,6 @@ def free_port() -> int:
         return int(probe.getsockname()[1])
 
 
-def free_port_block(count: int) -> int:
-    """The first of ``count`` consecutive TCP ports nothing listens on now (an embedded
-    cluster's node ``i`` listens on ``port + i``).
-
-    :raises RuntimeError: none found in 200 tries.
-    """
-    rng = random.Random()
-    for _ in range(200):
-        base = rng.randint(20000, 60000 - count)
-        with ExitStack() as stack:
-            try:
-                for port in range(base, base + count):
-                    probe = stack.enter_context(closing(socket.socket()))
-                    probe.bind(("127.0.0.1", port))
-            except OSError:
-                continue
-            return base
-    raise RuntimeError(f"no {count} consecutive free TCP ports found")
-
-
 def soak_environment(home: Path, brokers: int = 1) -> dict[str, str]:
     """The soak's platform settings: its own home, broker ports and Airflow log ports, so
     that it runs beside a demo without touching it; an alert threshold its stream reaches; a
@@ -154,6 +133,8 @@ def soak_environment(home: Path, brokers: int = 1) -> dict[str, str]:
     ``local-cluster`` profile) the brokers' client and controller ports are two blocks of
     consecutive ports."""
     if brokers > 1:
+        from ingestctl.kafka_broker import free_port_block
+
         base = free_port_block(2 * brokers)
         port, controller_port = base, base + brokers
     else:

@@ -17,9 +17,8 @@ import pytest
 from ingest_core.settings import KafkaSettings
 from ingest_core.topics import ensure_topics
 from ingest_core.waiting import wait_until
-from ingestctl.kafka_broker import KafkaBroker
+from ingestctl.kafka_broker import KafkaBroker, free_port_block
 from ingestctl.producer import Message, produce
-from tests.conftest import free_port_block
 
 pytestmark = [pytest.mark.integration, pytest.mark.slow]
 

@@ -39,7 +39,7 @@ def result_rows(
     """One ``ops_gate_results`` row per outcome, in :data:`RESULTS_SCHEMA`'s column order
     (``validated_at``: ``now`` as naive UTC), ``resolved_by``/``reason`` for a remedy."""
     docs = docs_index(settings).as_uri()
-    rows = [
+    return [
         (
             run_id,
             layer,
@@ -56,7 +56,6 @@ def result_rows(
         )
         for o in outcomes
     ]
-    return rows
 
 
 def record_without_spark(

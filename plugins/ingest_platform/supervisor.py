@@ -426,8 +426,9 @@ def _supervise(
     reason = "not running"
     if current.running:
         budget_from = record.get("budget_from")
+        last_start = starts[-1] if starts else None
         verdict, reason = _judge_running(
-            job, current.heartbeat_age_s, record, since_start, now, limits
+            job, current.heartbeat_age_s, record, since_start, last_start, now, limits
         )
         if verdict is not None:
             if record.get("budget_from") != budget_from:
@@ -469,24 +470,25 @@ def _judge_running(
     age: float | None,
     record: dict[str, Any],
     since_start: float | None,
+    last_start: float | None,
     now: float,
     limits: SupervisorSettings,
 ) -> tuple[str | None, str]:
     """A running driver's verdict from its heartbeat's age (s) and the time since its last
-    start (s): ``(message, "")`` when healthy (``record``'s restart budget reset once it has
-    run ``stable_after_s``; the caller saves ``record``) or still in its start-up grace,
-    else ``(None, why it is stuck)``."""
+    start (s; the start itself at ``last_start``, epoch s): ``(message, "")`` when healthy
+    (``record``'s restart budget reset once it has run ``stable_after_s``; the caller saves
+    ``record``) or still in its start-up grace, else ``(None, why it is stuck)``."""
     fresh_since_start = age is not None and since_start is not None and age <= since_start
     if (
         age is not None
         and age <= limits.heartbeat_timeout_s
         and (fresh_since_start or since_start is None)
     ):
-        starts = sorted(record["starts"])
         if (
             since_start is not None
+            and last_start is not None
             and since_start >= limits.stable_after_s
-            and float(record.get("budget_from", 0)) < starts[-1]
+            and float(record.get("budget_from", 0)) < last_start
         ):
             record["budget_from"] = now  # stable: the starts before no longer count
         return f"{job}: healthy", ""

@@ -69,7 +69,9 @@ with DAG(
         try:
             staging = prepare(str((params or {})["layer"]), str(run_id))
         except LayerBusyError as error:
-            logging.getLogger(__name__).info("waiting: %s", error)
+            logging.getLogger(__name__).info(
+                "waiting while %s run(s): checked again in 15 s", ", ".join(error.busy)
+            )
             return PokeReturnValue(is_done=False)
         except (RefreshError, ValueError) as error:
             raise AirflowFailException(str(error)) from None

@@ -42,7 +42,14 @@ class RefreshError(RuntimeError):
 
 class LayerBusyError(RefreshError):
     """A job of the layer a refresh rebuilds holds its checkpoint lock right now: try again
-    once it finished (``layer_full_refresh``'s ``prepare`` does, for :data:`BUSY_WAIT_S`)."""
+    once it finished (``layer_full_refresh``'s ``prepare`` does, for :data:`BUSY_WAIT_S`).
+
+    :param busy: the jobs that hold their lock (:func:`busy_jobs`).
+    """
+
+    def __init__(self, message: str, busy: list[str] | None = None) -> None:
+        super().__init__(message)
+        self.busy = list(busy or [])
 
 
 #: How long ``layer_full_refresh`` waits for the layer's running jobs before it refuses, in
@@ -140,7 +147,8 @@ def prepare(layer: str, refresh_id: str, settings: PlatformSettings | None = Non
     if busy:
         raise LayerBusyError(
             f"refusing to refresh {layer}: {', '.join(busy)} is running; wait "
-            "for it to finish (or stop it) and trigger again"
+            "for it to finish (or stop it) and trigger again",
+            busy,
         )
     if layout.root.exists():
         raise RefreshError(f"refresh {refresh_id} already has folders at {layout.root}")

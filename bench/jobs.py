@@ -8,7 +8,7 @@ event log (see :mod:`bench.eventlog`) says where the time went.
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -61,7 +61,12 @@ class JobRun:
         return out
 
 
-def submit_command(job: str, args: Sequence[str]) -> list[str]:
+def submit_command(
+    job: str,
+    args: Sequence[str],
+    master: str = "local[*]",
+    conf_overrides: Mapping[str, str] | None = None,
+) -> list[str]:
     """The spark-submit command of a platform job, or of the bench's passthrough
     (``job == "passthrough"``: bronze_ingest's, with the application and name swapped).
 
@@ -69,17 +74,18 @@ def submit_command(job: str, args: Sequence[str]) -> list[str]:
     connection: ``spark-submit --master local[*]``, the platform's ``--conf``
     (:func:`spark_jobs.session.spark_submit_conf`), ``--name``, the job's application and
     arguments. Written out here because the provider builds it only in a private method.
+    ``master`` and ``conf_overrides`` change both for a cluster (:mod:`bench.cluster`).
     """
     from ingest_platform.operators import job_application
     from spark_jobs.session import spark_submit_conf
 
     name = "bench_passthrough" if job == "passthrough" else job
-    conf = spark_submit_conf(name)
+    conf = spark_submit_conf(name) | dict(conf_overrides or {})
     application = str(PASSTHROUGH) if job == "passthrough" else job_application(job)
     return [
         str(BIN / "spark-submit"),
         "--master",
-        "local[*]",
+        master,
         *[part for key, value in conf.items() for part in ("--conf", f"{key}={value}")],
         "--name",
         name,
@@ -89,13 +95,19 @@ def submit_command(job: str, args: Sequence[str]) -> list[str]:
 
 
 def run_job(
-    env: BenchEnv, job: str, args: Sequence[str], label: str, timeout_s: float = 3600
+    env: BenchEnv,
+    job: str,
+    args: Sequence[str],
+    label: str,
+    timeout_s: float = 3600,
+    master: str = "local[*]",
+    conf_overrides: Mapping[str, str] | None = None,
 ) -> JobRun:
-    """spark-submit ``job`` in the current home (:meth:`BenchEnv.use`), wait, parse its
-    event log. :raises BenchError: the job failed (its log's tail in the message)."""
+    """spark-submit ``job`` in the current home (:meth:`BenchEnv.use`) on ``master``, wait,
+    parse its event log. :raises BenchError: the job failed (its log's tail in the message)."""
     from ingest_platform.hooks import job_environment
 
-    command = submit_command(job, args)
+    command = submit_command(job, args, master, conf_overrides)
     done = env.run(command, f"{label}.log", env=job_environment(), timeout_s=timeout_s)
     app_name = "bench_passthrough" if job == "passthrough" else job
     found = eventlog.apps(env.event_log_dir, name=app_name, since_ms=done.spawned_ms)

@@ -31,7 +31,10 @@ Order of one run (one isolated platform under ``<workdir>/<run id>``, see :mod:`
    reports the peaks sampled during the whole bench instead (broker, Airflow CLI, drivers);
 11. (``--only shared_driver`` alone, no target) **one driver for the always-on jobs**
    (:mod:`bench.shared_driver`): the three always-on applications against their queries in
-   one driver, memory, Bronze freshness and real-time alert latency.
+   one driver, memory, Bronze freshness and real-time alert latency;
+12. (``--only cluster`` alone, no target) **the local-cluster profile's engines**
+   (:mod:`bench.cluster`): produce rate to three replicated brokers with ``acks=all``, and
+   Bronze and Silver on a Spark standalone cluster per core (the scale plan's inputs).
 
 Each measurement is one JSON line in ``bench/results/<run id>.jsonl``; a table is printed at
 the end. Benchmarks never fail a build: a failed step is recorded (``value`` null, the error
@@ -892,9 +895,10 @@ PARTS = (
     "id_history",
     "memory",
     "shared_driver",
+    "cluster",
 )
 #: Parts a run measures only when ``--only`` names them (a decision's input, no target).
-OPT_IN = ("shared_driver",)
+OPT_IN = ("shared_driver", "cluster")
 
 
 def _positive(kind: type[int] | type[float]) -> Callable[[str], Any]:
@@ -1035,7 +1039,13 @@ def main(argv: Sequence[str] | None = None) -> int:
     try:
         with interrupts_raise(), env.use(env.home("main")):
             sampler.start()
-            print("[bench] " + env.broker_up(), flush=True)
+            if "cluster" in only:  # its own engines (three brokers, a Spark cluster)
+                from bench.cluster import cluster_bench
+
+                cluster_bench(bench, profile.events)
+                only = only - {"cluster"}
+            if only:
+                print("[bench] " + env.broker_up(), flush=True)
             if "startup" in only:
                 from bench.startup import driver_start
 

@@ -341,13 +341,14 @@ def test_the_id_history_part_runs_in_the_full_bench_or_when_named() -> None:
 
     small = bench_run.profile_from(bench_run.parse_args([]))
     full = bench_run.profile_from(bench_run.parse_args(["--full"]))
-    opt_in = {"shared_driver"}
+    opt_in = {"shared_driver", "cluster"}  # by name only: a decision's or a plan's input
     assert "id_history" not in bench_run.parts_to_run("", small)  # ~7 more minutes
     assert bench_run.parts_to_run("", small) == set(bench_run.PARTS) - {"id_history"} - opt_in
     assert bench_run.parts_to_run("", full) == set(bench_run.PARTS) - opt_in
     assert bench_run.parts_to_run("id_history", small) == {"id_history"}
     assert bench_run.parts_to_run(" cycles, memory ", full) == {"cycles", "memory"}
     assert bench_run.parts_to_run("shared_driver", small) == {"shared_driver"}
+    assert bench_run.parts_to_run("cluster", small) == {"cluster"}
 
 
 def test_each_layout_runs_its_unshared_jobs_alone_and_the_rest_in_one_application() -> None:

@@ -35,6 +35,7 @@ AIRFLOW_SERVICES = {
     "airflow-triggerer",
 }
 #: Where the platform's shared state lives in every container (INGEST_HOME=/opt/ingest).
+BROKERS = ("kafka-1", "kafka-2", "kafka-3")
 SHARED_MOUNTS = {
     "/opt/ingest/data",
     "/opt/ingest/checkpoints",
@@ -74,7 +75,7 @@ def test_compose_file_matches_the_compose_specification(compose) -> None:
 def test_the_schema_refuses_what_compose_refuses(compose) -> None:
     """The validation can fail: a misspelt key and a wrong type are reported."""
     broken = json.loads(json.dumps(compose))
-    broken["services"]["kafka"]["healthchek"] = broken["services"]["kafka"].pop("healthcheck")
+    broken["services"]["kafka-1"]["healthchek"] = broken["services"]["kafka-1"].pop("healthcheck")
     broken["services"]["postgres"]["ports"] = "5432"
     errors = validate(broken)
     assert any("healthchek" in e for e in errors), errors
@@ -86,19 +87,33 @@ def test_images_are_the_pinned_versions(compose) -> None:
     pom = (ROOT / "include" / "maven" / "pom.xml").read_text()
     broker = re.search(r"<kafka.broker.version>([^<]+)<", pom)
     assert broker is not None
-    assert services["kafka"]["image"] == f"apache/kafka:{broker.group(1)}"
+    for name in BROKERS:
+        assert services[name]["image"] == f"apache/kafka:{broker.group(1)}"
     spark = f"apache/spark:{locked_version('pyspark')}-scala2.13-java17-ubuntu"
     assert services["spark-master"]["image"] == services["spark-worker"]["image"] == spark
     for name in AIRFLOW_SERVICES | {"airflow-init"}:
         assert services[name]["build"] == "."  # the Dockerfile's image
 
 
-def test_kafka_runs_kraft(compose) -> None:
-    env = compose["services"]["kafka"]["environment"]
-    assert set(env["KAFKA_PROCESS_ROLES"].split(",")) == {"broker", "controller"}
-    assert "zookeeper" not in json.dumps(env).lower()
-    # the listener the compose profile's clients use
-    assert "PLAINTEXT://kafka:9092" in env["KAFKA_ADVERTISED_LISTENERS"]
+def test_kafka_runs_three_replicated_kraft_brokers(compose) -> None:
+    """As the tested local-cluster profile: every node a broker and a voter, one cluster id,
+    replication factor 3 with two in sync, so that one broker may be down."""
+    services = compose["services"]
+    voters = "1@kafka-1:9093,2@kafka-2:9093,3@kafka-3:9093"
+    for number, name in enumerate(BROKERS, start=1):
+        env = services[name]["environment"]
+        assert set(env["KAFKA_PROCESS_ROLES"].split(",")) == {"broker", "controller"}
+        assert "zookeeper" not in json.dumps(env).lower()
+        assert env["KAFKA_NODE_ID"] == str(number)
+        assert env["KAFKA_CONTROLLER_QUORUM_VOTERS"] == voters
+        # the listener the compose profile's clients use
+        assert env["KAFKA_ADVERTISED_LISTENERS"] == f"PLAINTEXT://{name}:9092"
+        assert env["KAFKA_DEFAULT_REPLICATION_FACTOR"] == "3"
+        assert env["KAFKA_MIN_INSYNC_REPLICAS"] == "2"
+        assert env["KAFKA_OFFSETS_TOPIC_REPLICATION_FACTOR"] == "3"
+        assert f"{name}-data:/var/lib/kafka/data" in services[name]["volumes"]
+        assert name in services["airflow-scheduler"]["depends_on"]
+    assert len({services[n]["environment"]["CLUSTER_ID"] for n in BROKERS}) == 1
 
 
 def test_spark_master_and_workers(compose) -> None:
@@ -107,7 +122,7 @@ def test_spark_master_and_workers(compose) -> None:
     worker = services["spark-worker"]["command"]
     assert "org.apache.spark.deploy.worker.Worker" in worker
     assert worker[-1] == "spark://spark-master:7077"
-    assert services["spark-worker"]["deploy"]["replicas"]  # one or more
+    assert str(services["spark-worker"]["deploy"]["replicas"]).endswith(":-2}")  # two, as tested
 
 
 def test_airflow_runs_on_postgres_with_every_component(compose) -> None:
@@ -188,15 +203,17 @@ def test_connections_and_profile_come_from_the_environment(compose) -> None:
 def test_compose_profile_names_the_compose_services(
     compose, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    for name in [n for n in os.environ if n.startswith(("INGEST_KAFKA__", "INGEST_SPARK__"))]:
+    sections = ("INGEST_KAFKA__", "INGEST_SPARK__", "INGEST_SPARK_CLUSTER__")
+    for name in [n for n in os.environ if n.startswith(sections)]:
         monkeypatch.delenv(name)
     monkeypatch.setenv("INGEST_PROFILE", "compose")
     settings = PlatformSettings()
-    host, port = settings.kafka.bootstrap_servers.split(":")
-    assert host in compose["services"]
-    assert port == "9092"
+    brokers = [address.split(":") for address in settings.kafka.bootstrap_servers.split(",")]
+    assert [host for host, _ in brokers] == list(BROKERS)
+    assert {port for _, port in brokers} == {"9092"}
     assert settings.spark.master == "spark://spark-master:7077"
-    assert settings.kafka.replication_factor == 1  # one broker in the stack
+    assert settings.kafka.replication_factor == 3  # three brokers in the stack
+    assert settings.kafka.min_insync_replicas == 2
 
 
 def _secret_values(node: Any, path: str = "") -> list[tuple[str, str]]:

@@ -40,7 +40,8 @@ export UV_PROJECT_ENVIRONMENT := $(VENV)
 export UV_COMPILE_BYTECODE := 1
 
 .PHONY: help setup prereqs jars browser demo demo-down test lint typecheck unit integration clean-kafka \
-        kafka-up kafka-down kafka-status kafka-cluster-up kafka-cluster-down postgres-up postgres-down postgres-status clean-data \
+        kafka-up kafka-down kafka-status kafka-cluster-up kafka-cluster-down spark-cluster-up spark-cluster-down cluster-up cluster-down \
+        postgres-up postgres-down postgres-status clean-data \
         bench docs soak soak-smoke
 
 help: ## List the targets
@@ -110,13 +111,23 @@ kafka-down: $(VENV_STAMP) ## Stop the broker this platform started
 kafka-status: $(VENV_STAMP) ## Is the platform's broker running?
 	$(BIN)/ingestctl kafka status
 
-# The local-cluster profile's three brokers (docs/deployment.md): every ingestctl command and
-# job run with INGEST_PROFILE=local-cluster uses them.
+# The local-cluster profile's three brokers and Spark standalone cluster (docs/deployment.md):
+# every ingestctl command and job run with INGEST_PROFILE=local-cluster uses them.
 kafka-cluster-up: setup ## Start three replicated brokers (127.0.0.1:19092-19094, profile local-cluster)
 	INGEST_PROFILE=local-cluster $(BIN)/ingestctl kafka up
 
 kafka-cluster-down: $(VENV_STAMP) ## Stop the local-cluster profile's brokers
 	INGEST_PROFILE=local-cluster $(BIN)/ingestctl kafka down
+
+spark-cluster-up: setup ## Start a Spark master and two workers (spark://127.0.0.1:17077, profile local-cluster)
+	INGEST_PROFILE=local-cluster $(BIN)/ingestctl spark up
+
+spark-cluster-down: $(VENV_STAMP) ## Stop the local-cluster profile's Spark master and workers
+	INGEST_PROFILE=local-cluster $(BIN)/ingestctl spark down
+
+cluster-up: kafka-cluster-up spark-cluster-up ## Both clusters of the local-cluster profile
+
+cluster-down: spark-cluster-down kafka-cluster-down ## Stop both clusters of the local-cluster profile
 
 # The embedded PostgreSQL (Airflow's metadata database): `make demo` starts it by itself.
 postgres-up: $(VENV_STAMP) ## Start the embedded PostgreSQL (socket in .ingest/postgres/run)

@@ -525,6 +525,10 @@ class _ApplicationSpec(BaseModel):
         ``-X...`` option; ``-Xmx`` is refused: the heap is ``driver_memory``), after the
         platform's ``spark.driver_java_options`` setting (``include/platform.yaml``: the
         serial GC and a small initial heap on one machine).
+    :param cores_max: ``spark.cores.max`` of this application on a standalone cluster whose
+        profile caps applications (``spark.cores_max``); None: the profile's cap. A real-time
+        query needs a task slot per Kafka partition it reads
+        (:func:`spark_jobs.real_time.check_task_slots`).
     """
 
     name: str = Field(pattern=_NAME)
@@ -536,6 +540,7 @@ class _ApplicationSpec(BaseModel):
     work_from: list[str] | None = None
     driver_memory: str | None = Field(default=None, pattern=r"^\d+[kmgKMG]$")
     driver_java_options: JavaOptions = []
+    cores_max: int | None = Field(default=None, ge=1)
 
     @model_validator(mode="after")
     def _work_from_inputs(self) -> _ApplicationSpec:

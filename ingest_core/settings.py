@@ -10,6 +10,7 @@ This module imports neither pyspark nor Airflow, so DAG files may import it at p
 
 from __future__ import annotations
 
+import json
 import os
 import re
 from collections.abc import Iterable
@@ -394,6 +395,10 @@ class SparkSettings(BaseModel):
         remembered sets (about 450 MB more resident memory per scheduled driver), and its
         concurrent threads compete with Spark's (a 1M-event cycle: 351 s on G1, 268 s on the
         serial GC; ``bench/results/REFERENCE.md``).
+    :param executor_java_options: options of every executor JVM on a cluster
+        (``spark.executor.extraJavaOptions``; ``-Xmx`` refused: the heap is
+        ``executor_memory``). ``local-cluster`` gives its executors the drivers' serial GC:
+        they share the machine with the drivers.
     :param local_file_system: the Hadoop file system class behind ``file:`` paths.
         ``hadoop``: Hadoop's own, which (Spark ships no libhadoop) starts a ``chmod`` or
         ``readlink`` process for each permission it sets and each link it checks: about ten
@@ -415,6 +420,7 @@ class SparkSettings(BaseModel):
     cores_max: int | None = Field(None, ge=1)
     driver_host: str | None = None
     driver_java_options: JavaOptions = []
+    executor_java_options: JavaOptions = []
     local_file_system: Literal["hadoop", "nio"] = "hadoop"
 
     @field_validator("master")
@@ -425,6 +431,43 @@ class SparkSettings(BaseModel):
                 f"spark master {value!r} is not local[...], spark://host:port, k8s://... or yarn"
             )
         return value
+
+
+class SparkClusterSettings(BaseModel):
+    """An embedded Spark standalone cluster on this machine (the ``local-cluster`` profile,
+    issue 54): a master and ``workers`` workers started from pyspark's own ``spark-class``
+    (the Master and Worker classes a real standalone cluster runs) by ``ingestctl spark up``.
+    The master's address is the one fact :attr:`SparkSettings.master` holds
+    (``spark://127.0.0.1:<port>``); the embedded Airflow points ``spark_default`` there.
+
+    :param workers: how many workers to start; 0 (every profile but ``local-cluster``):
+        the platform starts no Spark cluster.
+    :param worker_cores: cores each worker offers the master. They are scheduling slots, not
+        the machine's cores: with ``spark.cores_max`` 1 every always-on and scheduled
+        application holds one, so two workers of 6 serve 12 applications at once, and one
+        worker alone (the other killed) still serves the always-on ones.
+    :param worker_memory: memory each worker offers its executors (``spark.executor.memory``
+        each).
+    :param master_ui_port: the master's web UI (its ``/json/`` lists workers and apps).
+    :param worker_ui_port: worker ``i``'s web UI is on this port + ``i``.
+    :param daemon_memory: heap of the master and worker JVMs (``SPARK_DAEMON_MEMORY``).
+    :param data_dir: logs, pid files and the workers' work dirs (executor logs, fetched jars).
+    :param start_timeout_s: how long ``up`` waits for every worker to register.
+    """
+
+    workers: int = Field(0, ge=0, le=8)
+    worker_cores: int = Field(6, ge=1)
+    worker_memory: str = Field("6g", pattern=r"^\d+[kmgKMG]$")
+    master_ui_port: int = Field(18080, ge=1, le=65535)
+    worker_ui_port: int = Field(18081, ge=1, le=65535)
+    daemon_memory: str = Field("256m", pattern=r"^\d+[kmgKMG]$")
+    data_dir: Path = Path("spark-cluster")
+    start_timeout_s: float = Field(120, gt=0)
+
+    @property
+    def data_path(self) -> Path:
+        """Absolute path of :attr:`data_dir`."""
+        return _resolve(self.data_dir)
 
 
 class StorageSettings(BaseModel):
@@ -648,6 +691,7 @@ class PlatformSettings(BaseSettings):
 
     kafka: KafkaSettings = KafkaSettings()
     spark: SparkSettings = SparkSettings()
+    spark_cluster: SparkClusterSettings = SparkClusterSettings()
     storage: StorageSettings = StorageSettings()
     replay: ReplaySettings = ReplaySettings()
     quality: QualitySettings = QualitySettings()
@@ -656,6 +700,14 @@ class PlatformSettings(BaseSettings):
     checkpoints: CheckpointSettings = CheckpointSettings()
     tasks: TaskSettings = TaskSettings()
     airflow: AirflowSettings = AirflowSettings()
+
+    @model_validator(mode="after")
+    def _embedded_master_on_loopback(self) -> PlatformSettings:
+        """An embedded Spark cluster (``spark_cluster.workers`` > 0) listens where
+        ``spark.master`` says: ``spark://<loopback>:<port>``."""
+        if self.spark_cluster.workers:
+            embedded_master_address(self.spark.master)
+        return self
 
     @model_validator(mode="after")
     def _valid_topic_names(self) -> PlatformSettings:
@@ -704,6 +756,32 @@ def _refuse_secrets(data: dict[str, Any], where: str) -> None:
                 f"{where} sets secret {section}.{', '.join(found)}: secrets come only from "
                 f"the environment ({names}) or an Airflow connection"
             )
+
+
+def embedded_master_address(master: str) -> tuple[str, int]:
+    """``(host, port)`` of an embedded standalone master URL ``spark://<host>:<port>``.
+
+    :raises ValueError: not ``spark://`` with one loopback host and a port: the embedded
+        cluster (:class:`SparkClusterSettings`) runs on this machine only.
+    """
+    match = re.fullmatch(r"spark://(127\.0\.0\.1|localhost):(\d{1,5})", master.strip())
+    if match is None or not 0 < int(match.group(2)) < 65536:
+        raise ValueError(
+            f"spark.master {master!r}: with spark_cluster.workers > 0 (an embedded standalone "
+            "cluster) it must be spark://127.0.0.1:<port>, where the master will listen"
+        )
+    return match.group(1), int(match.group(2))
+
+
+def spark_connection(settings: PlatformSettings) -> str:
+    """The ``spark_default`` Airflow connection (JSON) the embedded Airflow gets when the
+    environment sets none: the embedded cluster's master (``spark.master``) when the profile
+    starts one (``spark_cluster.workers`` > 0), else ``local[*]`` (the provider reads the host
+    of a ``spark`` connection without a port as the whole master URL)."""
+    if settings.spark_cluster.workers:
+        host, port = embedded_master_address(settings.spark.master)
+        return json.dumps({"conn_type": "spark", "host": f"spark://{host}", "port": port})
+    return json.dumps({"conn_type": "spark", "host": "local[*]"})
 
 
 @lru_cache(maxsize=1)

@@ -44,6 +44,18 @@ def archive_manifest(archive: Path) -> Path:
     return archive.with_name(archive.name + ".json")
 
 
+def spark_home() -> Path | None:
+    """Spark's installation: ``SPARK_HOME``, else pyspark's own folder (which ships
+    ``bin/spark-submit``, ``bin/spark-class`` and every Spark jar), located without importing
+    pyspark; None when neither is there."""
+    home = os.environ.get("SPARK_HOME")
+    if home:
+        return Path(home)
+    spec = importlib.util.find_spec("pyspark")
+    locations = list(spec.submodule_search_locations or []) if spec else []
+    return Path(locations[0]) if locations else None
+
+
 def own_spark_conf_dir() -> bool:
     """Whether ``SPARK_CONF_DIR`` names a folder other than Spark's default
     ``<SPARK_HOME>/conf`` (``SPARK_HOME`` defaults to pyspark's own folder).
@@ -57,14 +69,10 @@ def own_spark_conf_dir() -> bool:
     conf_dir = os.environ.get("SPARK_CONF_DIR")
     if not conf_dir:
         return False
-    home = os.environ.get("SPARK_HOME")
-    if not home:
-        spec = importlib.util.find_spec("pyspark")  # its folder, without importing it
-        locations = list(spec.submodule_search_locations or []) if spec else []
-        if not locations:
-            return True
-        home = locations[0]
-    return Path(conf_dir).resolve() != (Path(home) / "conf").resolve()
+    home = spark_home()
+    if home is None:
+        return True
+    return Path(conf_dir).resolve() != (home / "conf").resolve()
 
 
 def archive_java_options() -> list[str]:
@@ -266,8 +274,12 @@ def spark_conf(app_name: str, settings: PlatformSettings | None = None) -> dict[
     if jar.is_file():
         conf["spark.driver.extraClassPath"] = str(jar)
     if spark.cores_max is not None:
-        # Standalone clusters: several applications (always-on and scheduled) share it.
-        conf["spark.cores.max"] = str(spark.cores_max)
+        # Standalone clusters: several applications (always-on and scheduled) share it; an
+        # application that needs more (a real-time query: a slot per Kafka partition) says so
+        # in the catalog.
+        conf["spark.cores.max"] = str((application and application.cores_max) or spark.cores_max)
+    if spark.executor_java_options:
+        conf["spark.executor.extraJavaOptions"] = java_options_string(spark.executor_java_options)
     if spark.driver_host is not None:
         # Executors on other hosts (containers) connect back to the driver: advertise a name
         # they resolve, listen on every interface.

@@ -9,8 +9,10 @@ embedded PostgreSQL cluster of :mod:`ingestctl.postgres_cluster`, started on dem
 
 Everything Airflow needs comes from environment variables built here (one place): its home
 (``<INGEST_HOME>/airflow``), the DAG folder, LocalExecutor with parallelism for 2 cores, no
-example DAGs, and the ``spark_default`` connection as ``local[*]`` unless the caller's
-environment already defines ``AIRFLOW_CONN_SPARK_DEFAULT`` (a cluster). Airflow keeps its
+example DAGs, and the ``spark_default`` connection (``local[*]``, or the embedded standalone
+cluster's master in the ``local-cluster`` profile: :func:`ingest_core.settings.
+spark_connection`) unless the caller's environment already defines
+``AIRFLOW_CONN_SPARK_DEFAULT`` (a cluster). Airflow keeps its
 login: ``airflow standalone`` writes the admin password to
 ``<AIRFLOW_HOME>/simple_auth_manager_passwords.json.generated``.
 
@@ -36,15 +38,12 @@ import psutil
 
 from ingest_core.locks import file_lock
 from ingest_core.processes import is_alive, session_members, stop_processes
-from ingest_core.settings import PROJECT_ROOT, get_settings, ingest_home
+from ingest_core.settings import PROJECT_ROOT, get_settings, ingest_home, spark_connection
 from ingest_core.waiting import port_is_taken, wait_until
 from ingestctl.airflow_standalone import SKIPPED_FILE, STANDALONE_MODULE
 
 T = TypeVar("T")
 
-#: Local connection: master ``local[*]`` (the provider reads the host of a ``spark``
-#: connection without a port as the whole master URL).
-LOCAL_SPARK_CONNECTION = json.dumps({"conn_type": "spark", "host": "local[*]"})
 PASSWORD_FILE = "simple_auth_manager_passwords.json.generated"
 
 
@@ -221,7 +220,7 @@ def airflow_environment(
         "AIRFLOW__SCHEDULER__MIN_FILE_PROCESS_INTERVAL": "60",
         "AIRFLOW__WORKERS__MAX_FAILED_HEARTBEATS": str(MAX_FAILED_HEARTBEATS),
         "AIRFLOW_CONN_SPARK_DEFAULT": os.environ.get(
-            "AIRFLOW_CONN_SPARK_DEFAULT", LOCAL_SPARK_CONNECTION
+            "AIRFLOW_CONN_SPARK_DEFAULT", spark_connection(get_settings())
         ),
         "PATH": bin_dir + os.pathsep + os.environ.get("PATH", ""),
         "TZ": "UTC",

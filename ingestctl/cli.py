@@ -20,6 +20,7 @@ from ingest_core.settings import KafkaSettings, get_settings
 if TYPE_CHECKING:
     from ingestctl.replay.faults import FaultConfig
     from ingestctl.replay.runner import ReplaySummary
+    from ingestctl.spark_cluster import SparkStandalone
 
 app = typer.Typer(
     name="ingestctl",
@@ -37,6 +38,11 @@ postgres_app = typer.Typer(
     no_args_is_help=True,
 )
 app.add_typer(postgres_app, name="postgres")
+spark_app = typer.Typer(
+    help="Run the embedded Spark standalone cluster (INGEST_PROFILE=local-cluster).",
+    no_args_is_help=True,
+)
+app.add_typer(spark_app, name="spark")
 
 PortOption = Annotated[
     int | None,
@@ -298,11 +304,59 @@ def postgres_status(folder: PostgresDirOption = None) -> None:
         raise typer.Exit(code=3)
 
 
+WorkerOption = Annotated[
+    int | None,
+    typer.Option("--worker", min=0, help="One worker (0-based) instead of the whole cluster."),
+]
+
+
+def _spark_cluster(worker: int | None) -> SparkStandalone:
+    from ingestctl.spark_cluster import SparkClusterError, SparkStandalone
+
+    try:
+        return SparkStandalone(get_settings(), worker=worker)
+    except SparkClusterError as error:
+        raise _fail(str(error)) from None
+
+
+@spark_app.command("up")
+def spark_up(worker: WorkerOption = None) -> None:
+    """Start the master and the workers (or one worker) and wait until they registered."""
+    from ingestctl.kafka_broker import PortInUseError
+    from ingestctl.spark_cluster import SparkClusterError
+
+    cluster = _spark_cluster(worker)
+    if not cluster.status().running:
+        typer.echo(f"spark: starting {', '.join(cluster.names)} ...", err=True)
+    try:
+        typer.echo(cluster.up().describe())
+    except (SparkClusterError, PortInUseError, OSError) as error:
+        raise _fail(str(error)) from None
+
+
+@spark_app.command("down")
+def spark_down(worker: WorkerOption = None) -> None:
+    """Stop the workers (with their executors) and the master this platform started."""
+    stopped = _spark_cluster(worker).down()
+    typer.echo("spark: stopped" if stopped else "spark: was not running")
+
+
+@spark_app.command("status")
+def spark_status(worker: WorkerOption = None) -> None:
+    """Say which daemons run and how many workers the master sees; exit status 3 when one
+    is down."""
+    status = _spark_cluster(worker).status()
+    typer.echo(status.describe())
+    if not status.running:
+        raise typer.Exit(code=3)
+
+
 @app.command("status")
 def status(
     port: Annotated[int, typer.Option(min=1, max=65535, help="Airflow API port.")] = 8080,
 ) -> None:
-    """What runs: the metadata database, the broker, Airflow and its scheduler's heartbeat
+    """What runs: the metadata database, the broker (the Spark cluster in ``local-cluster``),
+    Airflow and its scheduler's heartbeat
     (from Airflow's /api/v2/monitor/health). Exit status 3 when Airflow is down or its
     scheduler or database is unhealthy."""
     from ingestctl.airflow_runtime import Standalone, describe_health, metadata_database
@@ -314,6 +368,8 @@ def status(
     else:
         typer.echo(f"metadata database: {'SQLite' if database == 'sqlite' else 'your own'}")
     typer.echo(KafkaBroker(get_settings().kafka).status().describe())
+    if get_settings().spark_cluster.workers:
+        typer.echo(_spark_cluster(None).status().describe())
     standalone = Standalone(port)
     pid = standalone.pid()
     typer.echo(f"airflow: running (pid {pid}; {standalone.url})" if pid else "airflow: not running")
@@ -399,7 +455,8 @@ def soak(
     from ingestctl.soak.runner import SoakOptions, run_soak
 
     try:
-        chosen = parse_kinds(kinds, get_settings().kafka.brokers)
+        settings = get_settings()
+        chosen = parse_kinds(kinds, settings.kafka.brokers, settings.spark_cluster.workers)
     except ValueError as error:
         raise _fail(str(error)) from None
     if home is not None and home.exists() and (not home.is_dir() or any(home.iterdir())):

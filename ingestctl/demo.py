@@ -288,11 +288,10 @@ def run_demo(
     from ingest_core.spark_config import spark_jar_paths
     from ingest_platform import supervisor
     from ingestctl.airflow_runtime import Standalone, lineage_environment
-    from ingestctl.kafka_broker import KafkaBroker
 
     settings = get_settings()
     spark_jar_paths()  # refuse early, with the fix, when `make jars` has not run
-    echo(KafkaBroker(settings.kafka).up().describe())
+    start_engines(settings, echo)
     standalone = Standalone(port)
     echo(f"starting Airflow (airflow standalone, log {standalone.log_file}) ...")
     standalone.up()
@@ -452,9 +451,26 @@ def _maintain_tables(client: AirflowClient, echo: Callable[[str], None]) -> None
     echo(f"table_maintenance: {state}; each task's log has its table's report")
 
 
+def start_engines(settings: PlatformSettings, echo: Callable[[str], None] = print) -> None:
+    """Start the Kafka broker (or the ``local-cluster`` profile's three) and, when the profile
+    has one (``spark_cluster.workers``), the embedded Spark standalone cluster; idempotent.
+
+    :raises ingestctl.kafka_broker.BrokerError: a broker could not start.
+    :raises ingestctl.spark_cluster.SparkClusterError: the Spark cluster could not start.
+    """
+    from ingestctl.kafka_broker import KafkaBroker
+
+    echo(KafkaBroker(settings.kafka).up().describe())
+    if settings.spark_cluster.workers:
+        from ingestctl.spark_cluster import SparkStandalone
+
+        echo(SparkStandalone(settings).up().describe())
+
+
 def stop_demo(echo: Callable[[str], None] = print) -> None:
     """Stop what ``make demo`` started: Airflow first (so that nothing restarts the jobs),
-    then the always-on jobs (gracefully, between micro-batches), then the broker, and the
+    then the always-on jobs (gracefully, between micro-batches), then the Spark cluster of
+    ``local-cluster``, then the broker, and the
     embedded PostgreSQL last (Airflow and the jobs' tasks need it until they are gone)."""
     from ingest_core.settings import get_settings
     from ingest_platform import supervisor
@@ -465,5 +481,11 @@ def stop_demo(echo: Callable[[str], None] = print) -> None:
     echo("airflow standalone: " + ("stopped" if Standalone().down() else "not running"))
     for job in supervisor.always_on_jobs():
         echo(supervisor.stop(job, disable=False))
-    echo("kafka: " + ("stopped" if KafkaBroker(get_settings().kafka).down() else "not running"))
+    settings = get_settings()
+    if settings.spark_cluster.workers:  # the drivers are gone: their executors with them
+        from ingestctl.spark_cluster import SparkStandalone
+
+        stopped = SparkStandalone(settings).down()
+        echo("spark cluster: " + ("stopped" if stopped else "not running"))
+    echo("kafka: " + ("stopped" if KafkaBroker(settings.kafka).down() else "not running"))
     echo("postgres: " + ("stopped" if EmbeddedPostgres().down() else "not running"))

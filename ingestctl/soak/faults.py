@@ -440,7 +440,7 @@ def _cluster_node(platform: SoakPlatform, which: str, rng_seed: int) -> int:
     kafka = platform.settings.kafka
     node: int | None = None
     if which == "leader":
-        node = _partition_leader(kafka)
+        node = partition_leader(kafka)
     elif which == "controller":
         node = KafkaBroker(kafka).quorum_leader()
     if node is not None and 0 <= node < kafka.brokers:
@@ -448,7 +448,7 @@ def _cluster_node(platform: SoakPlatform, which: str, rng_seed: int) -> int:
     return random.Random(rng_seed).randrange(kafka.brokers)
 
 
-def _partition_leader(kafka: KafkaSettings) -> int | None:
+def partition_leader(kafka: KafkaSettings) -> int | None:
     """The node (0-based; KRaft ``node.id`` is node + 1) leading partition 0 of the first
     contract topic, or None when Kafka does not say."""
     from kafka import KafkaAdminClient
@@ -477,22 +477,24 @@ def _cluster_whole(platform: SoakPlatform) -> str | None:
     return _broker_whole(platform)
 
 
-def _restarting(broker: Any, give_up_s: float = 600.0) -> Callable[[], object]:
-    """``broker.up`` as a service manager runs it (systemd's ``Restart=on-failure``): a
-    node that exits during start-up is started again every 10 s, for ``give_up_s`` seconds.
-    Soak run 12: a node restarted while a whole-cluster outage was on could not register
-    with the quorum, exited, and nothing started it again.
+def _restarting(service: Any, give_up_s: float = 600.0) -> Callable[[], object]:
+    """``service.up`` (a broker or a Spark worker) as a service manager runs it (systemd's
+    ``Restart=on-failure``): a node that exits during start-up is started again every 10 s,
+    for ``give_up_s`` seconds. Soak run 12: a node restarted while a whole-cluster outage was
+    on could not register with the quorum, exited, and nothing started it again.
 
-    :raises BrokerStartError: still failing after ``give_up_s``.
+    :raises BrokerStartError: (or :class:`SparkClusterError`) still failing after
+        ``give_up_s``.
     """
     from ingestctl.kafka_broker import BrokerStartError
+    from ingestctl.spark_cluster import SparkClusterError
 
     def start() -> object:
         deadline = time.monotonic() + give_up_s
         while True:
             try:
-                return broker.up()
-            except BrokerStartError:
+                return service.up()
+            except (BrokerStartError, SparkClusterError):
                 if time.monotonic() > deadline:
                     raise
                 time.sleep(10)
@@ -525,6 +527,111 @@ def stop_cluster_broker(platform: SoakPlatform, fault: PlannedFault) -> Recovery
     _outage(lambda: broker.down(), _restarting(broker), seconds)
     return Recovery(
         f"stopped broker node {node} for {seconds:.0f} s", lambda: _cluster_whole(platform)
+    )
+
+
+def _spark_whole(platform: SoakPlatform, app_id: str | None = None) -> str | None:
+    """None once the master and every worker run and are registered, the application
+    ``app_id`` (an executor's, when one was killed) holds cores again or has ended, and the
+    always-on jobs are whole."""
+    from ingestctl.spark_cluster import SparkStandalone
+
+    cluster = SparkStandalone(platform.settings)
+    status = cluster.status()
+    workers = platform.settings.spark_cluster.workers
+    if not status.running or status.alive_workers != workers:
+        return status.describe()
+    if app_id is not None:
+        active = {app["id"]: app for app in cluster.state().get("activeapps", [])}
+        if app_id in active and not active[app_id].get("cores"):
+            return f"application {app_id} ({active[app_id].get('name')}) has no executor"
+    return always_on_whole(platform.settings)
+
+
+def _worker(platform: SoakPlatform, rng_seed: int) -> int:
+    """The worker (0-based) a fault hits, drawn from the fault's number (reproducible)."""
+    import random
+
+    return random.Random(rng_seed).randrange(platform.settings.spark_cluster.workers)
+
+
+def _kill_worker(platform: SoakPlatform, fault: PlannedFault) -> tuple[str, Callable[[], object]]:
+    """kill -9 one worker; what was done, and how to start it again.
+
+    :raises FaultNotInjectedError: that worker does not run.
+    """
+    from ingestctl.spark_cluster import SparkStandalone
+
+    worker = _worker(platform, fault.number)
+    node = SparkStandalone(platform.settings, worker=worker)
+    pid = node.pid(f"worker-{worker}")
+    if pid is None:
+        raise FaultNotInjectedError(f"Spark worker {worker} is not running")
+    executors = len(node.executors(worker))
+    _kill(psutil.Process(pid))
+    return f"Spark worker {worker} (pid {pid}, {executors} executors)", _restarting(node)
+
+
+def kill_spark_worker(platform: SoakPlatform, fault: PlannedFault) -> Recovery:
+    seconds = float(fault.params["seconds"])
+    what, start = _kill_worker(platform, fault)
+    time.sleep(seconds)
+    start()
+    return Recovery(
+        f"kill -9 {what}, started again {seconds:.0f} s later", lambda: _spark_whole(platform)
+    )
+
+
+def kill_spark_executor(platform: SoakPlatform, fault: PlannedFault) -> Recovery:
+    """kill -9 one executor JVM (drawn from the fault's number) of a running application."""
+    import random
+
+    from ingestctl.spark_cluster import SparkStandalone
+
+    cluster = SparkStandalone(platform.settings)
+    executors = sorted(
+        (p for w in range(platform.settings.spark_cluster.workers) for p in cluster.executors(w)),
+        key=lambda p: p.pid,
+    )
+    if not executors:
+        raise FaultNotInjectedError("no Spark executor runs")
+    victim = random.Random(fault.number).choice(executors)
+    app_id = _argument(victim, "--app-id")
+    names = {app["id"]: app.get("name") for app in cluster.applications()}
+    _kill(victim)
+    return Recovery(
+        f"kill -9 an executor (pid {victim.pid}) of {names.get(app_id, '?')} ({app_id})",
+        lambda: _spark_whole(platform, app_id),
+    )
+
+
+def _argument(process: psutil.Process, flag: str) -> str | None:
+    """The value after ``flag`` on ``process``'s command line, if any."""
+    with contextlib.suppress(psutil.Error, ValueError, IndexError):
+        cmdline = process.cmdline()
+        return cmdline[cmdline.index(flag) + 1]
+    return None
+
+
+def kill_broker_and_worker(platform: SoakPlatform, fault: PlannedFault) -> Recovery:
+    """A rack lost: kill -9 one broker node and one Spark worker together; both are started
+    again ``seconds`` later (the broker first: the worker's executors read from it)."""
+    from ingestctl.kafka_broker import KafkaBroker
+
+    node = _cluster_node(platform, "any", fault.number)
+    broker = KafkaBroker(platform.settings.kafka, node=node)
+    seconds, pid = float(fault.params["seconds"]), broker.status().pid
+    if pid is None:
+        raise FaultNotInjectedError(f"broker node {node} is not running")
+    _kill(psutil.Process(pid))
+    what, start_worker = _kill_worker(platform, fault)
+    time.sleep(seconds)
+    _restarting(broker)()
+    start_worker()
+    return Recovery(
+        f"kill -9 broker node {node} (pid {pid}) and {what}, both started again {seconds:.0f} s "
+        "later",
+        lambda: _cluster_whole(platform) or _spark_whole(platform),
     )
 
 
@@ -842,6 +949,9 @@ INJECTORS: dict[str, Callable[[SoakPlatform, PlannedFault], Recovery]] = {
     "kill_broker": kill_broker,
     "kill_cluster_broker": kill_cluster_broker,
     "stop_cluster_broker": stop_cluster_broker,
+    "kill_spark_worker": kill_spark_worker,
+    "kill_spark_executor": kill_spark_executor,
+    "kill_broker_and_worker": kill_broker_and_worker,
     "mark_task_failed": mark_task_failed,
     "hang_scheduled_driver": hang_scheduled_driver,
     "kill_gate": kill_gate,

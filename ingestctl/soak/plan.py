@@ -137,13 +137,48 @@ CLUSTER_KINDS: tuple[FaultKind, ...] = (
         },
     ),
 )
-KINDS_BY_NAME = {kind.name: kind for kind in (*KINDS, *CLUSTER_KINDS)}
+#: The fault kinds of an embedded Spark standalone cluster (issue 54; ``local-cluster``, where
+#: ``spark_cluster.workers`` > 0): a worker lost with its executors (the master starts
+#: executors on the other worker, Spark retries the lost tasks), or one executor.
+SPARK_CLUSTER_KINDS: tuple[FaultKind, ...] = (
+    FaultKind(
+        "kill_spark_worker",
+        2,
+        "kill -9 of one Spark worker (its executors exit with it), back 5-60 s later",
+        lambda rng, longest: {"worker": "any", **_outage(5, 60)(rng, longest)},
+    ),
+    FaultKind(
+        "kill_spark_executor",
+        2,
+        "kill -9 of one executor JVM of a running application (the master starts another)",
+    ),
+)
+#: Both clusters at once (a rack lost): one broker and one Spark worker.
+BOTH_CLUSTERS_KINDS: tuple[FaultKind, ...] = (
+    FaultKind(
+        "kill_broker_and_worker",
+        1,
+        "kill -9 of one broker and one Spark worker at once, both back 5-60 s later",
+        lambda rng, longest: {"node": "any", "worker": "any", **_outage(5, 60)(rng, longest)},
+    ),
+)
+KINDS_BY_NAME = {
+    kind.name: kind for kind in (*KINDS, *CLUSTER_KINDS, *SPARK_CLUSTER_KINDS, *BOTH_CLUSTERS_KINDS)
+}
 
 
-def default_kinds(brokers: int) -> tuple[FaultKind, ...]:
-    """Every kind that applies to a platform with ``brokers`` embedded brokers: the
-    cluster's kinds only when there are several."""
-    return (*KINDS, *CLUSTER_KINDS) if brokers > 1 else KINDS
+def default_kinds(brokers: int, workers: int = 0) -> tuple[FaultKind, ...]:
+    """Every kind that applies to a platform with ``brokers`` embedded brokers and
+    ``workers`` embedded Spark workers: a broker's kinds only when there are several, a
+    worker's when there is a Spark cluster, both at once when there are both."""
+    kinds = list(KINDS)
+    if brokers > 1:
+        kinds += CLUSTER_KINDS
+    if workers:
+        kinds += SPARK_CLUSTER_KINDS
+    if brokers > 1 and workers:
+        kinds += BOTH_CLUSTERS_KINDS
+    return tuple(kinds)
 
 
 @dataclass(frozen=True)
@@ -163,23 +198,26 @@ class PlannedFault:
         return ":".join([self.kind, *words]) + (f" ({seconds} s)" if seconds else "")
 
 
-def parse_kinds(text: str | None, brokers: int = 1) -> tuple[FaultKind, ...]:
+def parse_kinds(text: str | None, brokers: int = 1, workers: int = 0) -> tuple[FaultKind, ...]:
     """``--kinds``: comma-separated kind names, or None/empty for all that apply to a
-    platform of ``brokers`` embedded brokers (:func:`default_kinds`).
+    platform of ``brokers`` embedded brokers and ``workers`` Spark workers
+    (:func:`default_kinds`).
 
     :raises ValueError: an unknown name (the message lists the known ones), or a cluster's
-        kind on a single broker.
+        kind on a platform without that cluster.
     """
     if not text:
-        return default_kinds(brokers)
+        return default_kinds(brokers, workers)
     names = [name.strip() for name in text.split(",") if name.strip()]
     unknown = [name for name in names if name not in KINDS_BY_NAME]
     if unknown:
         raise ValueError(f"unknown fault kinds {unknown}; known: {', '.join(KINDS_BY_NAME)}")
-    single = [name for name in names if brokers == 1 and KINDS_BY_NAME[name] in CLUSTER_KINDS]
-    if single:
+    applicable = {kind.name for kind in default_kinds(brokers, workers)}
+    missing = [name for name in names if name not in applicable]
+    if missing:
         raise ValueError(
-            f"fault kinds {single} need a replicated cluster (kafka.brokers > 1: "
+            f"fault kinds {missing} need the local-cluster profile's clusters (kafka.brokers "
+            "> 1 for a broker's kinds, spark_cluster.workers > 0 for a worker's: "
             "INGEST_PROFILE=local-cluster)"
         )
     return tuple(KINDS_BY_NAME[name] for name in dict.fromkeys(names))

@@ -41,6 +41,8 @@ def component(cmdline: list[str]) -> str:
     :returns: ``spark: <job>`` for a Spark driver (spark-submit's JVM or the Python driver
         under it), ``spark: python workers`` for PySpark's workers, ``airflow: <component>``,
         ``airflow: task processes`` (LocalExecutor's workers and the tasks they supervise),
+        ``spark: executors`` and ``spark: master and workers`` (an embedded standalone
+        cluster's JVMs),
         ``kafka broker``, ``postgresql``, ``gate`` (``python -m spark_jobs.quality.gate``),
         ``spark-submit launchers`` (``python -m ingest_platform.hooks submit``: the
         always-on jobs' launcher waiting on spark-submit),
@@ -57,6 +59,12 @@ def component(cmdline: list[str]) -> str:
             return f"spark: {match.group(1)}"
     if any(w.startswith("pyspark.") for w in words):
         return "spark: python workers"
+    if "org.apache.spark.executor.CoarseGrainedExecutorBackend" in words:
+        return "spark: executors"
+    if {"org.apache.spark.deploy.master.Master", "org.apache.spark.deploy.worker.Worker"} & set(
+        words
+    ):
+        return "spark: master and workers"
     if "kafka.Kafka" in words or any("kafka.server" in w for w in words):
         return "kafka broker"
     if os.path.basename(words[0]).startswith("postgres"):

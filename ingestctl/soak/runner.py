@@ -126,12 +126,22 @@ def free_port() -> int:
         return int(probe.getsockname()[1])
 
 
-def soak_environment(home: Path, brokers: int = 1) -> dict[str, str]:
+def soak_environment(home: Path, brokers: int = 1, workers: int = 0) -> dict[str, str]:
     """The soak's platform settings: its own home, broker ports and Airflow log ports, so
     that it runs beside a demo without touching it; an alert threshold its stream reaches; a
     Spark task budget its hung-driver fault can wait for. With ``brokers`` > 1 (the
     ``local-cluster`` profile) the brokers' client and controller ports are two blocks of
-    consecutive ports."""
+    consecutive ports; with ``workers`` > 0 the Spark master and its UI get ports of their
+    own, the workers' UIs a block."""
+    spark: dict[str, str] = {}
+    if workers:
+        from ingestctl.kafka_broker import free_port_block
+
+        spark = {
+            "INGEST_SPARK__MASTER": f"spark://127.0.0.1:{free_port()}",
+            "INGEST_SPARK_CLUSTER__MASTER_UI_PORT": str(free_port()),
+            "INGEST_SPARK_CLUSTER__WORKER_UI_PORT": str(free_port_block(workers)),
+        }
     if brokers > 1:
         from ingestctl.kafka_broker import free_port_block
 
@@ -153,6 +163,7 @@ def soak_environment(home: Path, brokers: int = 1) -> dict[str, str]:
         # past 7 minutes and was timed out (its retry goes on from the last batch, but the
         # cycle stalls); at load 7 (run 5) it took at most 222 s.
         "INGEST_TASKS__SPARK_TIMEOUT_S": "900",
+        **spark,
     }
 
 
@@ -275,14 +286,17 @@ class Soak:
         from ingest_core.spark_config import spark_jar_paths
         from ingest_core.topics import ensure_topics
         from ingestctl.airflow_runtime import Standalone
-        from ingestctl.kafka_broker import KafkaBroker
+        from ingestctl.demo import start_engines
 
-        os.environ.update(soak_environment(self.home, get_settings().kafka.brokers))
+        profile = get_settings()
+        os.environ.update(
+            soak_environment(self.home, profile.kafka.brokers, profile.spark_cluster.workers)
+        )
         get_settings.cache_clear()
         settings = get_settings()
         spark_jar_paths()
         self.folder.mkdir(parents=True, exist_ok=True)
-        self.say(KafkaBroker(settings.kafka).up().describe())
+        start_engines(settings, self.say)
         ensure_topics(settings.kafka.bootstrap_servers, [settings.kafka.topic(t) for t in TOPICS])
         standalone = Standalone(free_port())
         self.say(f"starting Airflow on {standalone.url} (log {standalone.log_file}) ...")
@@ -389,6 +403,13 @@ class Soak:
         if not EmbeddedPostgres().status().running:
             notes.append("PostgreSQL was down after the faults: started by the soak")
             EmbeddedPostgres().up()
+        if settings.spark_cluster.workers:
+            from ingestctl.spark_cluster import SparkStandalone
+
+            spark = SparkStandalone(settings)
+            if not spark.status().running:
+                notes.append(f"{spark.status().describe()} after the faults: started by the soak")
+                spark.up()
         checks: list[tuple[str, Callable[[], str | None]]] = [
             ("Airflow", lambda: airflow_whole(platform)),
             ("the always-on jobs", lambda: always_on_whole(settings)),
@@ -431,7 +452,8 @@ class Soak:
             time.sleep(10)
 
     def leftovers(self, platform: SoakPlatform) -> list[Check]:
-        """Orphans: Spark processes no running job owns, checkpoint locks held by a process
+        """Orphans: Spark processes no running job owns (on a Spark cluster, executors of an
+        application that ended or of a killed worker), checkpoint locks held by a process
         that is not the job's driver, task instances still running."""
         from ingest_core.catalog import get_catalog
         from ingest_core.locks import lock_holder
@@ -457,9 +479,17 @@ class Soak:
             for t in running.get("task_instances", [])
             if t["dag_id"] != "streaming_supervisor"
         ]
+        if platform.settings.spark_cluster.workers:
+            from ingestctl.spark_cluster import SparkStandalone
+
+            stray += SparkStandalone(platform.settings).stray_executors()
         return [
             Check(
-                "no Spark driver left by a finished task", len(stray), 0, "orphan", tuple(stray[:5])
+                "no Spark driver (or executor) left by a finished task",
+                len(stray),
+                0,
+                "orphan",
+                tuple(stray[:5]),
             ),
             Check("no stale checkpoint lock", len(stale), 0, "orphan", tuple(stale[:5])),
             Check("no task left running", len(tasks), 0, "orphan", tuple(tasks[:5])),

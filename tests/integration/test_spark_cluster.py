@@ -10,6 +10,7 @@ mode from the same Bronze input.
 from __future__ import annotations
 
 import shutil
+from collections.abc import Iterator
 from concurrent.futures import ThreadPoolExecutor
 from datetime import UTC, datetime
 from pathlib import Path
@@ -20,16 +21,16 @@ from deltalake import DeltaTable
 
 from ingest_core.catalog import get_catalog
 from ingest_core.delta_tables import table_exists
-from ingest_core.settings import get_settings
+from ingest_core.settings import PlatformSettings, get_settings, spark_connection
 from ingestctl.airflow_runtime import run_cli
 from ingestctl.replay import runner
 from ingestctl.replay.faults import FaultConfig
 from ingestctl.replay.generator import generate_events
+from ingestctl.spark_cluster import SparkStandalone
 from spark_jobs import bronze_ingest, silver_refine
 from spark_jobs.gold import gold_aggregate
 from spark_jobs.triggers import TriggerSpec
 from tests.conftest import free_port
-from tests.integration.spark_standalone import StandaloneCluster
 
 pytestmark = [pytest.mark.integration, pytest.mark.slow]
 
@@ -39,18 +40,25 @@ RUN_COLUMNS = {"query_id"}
 
 
 @pytest.fixture(scope="module")
-def cluster(tmp_path_factory: pytest.TempPathFactory):
-    spark_cluster = StandaloneCluster(
-        folder=tmp_path_factory.mktemp("spark-standalone"),
-        port=free_port(),
-        master_ui_port=free_port(),
-        worker_ui_port=free_port(),
+def cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[SparkStandalone]:
+    """The platform's own embedded standalone cluster (``ingestctl spark up``), one worker."""
+    settings = PlatformSettings(
+        spark={"master": f"spark://127.0.0.1:{free_port()}"},
+        spark_cluster={
+            "workers": 1,
+            "worker_cores": 2,
+            "worker_memory": "2g",
+            "master_ui_port": free_port(),
+            "worker_ui_port": free_port(),
+            "data_dir": tmp_path_factory.mktemp("spark-standalone"),
+        },
     )
+    spark_cluster = SparkStandalone(settings)
     try:
-        spark_cluster.start()
+        spark_cluster.up()
         yield spark_cluster
     finally:
-        spark_cluster.stop()
+        spark_cluster.down()
 
 
 def _use_home(monkeypatch: pytest.MonkeyPatch, home: Path) -> None:
@@ -93,20 +101,20 @@ def _task(task_id: str, env: dict[str, str]) -> str:
     return output
 
 
-def _on_cluster(cluster: StandaloneCluster, home: Path) -> list[str]:
+def _on_cluster(cluster: SparkStandalone, home: Path) -> list[str]:
     """Run the DAG's Silver and Gold tasks on ``cluster`` with ``home`` as INGEST_HOME; the
     only Spark-side change from local mode is the spark_default connection."""
     env = {
         "INGEST_HOME": str(home),
         "AIRFLOW_HOME": str(home / "airflow-cli"),
-        "AIRFLOW_CONN_SPARK_DEFAULT": cluster.connection,
+        "AIRFLOW_CONN_SPARK_DEFAULT": spark_connection(cluster.settings),
     }
     run_cli(["db", "migrate"], env=env)
     return [_task("refine_silver", env), _task("aggregate_gold", env)]
 
 
 def test_medallion_tasks_on_a_standalone_cluster_equal_local_mode(
-    cluster: StandaloneCluster,
+    cluster: SparkStandalone,
     spark,
     kafka_bootstrap: str,
     tmp_path: Path,
@@ -152,7 +160,7 @@ def test_medallion_tasks_on_a_standalone_cluster_equal_local_mode(
         gold_aggregate.run(spark, trigger=AVAILABLE_NOW)
         local = _snapshot(local_home)
         outputs = cluster_run.result(timeout=900)
-    assert f"--master {cluster.url}" in outputs[0]
+    assert f"--master {cluster.master_url}" in outputs[0]
     apps = {app["name"]: app for app in cluster.applications()}
     assert {"silver_refine", "gold_aggregate"} <= set(apps), apps.keys()
     # Executors really ran on the worker (cores granted by the master).

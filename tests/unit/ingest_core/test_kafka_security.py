@@ -122,7 +122,18 @@ def test_password_in_platform_yaml_is_refused(
     ("profile", "bootstrap", "protocol", "master"),
     [
         ("local", "127.0.0.1:9092", "PLAINTEXT", "local[*]"),
-        ("compose", "kafka:9092", "PLAINTEXT", "spark://spark-master:7077"),
+        (
+            "compose",
+            "kafka-1:9092,kafka-2:9092,kafka-3:9092",
+            "PLAINTEXT",
+            "spark://spark-master:7077",
+        ),
+        (
+            "local-cluster",
+            "127.0.0.1:19092,127.0.0.1:19093,127.0.0.1:19094",
+            "PLAINTEXT",
+            "spark://127.0.0.1:17077",
+        ),
         (
             "cluster",
             "kafka.cluster.invalid:9093",

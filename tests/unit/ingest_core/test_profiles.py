@@ -1,12 +1,15 @@
-"""Profiles: what `compose` and `cluster` change in the Spark configuration of every job."""
+"""Profiles: what `compose`, `cluster` and `local-cluster` change in the Spark configuration
+of every job."""
 
 from __future__ import annotations
 
+import json
 import os
 
 import pytest
+from pydantic import ValidationError
 
-from ingest_core.settings import PlatformSettings
+from ingest_core.settings import PlatformSettings, spark_connection
 from spark_jobs.session import spark_conf, spark_submit_conf
 
 pytestmark = pytest.mark.unit
@@ -14,7 +17,8 @@ pytestmark = pytest.mark.unit
 
 @pytest.fixture
 def profile(monkeypatch: pytest.MonkeyPatch):
-    for name in [n for n in os.environ if n.startswith(("INGEST_KAFKA__", "INGEST_SPARK__"))]:
+    sections = ("INGEST_KAFKA__", "INGEST_SPARK__", "INGEST_SPARK_CLUSTER__")
+    for name in [n for n in os.environ if n.startswith(sections)]:
         monkeypatch.delenv(name)
     monkeypatch.delenv("INGEST_PROFILE", raising=False)
 
@@ -50,3 +54,36 @@ def test_cluster_profile_sizes_executors(profile) -> None:
     assert conf["spark.cores.max"] == "8"
     assert conf["spark.executor.memory"] == "4g"
     assert conf["spark.sql.shuffle.partitions"] == "16"
+
+
+def test_local_cluster_profile_runs_every_job_on_its_embedded_standalone_cluster(
+    profile,
+) -> None:
+    """Issue 54: a master and two workers on loopback; Airflow's spark_default points at the
+    master; an application takes one core, a real-time query one per Kafka partition."""
+    settings = profile("local-cluster")
+    assert settings.spark_cluster.workers == 2
+    assert json.loads(spark_connection(settings)) == {
+        "conn_type": "spark",
+        "host": "spark://127.0.0.1",
+        "port": 17077,
+    }
+    assert json.loads(spark_connection(profile("local")))["host"] == "local[*]"
+    bronze = spark_submit_conf("bronze_ingest", settings)
+    assert bronze["spark.cores.max"] == "1"
+    assert bronze["spark.executor.extraJavaOptions"] == "-XX:+UseSerialGC -Xms64m"
+    real_time = spark_submit_conf("payment_alerts_rt", settings)
+    assert int(real_time["spark.cores.max"]) == settings.replay.partitions  # a slot each
+    # Elsewhere the catalog's cores do not set a cap the profile does not have.
+    assert "spark.cores.max" not in spark_conf("payment_alerts_rt", profile("local"))
+
+
+def test_an_embedded_cluster_must_listen_on_loopback(profile, monkeypatch) -> None:
+    monkeypatch.setenv("INGEST_SPARK__MASTER", "spark://spark-master.example:7077")
+    with pytest.raises(ValidationError, match=r"spark://127\.0\.0\.1:<port>"):
+        profile("local-cluster")
+    monkeypatch.setenv("INGEST_SPARK__MASTER", "local[*]")
+    with pytest.raises(ValidationError, match=r"spark_cluster\.workers > 0"):
+        profile("local-cluster")
+    monkeypatch.setenv("INGEST_SPARK_CLUSTER__WORKERS", "0")
+    assert profile("local-cluster").spark.master == "local[*]"  # no embedded cluster: fine

@@ -52,13 +52,38 @@ def test_a_clusters_fault_kinds_apply_only_to_a_cluster() -> None:
         "kill_cluster_broker",
         "stop_cluster_broker",
     }
-    with pytest.raises(ValueError, match="need a replicated cluster"):
+    with pytest.raises(ValueError, match="need the local-cluster profile's clusters"):
         parse_kinds("kill_cluster_broker", brokers=1)
     planned = schedule(3, 3600, 60, cluster, longest_outage_s=120)
     nodes = {f.params["node"] for f in planned if f.kind == "kill_cluster_broker"}
     assert nodes <= {"leader", "controller", "any"}
     assert nodes
     assert all(5 <= f.params["seconds"] <= 120 for f in planned if "cluster" in f.kind)
+
+
+def test_a_spark_clusters_fault_kinds_apply_only_with_workers() -> None:
+    """Issue 54: a worker or an executor lost needs a Spark cluster; both clusters at once
+    need both."""
+    spark_only = {k.name for k in parse_kinds(None, brokers=1, workers=2)}
+    assert spark_only - {k.name for k in KINDS} == {"kill_spark_worker", "kill_spark_executor"}
+    both = {k.name for k in parse_kinds(None, brokers=3, workers=2)}
+    assert both - {k.name for k in KINDS} == {
+        "kill_cluster_broker",
+        "stop_cluster_broker",
+        "kill_spark_worker",
+        "kill_spark_executor",
+        "kill_broker_and_worker",
+    }
+    with pytest.raises(ValueError, match=r"spark_cluster\.workers > 0"):
+        parse_kinds("kill_spark_worker", brokers=3, workers=0)
+    with pytest.raises(ValueError, match=r"\['kill_broker_and_worker'\]"):
+        parse_kinds("kill_broker_and_worker", brokers=1, workers=2)
+    planned = schedule(5, 3600, 40, parse_kinds(None, brokers=3, workers=2), longest_outage_s=30)
+    worker_faults = [
+        f for f in planned if f.kind in ("kill_spark_worker", "kill_broker_and_worker")
+    ]
+    assert worker_faults
+    assert all(5 <= f.params["seconds"] <= 30 for f in worker_faults)
 
 
 def test_the_log_reads_back_tags_and_acknowledgements(tmp_path: Path) -> None:

@@ -28,6 +28,9 @@ SPARK_JVM = [
 ]
 
 
+EXECUTOR = "org.apache.spark.executor.CoarseGrainedExecutorBackend"
+
+
 @pytest.mark.parametrize(
     ("cmdline", "expected"),
     [
@@ -43,6 +46,18 @@ SPARK_JVM = [
             "spark-submit launchers",
         ),
         (["java", "-Xmx1G", "-cp", "k.jar", "kafka.Kafka", "server.properties"], "kafka broker"),
+        (
+            ["java", "-cp", "/s/jars/*", "-Xmx512m", EXECUTOR, "--app-id", "app-1", "--cores", "1"],
+            "spark: executors",
+        ),
+        (
+            ["java", "-Xmx256m", "org.apache.spark.deploy.worker.Worker"],
+            "spark: master and workers",
+        ),
+        (
+            ["java", "org.apache.spark.deploy.master.Master", "--port", "1"],
+            "spark: master and workers",
+        ),
         (["postgres: ingest airflow 127.0.0.1(5432) idle"], "postgresql"),
         (["/x/bin/postgres", "-D", "/tmp/pg"], "postgresql"),
         (["airflow scheduler"], "airflow: scheduler"),

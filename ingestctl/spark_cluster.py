@@ -1,0 +1,385 @@
+"""Run an embedded Spark standalone cluster on loopback: a master and ``spark_cluster.workers``
+workers (the ``local-cluster`` profile, issue 54).
+
+They are the Master and Worker classes a real standalone cluster runs, started from pyspark's
+own ``bin/spark-class`` (no other download), each in a session of its own, with logs, pid
+files and the workers' work dirs in :attr:`SparkClusterSettings.data_path`. The master listens
+where ``spark.master`` says (``spark://127.0.0.1:<port>``, one fact); the embedded Airflow's
+``spark_default`` connection points there (:func:`ingest_core.settings.spark_connection`), so
+every spark-submit task and always-on driver runs its executors on the workers.
+
+Rules this module keeps, as :mod:`ingestctl.kafka_broker` does for the brokers:
+
+* ``up`` is idempotent, starts what does not run and returns once every worker it is about
+  has registered with the master;
+* it never uses a master or worker it did not start: a taken port is an error naming it;
+* ``down`` stops only the processes it started, identified by pid *and* command line (the
+  daemons carry ``-Dingest.spark.dir=<data_path>``), each with its session: a worker's
+  executors are its children, stopped with it even when the worker itself was killed.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import os
+import subprocess
+import urllib.request
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import psutil
+
+from ingest_core.locks import file_lock
+from ingest_core.processes import session_members, stop_processes
+from ingest_core.settings import PlatformSettings, embedded_master_address
+from ingest_core.spark_config import spark_home
+from ingest_core.waiting import wait_until
+from ingestctl.kafka_broker import PortInUseError, ensure_port_free
+
+MASTER_CLASS = "org.apache.spark.deploy.master.Master"
+WORKER_CLASS = "org.apache.spark.deploy.worker.Worker"
+EXECUTOR_CLASS = "org.apache.spark.executor.CoarseGrainedExecutorBackend"
+#: How users choose other ports (the end of :class:`PortInUseError`'s message).
+PORT_HINT = (
+    "ingestctl never uses a Spark master or worker it did not start: stop that process, or "
+    "choose other ports (INGEST_SPARK__MASTER=spark://127.0.0.1:<port>, "
+    "INGEST_SPARK_CLUSTER__MASTER_UI_PORT, INGEST_SPARK_CLUSTER__WORKER_UI_PORT)."
+)
+#: Executors' work dirs (fetched jars, logs) of applications that ended more than an hour ago
+#: are deleted by the workers every 10 minutes: a soak starts hundreds of applications.
+WORKER_OPTS = (
+    "-Dspark.worker.cleanup.enabled=true -Dspark.worker.cleanup.interval=600 "
+    "-Dspark.worker.cleanup.appDataTtl=3600"
+)
+
+
+class SparkClusterError(RuntimeError):
+    """The embedded Spark cluster cannot start or is not configured (the message says why,
+    with the log's tail when a daemon exited)."""
+
+
+@dataclass(frozen=True)
+class SparkClusterStatus:
+    """What ``ingestctl spark status`` reports.
+
+    :param master_url: ``spark://127.0.0.1:<port>``.
+    :param pids: the running daemons this object is about, by name (``master``,
+        ``worker-0``...); a stopped one is absent.
+    :param expected: the names this object is about.
+    :param alive_workers: workers the master reports ALIVE (None: the master did not answer).
+    :param data_dir: logs, pid files, work dirs.
+    """
+
+    master_url: str
+    pids: dict[str, int]
+    expected: tuple[str, ...]
+    alive_workers: int | None
+    data_dir: Path
+
+    @property
+    def running(self) -> bool:
+        """Every daemon this object is about runs."""
+        return set(self.expected) <= set(self.pids)
+
+    def describe(self) -> str:
+        """One line for people."""
+        if not self.pids:
+            return f"spark: stopped (master would be {self.master_url}; data {self.data_dir})"
+        daemons = ", ".join(f"{name} pid {pid}" for name, pid in sorted(self.pids.items()))
+        missing = sorted(set(self.expected) - set(self.pids))
+        gaps = f"; NOT running: {', '.join(missing)}" if missing else ""
+        alive = "" if self.alive_workers is None else f", {self.alive_workers} workers alive"
+        return f"spark: {self.master_url} ({daemons}{alive}{gaps}; data {self.data_dir})"
+
+
+class SparkStandalone:
+    """Start, stop and inspect the embedded standalone cluster of ``settings``.
+
+    :param settings: ``spark.master`` (where the master listens) and ``spark_cluster``.
+    :param worker: one worker (0-based), for faults on a single worker; None: the master and
+        every worker. Worker ``i``'s UI is on ``spark_cluster.worker_ui_port + i``.
+    :raises SparkClusterError: the profile starts no cluster (``spark_cluster.workers`` 0)
+        or ``worker`` is not one of its workers.
+
+    Example::
+
+        cluster = SparkStandalone(get_settings())   # INGEST_PROFILE=local-cluster
+        print(cluster.up().describe())   # spark: spark://127.0.0.1:17077 (master pid ...)
+        cluster.down()
+    """
+
+    def __init__(self, settings: PlatformSettings, *, worker: int | None = None) -> None:
+        self.settings = settings
+        self.cluster = settings.spark_cluster
+        if not self.cluster.workers:
+            raise SparkClusterError(
+                "this profile starts no Spark cluster (spark_cluster.workers is 0): "
+                "INGEST_PROFILE=local-cluster does"
+            )
+        if worker is not None and not 0 <= worker < self.cluster.workers:
+            raise SparkClusterError(
+                f"worker {worker}: spark_cluster.workers is {self.cluster.workers} (workers 0..)"
+            )
+        self.host, self.port = embedded_master_address(settings.spark.master)
+        self.master_url = f"spark://{self.host}:{self.port}"
+        self.data_dir = self.cluster.data_path
+        workers = [worker] if worker is not None else list(range(self.cluster.workers))
+        master = () if worker is not None else ("master",)
+        #: The daemons this object starts and stops, by name.
+        self.names: tuple[str, ...] = (*master, *(f"worker-{i}" for i in workers))
+
+    # -- public API ----------------------------------------------------------------------
+    def status(self) -> SparkClusterStatus:
+        """Which daemons run (by pid file and command line), and how many workers the master
+        reports alive (None when it does not answer)."""
+        pids = {name: p.pid for name in self.names if (p := self._own_process(name)) is not None}
+        alive = None
+        with contextlib.suppress(OSError, ValueError):
+            alive = sum(1 for w in self.state().get("workers", []) if w.get("state") == "ALIVE")
+        return SparkClusterStatus(self.master_url, pids, self.names, alive, self.data_dir)
+
+    def up(self) -> SparkClusterStatus:
+        """Start the daemons that do not run; return once each worker of this object is ALIVE
+        in the master's view (a restarted worker registers anew).
+
+        :raises PortInUseError: the master's or a UI port is taken by another process.
+        :raises SparkClusterError: a daemon exited or a worker did not register within
+            ``spark_cluster.start_timeout_s`` (the message has the logs' tails; daemons this
+            call started are stopped).
+        """
+        self.data_dir.mkdir(parents=True, exist_ok=True)
+        with file_lock(self.data_dir / ".lock"):
+            started: dict[str, subprocess.Popen[bytes]] = {}
+            try:
+                for name in self.names:
+                    if self._own_process(name) is None:
+                        started[name] = self._start(name)
+                self._wait_registered(started)
+            except (SparkClusterError, PortInUseError):
+                for name, process in started.items():
+                    self._stop(name, process.pid, grace_s=10)
+                raise
+        return self.status()
+
+    def down(self, grace_s: float = 30) -> bool:
+        """Stop this object's workers (with their executors) and then the master: SIGTERM,
+        SIGKILL after ``grace_s`` seconds.
+
+        :returns: ``True`` if anything was stopped.
+        """
+        stopped = False
+        with file_lock(self.data_dir / ".lock"):
+            for name in sorted(self.names, key=lambda n: n == "master"):  # workers first
+                pid = self._recorded_pid(name)
+                if pid is not None and self._stop(name, pid, grace_s):
+                    stopped = True
+                self._pid_path(name).unlink(missing_ok=True)
+        return stopped
+
+    def state(self) -> dict[str, Any]:
+        """The master's JSON status (``/json/`` of its UI): workers, cores, applications.
+
+        :raises OSError: the master does not answer.
+        """
+        url = f"http://{self.host}:{self.cluster.master_ui_port}/json/"
+        with urllib.request.urlopen(url, timeout=5) as response:
+            return dict(json.load(response))
+
+    def applications(self) -> list[dict[str, Any]]:
+        """Every application the master runs or ran (name, cores, state...)."""
+        state = self.state()
+        return [*state.get("activeapps", []), *state.get("completedapps", [])]
+
+    def pid(self, name: str) -> int | None:
+        """The pid of daemon ``name`` (``master``, ``worker-<i>``) when it runs."""
+        process = self._own_process(name)
+        return process.pid if process is not None else None
+
+    def executors(self, worker: int) -> list[psutil.Process]:
+        """The executor JVMs worker ``worker`` runs (its session's
+        ``CoarseGrainedExecutorBackend`` processes)."""
+        pid = self._recorded_pid(f"worker-{worker}")
+        if pid is None:
+            return []
+        found = []
+        for process in session_members(pid):
+            with contextlib.suppress(psutil.Error):
+                if EXECUTOR_CLASS in process.cmdline() and self._ours(process):
+                    found.append(process)
+        return found
+
+    def stray_executors(self) -> list[str]:
+        """Executors of this cluster's folder that serve no running application (an ended
+        one, or one whose worker was killed and that did not exit with it), one line each.
+
+        :raises OSError: the master does not answer.
+        """
+        active = {app["id"] for app in self.state().get("activeapps", [])}
+        live = set()
+        for index in range(self.cluster.workers):
+            pid = self.pid(f"worker-{index}")
+            if pid is not None:
+                live |= {p.pid for p in self.executors(index)}
+        stray = []
+        for process in psutil.process_iter():
+            with contextlib.suppress(psutil.Error, ValueError, IndexError):
+                cmdline = process.cmdline()
+                if EXECUTOR_CLASS not in cmdline or not self._ours(process):
+                    continue
+                app_id = cmdline[cmdline.index("--app-id") + 1]
+                if app_id not in active or process.pid not in live:
+                    stray.append(f"executor pid {process.pid} of {app_id}")
+        return stray
+
+    def log_tail(self, name: str, lines: int = 30) -> str:
+        """The last ``lines`` lines of daemon ``name``'s log."""
+        path = self.data_dir / f"{name}.log"
+        text = path.read_text(errors="replace") if path.exists() else f"(no log at {path})"
+        return f"--- {path}\n" + "\n".join(text.splitlines()[-lines:])
+
+    # -- internals -----------------------------------------------------------------------
+    def _pid_path(self, name: str) -> Path:
+        return self.data_dir / f"{name}.pid"
+
+    def _recorded_pid(self, name: str) -> int | None:
+        with contextlib.suppress(OSError, ValueError):
+            return int(self._pid_path(name).read_text().strip())
+        return None
+
+    def _marker(self) -> str:
+        return f"-Dingest.spark.dir={self.data_dir}"
+
+    def _own_process(self, name: str) -> psutil.Process | None:
+        pid = self._recorded_pid(name)
+        if pid is None:
+            return None
+        try:
+            process = psutil.Process(pid)
+            cmdline = process.cmdline()
+            if process.status() == psutil.STATUS_ZOMBIE:
+                return None
+        except psutil.Error:
+            return None
+        main = MASTER_CLASS if name == "master" else WORKER_CLASS
+        # The pid may have been reused: it is ours only if it runs our daemon for our folder
+        # (and, for a worker, with its own UI port).
+        if main not in cmdline or self._marker() not in cmdline:
+            return None
+        if name != "master" and str(self._ui_port(name)) not in cmdline:
+            return None
+        return process
+
+    def _ours(self, process: psutil.Process) -> bool:
+        """A daemon of this cluster (its marker) or an executor working in its folder."""
+        try:
+            if self._marker() in process.cmdline():
+                return True
+            return Path(process.cwd()).is_relative_to(self.data_dir)
+        except psutil.Error:
+            return False
+
+    def _ui_port(self, name: str) -> int:
+        if name == "master":
+            return self.cluster.master_ui_port
+        return self.cluster.worker_ui_port + int(name.removeprefix("worker-"))
+
+    def _arguments(self, name: str) -> list[str]:
+        ui = ["--webui-port", str(self._ui_port(name))]
+        if name == "master":
+            return [MASTER_CLASS, "--host", self.host, "--port", str(self.port), *ui]
+        return [
+            WORKER_CLASS,
+            "--host",
+            self.host,
+            "--cores",
+            str(self.cluster.worker_cores),
+            "--memory",
+            self.cluster.worker_memory,
+            *ui,
+            "--work-dir",
+            str(self.data_dir / name),
+            self.master_url,
+        ]
+
+    def _start(self, name: str) -> subprocess.Popen[bytes]:
+        ports = [self._ui_port(name)] + ([self.port] if name == "master" else [])
+        for port in ports:
+            ensure_port_free(self.host, port, PORT_HINT)
+        home = spark_home()
+        if home is None or not (home / "bin" / "spark-class").is_file():
+            raise SparkClusterError(
+                f"no Spark installation with bin/spark-class (SPARK_HOME or pyspark's folder: "
+                f"{home}): run `make setup`"
+            )
+        env = os.environ | {
+            "SPARK_HOME": str(home),
+            "SPARK_LOG_DIR": str(self.data_dir / "logs"),
+            "SPARK_LOCAL_IP": self.host,
+            "SPARK_DAEMON_MEMORY": self.cluster.daemon_memory,
+            # The marker tells our daemons from anyone else's (and a reused pid).
+            "SPARK_DAEMON_JAVA_OPTS": f"{self._marker()} -XX:+UseSerialGC",
+            # The REST submission server would take port 6066: the platform submits by RPC.
+            "SPARK_MASTER_OPTS": "-Dspark.master.rest.enabled=false",
+            "SPARK_WORKER_OPTS": WORKER_OPTS,
+        }
+        log = (self.data_dir / f"{name}.log").open("ab")
+        with log:
+            # A session of its own: the daemon outlives `ingestctl spark up`, and a worker's
+            # executors (its children) share its session, which outlives a killed worker.
+            process = subprocess.Popen(
+                [str(home / "bin" / "spark-class"), *self._arguments(name)],
+                env=env,
+                stdout=log,
+                stderr=subprocess.STDOUT,
+                stdin=subprocess.DEVNULL,
+                start_new_session=True,
+            )
+        self._pid_path(name).write_text(f"{process.pid}\n")
+        return process
+
+    def _alive_worker_ports(self) -> set[int]:
+        ports = set()
+        for worker in self.state().get("workers", []):
+            if worker.get("state") == "ALIVE":
+                with contextlib.suppress(ValueError, AttributeError):
+                    ports.add(int(str(worker.get("webuiaddress")).rsplit(":", 1)[1]))
+        return ports
+
+    def _wait_registered(self, started: dict[str, subprocess.Popen[bytes]]) -> None:
+        wanted = {self._ui_port(name) for name in self.names if name != "master"}
+
+        def registered() -> bool:
+            for name, process in started.items():
+                if process.poll() is not None:
+                    raise SparkClusterError(
+                        f"spark {name} exited with status {process.returncode} during "
+                        f"start-up:\n{self.log_tail(name)}"
+                    )
+            with contextlib.suppress(OSError, ValueError):
+                return wanted <= self._alive_worker_ports()
+            return False
+
+        try:
+            wait_until(registered, self.cluster.start_timeout_s, 0.5, what="the Spark workers")
+        except TimeoutError:
+            tails = "\n".join(self.log_tail(name) for name in started)
+            raise SparkClusterError(
+                f"the Spark workers did not register with {self.master_url} within "
+                f"{self.cluster.start_timeout_s:.0f} s:\n{tails}"
+            ) from None
+
+    def _stop(self, name: str, pid: int, grace_s: float) -> bool:
+        """Stop daemon ``name`` (pid ``pid``) and whatever else runs in its session (a
+        worker's executors, also after the worker itself was killed)."""
+        # Only processes of ours: a session whose members all exited frees its number for
+        # an unrelated process.
+        members = [m for m in session_members(pid) if self._ours(m)]
+        own = self._own_process(name)
+        if own is not None and all(m.pid != own.pid for m in members):
+            members.append(own)
+        if not members:
+            return False
+        stop_processes(members, grace_s)
+        return True

@@ -482,7 +482,10 @@ class Soak:
         if platform.settings.spark_cluster.workers:
             from ingestctl.spark_cluster import SparkStandalone
 
-            stray += SparkStandalone(platform.settings).stray_executors()
+            try:
+                stray += SparkStandalone(platform.settings).stray_executors()
+            except OSError as error:  # the master down: nothing tells an executor's owner
+                stray.append(f"the Spark master did not answer: {error}")
         return [
             Check(
                 "no Spark driver (or executor) left by a finished task",

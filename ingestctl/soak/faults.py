@@ -856,8 +856,28 @@ def backfill(platform: SoakPlatform, fault: PlannedFault) -> Recovery:
     return Recovery(f"backfill {start:%H:%M}..{end:%H:%M} beside the scheduled runs", check)
 
 
+def _committed(platform: SoakPlatform, job: str) -> bool:
+    """Whether a query of ``job``'s checkpoint has committed a batch (what a backup keeps)."""
+    from ingest_core.catalog import get_catalog
+    from ingest_core.checkpoint_health import query_dirs
+    from ingest_core.delta_tables import last_committed_batch
+
+    queries = query_dirs(get_catalog().job(job).checkpoint(platform.settings))
+    return any(last_committed_batch(folder) is not None for folder in queries.values())
+
+
 def checkpoint_backup(platform: SoakPlatform, fault: PlannedFault) -> Recovery:
+    """``ingestctl checkpoints backup`` of a running always-on job, once it has committed a
+    batch: before that the command refuses, rightly, with nothing to back up (soak run 14: a
+    Bronze that a maintenance pause and a killed worker held before its first commit).
+
+    :raises FaultNotInjectedError: no batch committed within 600 s.
+    """
     job = fault.params["job"]
+    try:
+        wait_until(lambda: _committed(platform, job), 600, 5, what=f"{job}'s first commit")
+    except TimeoutError:
+        raise FaultNotInjectedError(f"{job} committed no batch within 600 s") from None
     ingestctl = os.path.join(os.path.dirname(sys.executable), "ingestctl")
     done = subprocess.run(
         [ingestctl, "checkpoints", "backup", job], capture_output=True, text=True, timeout=600

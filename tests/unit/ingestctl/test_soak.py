@@ -351,3 +351,24 @@ def test_the_default_schedule_leaves_few_backfills_to_queue() -> None:
     backfills = [f for f in planned if f.kind == "backfill"]
     assert 1 <= len(backfills) <= 3
     assert KINDS_BY_NAME["backfill"].weight < KINDS_BY_NAME["kill_gate"].weight
+
+
+def test_a_backup_fault_waits_for_the_jobs_first_commit(tmp_path: Path) -> None:
+    """Soak run 14: a backup asked of a Bronze that had not committed its first batch is
+    refused, rightly ("nothing to back up"); the fault waits for a commit instead of counting
+    that refusal as a platform that did not recover."""
+    from types import SimpleNamespace
+
+    from ingest_core.settings import PlatformSettings
+    from ingestctl.soak.faults import _committed
+
+    settings = PlatformSettings(storage={"checkpoint_dir": tmp_path})
+    platform = SimpleNamespace(settings=settings)
+    checkpoint = tmp_path / "bronze_ingest"
+    assert not _committed(platform, "bronze_ingest")  # type: ignore[arg-type]
+    (checkpoint / "offsets").mkdir(parents=True)
+    (checkpoint / "offsets" / "0").write_text("v1\n{}\n")
+    (checkpoint / "commits").mkdir()
+    assert not _committed(platform, "bronze_ingest")  # type: ignore[arg-type]  # planned only
+    (checkpoint / "commits" / "0").write_text("v1\n{}\n")
+    assert _committed(platform, "bronze_ingest")  # type: ignore[arg-type]

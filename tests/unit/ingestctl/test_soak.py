@@ -372,3 +372,27 @@ def test_a_backup_fault_waits_for_the_jobs_first_commit(tmp_path: Path) -> None:
     assert not _committed(platform, "bronze_ingest")  # type: ignore[arg-type]  # planned only
     (checkpoint / "commits" / "0").write_text("v1\n{}\n")
     assert _committed(platform, "bronze_ingest")  # type: ignore[arg-type]
+
+
+def test_a_faults_check_goes_on_a_while_after_its_work_ends() -> None:
+    """Soak run 14: a maintenance run that ended at its fault's deadline left the paused jobs
+    starting; the check gets SETTLE_S more after the fault's work was last seen, within twice
+    the timeout, and no more when the work was never seen past the deadline."""
+    from ingestctl.soak.runner import RecoveryWindow
+
+    window = RecoveryWindow(start=0.0, timeout_s=900.0, settle_s=180.0)
+    assert window.waiting(10.0, lambda: True)
+    assert window.waiting(950.0, lambda: True)  # past the deadline, still busy
+    assert window.waiting(1100.0, lambda: False)  # settling: 150 s since last seen busy
+    assert not window.waiting(1131.0, lambda: False)  # 181 s
+    idle = RecoveryWindow(start=0.0, timeout_s=900.0, settle_s=180.0)
+    assert idle.waiting(899.0, lambda: False)
+    assert not idle.waiting(901.0, lambda: False)
+    broken = RecoveryWindow(start=0.0, timeout_s=900.0)
+
+    def unreachable() -> bool:
+        raise TimeoutError("the API does not answer")
+
+    assert not broken.waiting(901.0, unreachable)
+    forever = RecoveryWindow(start=0.0, timeout_s=900.0)
+    assert not forever.waiting(1800.0, lambda: True)  # twice the timeout at most

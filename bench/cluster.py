@@ -12,9 +12,11 @@ One run, in the bench's work folder, on ports of its own:
 3. **cluster_bronze_rate_<n>core** and **cluster_silver_rate_<n>core**: ``bronze_ingest`` and
    then ``silver_refine`` (AvailableNow, spark-submit in client mode on the cluster) over that
    backlog with ``spark.cores.max`` 1 and 2, each from nothing (events / the query span, as
-   the bench's throughput: the JVM's and the session's start are left out). The rate per core
-   is what the plan extrapolates; on 2 cores the driver competes with the executors, so the
-   2-core figure is a lower bound of what two cores of a real worker carry.
+   the bench's throughput: the JVM's and the session's start are left out), each against the
+   same job on ``local[*]`` first (**cluster_<job>_rate_local**, the baseline of the ratio).
+   The rate per core is what the plan extrapolates; on 2 cores the driver, three brokers and
+   the Spark daemons compete with the executors, so these are lower bounds of what cores of
+   a real worker carry.
 """
 
 from __future__ import annotations
@@ -30,6 +32,8 @@ if TYPE_CHECKING:
 
 #: ``spark.cores.max`` of the measured applications.
 CORES = (1, 2)
+#: The baseline: the same job on the same backlog in one JVM, as the ``local`` profile runs.
+LOCAL = "local[*]"
 
 
 def _cluster_environment(bench: Bench) -> dict[str, str]:
@@ -60,6 +64,51 @@ def _fresh(job: str) -> None:
     for table in spec.outputs:
         shutil.rmtree(catalog.table(table).path(settings), ignore_errors=True)
     shutil.rmtree(spec.checkpoint(settings), ignore_errors=True)
+
+
+def _rate(
+    bench: Bench,
+    job: str,
+    name: str,
+    events: int,
+    master: str,
+    cores: int | None,
+    baseline: float | None = None,
+) -> float | None:
+    """Run ``job`` (AvailableNow) from nothing on ``master`` with ``spark.cores.max``
+    ``cores`` (None: the master's own); record events / query span as ``name`` (against the
+    local ``baseline``); return that rate. Silver reads the Bronze the last Bronze run left."""
+    rate: float | None = None
+    with bench.step(name, "events/s") as loads:
+        _fresh(job)
+        run = jobs.run_job(
+            bench.env,
+            job,
+            ["--trigger", "available-now"],
+            name,
+            master=master,
+            conf_overrides={"spark.cores.max": str(cores)} if cores else None,
+        )
+        span = run.query_span_s
+        rate = round(events / span) if span else None
+        bench.add(
+            report.Measurement(
+                name,
+                rate,
+                "events/s",
+                baseline=baseline,
+                baseline_name=f"{job} on {LOCAL}" if baseline else None,
+                load_avg=loads | {"end": report.load_avg()},
+                params={
+                    "events": events,
+                    "cores_max": cores,
+                    "master": master,
+                    "input_rows": run.app.input_rows if run.app else None,
+                },
+                profile=run.profile(),
+            )
+        )
+    return rate
 
 
 def cluster_bench(bench: Bench, events: int) -> None:
@@ -100,34 +149,10 @@ def cluster_bench(bench: Bench, events: int) -> None:
                 )
             )
         for job, short in (("bronze_ingest", "bronze"), ("silver_refine", "silver")):
+            local = _rate(bench, job, f"cluster_{short}_rate_local", events, LOCAL, None)
             for cores in CORES:
                 name = f"cluster_{short}_rate_{cores}core"
-                with bench.step(name, "events/s") as loads:
-                    _fresh(job)  # Silver reads the Bronze the last Bronze run left
-                    run = jobs.run_job(
-                        bench.env,
-                        job,
-                        ["--trigger", "available-now"],
-                        f"{name}",
-                        master=settings.spark.master,
-                        conf_overrides={"spark.cores.max": str(cores)},
-                    )
-                    span = run.query_span_s
-                    bench.add(
-                        report.Measurement(
-                            name,
-                            round(events / span) if span else None,
-                            "events/s",
-                            load_avg=loads | {"end": report.load_avg()},
-                            params={
-                                "events": events,
-                                "cores_max": cores,
-                                "master": settings.spark.master,
-                                "input_rows": run.app.input_rows if run.app else None,
-                            },
-                            profile=run.profile(),
-                        )
-                    )
+                _rate(bench, job, name, events, settings.spark.master, cores, local)
     finally:
         SparkStandalone(settings).down(grace_s=10)
         KafkaBroker(settings.kafka).down(timeout_s=10)

@@ -704,9 +704,20 @@ class PlatformSettings(BaseSettings):
     @model_validator(mode="after")
     def _embedded_master_on_loopback(self) -> PlatformSettings:
         """An embedded Spark cluster (``spark_cluster.workers`` > 0) listens where
-        ``spark.master`` says: ``spark://<loopback>:<port>``."""
-        if self.spark_cluster.workers:
-            embedded_master_address(self.spark.master)
+        ``spark.master`` says (``spark://<loopback>:<port>``), on ports of its own: the
+        master's, its UI's and one UI port per worker, all distinct (Spark would otherwise
+        move a UI to the next free port and the workers' registration could not be told)."""
+        cluster = self.spark_cluster
+        if cluster.workers:
+            _, port = embedded_master_address(self.spark.master)
+            ports = [port, cluster.master_ui_port]
+            ports += [cluster.worker_ui_port + i for i in range(cluster.workers)]
+            if len(set(ports)) != len(ports) or max(ports) > 65535:
+                raise ValueError(
+                    f"the embedded Spark cluster's ports overlap or pass 65535: master {port}, "
+                    f"master UI {cluster.master_ui_port}, worker UIs {cluster.worker_ui_port}.."
+                    f"{cluster.worker_ui_port + cluster.workers - 1}: choose distinct ones"
+                )
         return self
 
     @model_validator(mode="after")

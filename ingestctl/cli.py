@@ -326,8 +326,9 @@ def spark_up(worker: WorkerOption = None) -> None:
     from ingestctl.spark_cluster import SparkClusterError
 
     cluster = _spark_cluster(worker)
-    if not cluster.status().running:
-        typer.echo(f"spark: starting {', '.join(cluster.names)} ...", err=True)
+    missing = [name for name in cluster.names if name not in cluster.status().pids]
+    if missing:
+        typer.echo(f"spark: starting {', '.join(missing)} ...", err=True)
     try:
         typer.echo(cluster.up().describe())
     except (SparkClusterError, PortInUseError, OSError) as error:

@@ -21,6 +21,7 @@ Rules this module keeps, as :mod:`ingestctl.kafka_broker` does for the brokers:
 from __future__ import annotations
 
 import contextlib
+import itertools
 import json
 import os
 import subprocess
@@ -32,11 +33,11 @@ from typing import Any
 import psutil
 
 from ingest_core.locks import file_lock
-from ingest_core.processes import session_members, stop_processes
+from ingest_core.processes import session_members, stop_process_group, stop_processes
 from ingest_core.settings import PlatformSettings, embedded_master_address
 from ingest_core.spark_config import spark_home
 from ingest_core.waiting import wait_until
-from ingestctl.kafka_broker import PortInUseError, ensure_port_free
+from ingestctl.kafka_broker import ensure_port_free
 
 MASTER_CLASS = "org.apache.spark.deploy.master.Master"
 WORKER_CLASS = "org.apache.spark.deploy.worker.Worker"
@@ -86,7 +87,10 @@ class SparkClusterStatus:
     def describe(self) -> str:
         """One line for people."""
         if not self.pids:
-            return f"spark: stopped (master would be {self.master_url}; data {self.data_dir})"
+            if "master" in self.expected:
+                return f"spark: stopped (master would be {self.master_url}; data {self.data_dir})"
+            alive = "" if self.alive_workers is None else f"; {self.alive_workers} workers alive"
+            return f"spark: {', '.join(self.expected)} stopped ({self.master_url}{alive})"
         daemons = ", ".join(f"{name} pid {pid}" for name, pid in sorted(self.pids.items()))
         missing = sorted(set(self.expected) - set(self.pids))
         gaps = f"; NOT running: {', '.join(missing)}" if missing else ""
@@ -113,22 +117,47 @@ class SparkStandalone:
     def __init__(self, settings: PlatformSettings, *, worker: int | None = None) -> None:
         self.settings = settings
         self.cluster = settings.spark_cluster
-        if not self.cluster.workers:
-            raise SparkClusterError(
-                "this profile starts no Spark cluster (spark_cluster.workers is 0): "
-                "INGEST_PROFILE=local-cluster does"
-            )
         if worker is not None and not 0 <= worker < self.cluster.workers:
+            last = f"0..{self.cluster.workers - 1}" if self.cluster.workers else "none"
             raise SparkClusterError(
-                f"worker {worker}: spark_cluster.workers is {self.cluster.workers} (workers 0..)"
+                f"worker {worker}: spark_cluster.workers is {self.cluster.workers} (workers {last})"
             )
-        self.host, self.port = embedded_master_address(settings.spark.master)
-        self.master_url = f"spark://{self.host}:{self.port}"
         self.data_dir = self.cluster.data_path
         workers = [worker] if worker is not None else list(range(self.cluster.workers))
         master = () if worker is not None else ("master",)
         #: The daemons this object starts and stops, by name.
         self.names: tuple[str, ...] = (*master, *(f"worker-{i}" for i in workers))
+        self.whole = worker is None
+
+    @property
+    def master_url(self) -> str:
+        """``spark://<host>:<port>``: ``spark.master`` as configured."""
+        return self.settings.spark.master
+
+    def _address(self) -> tuple[str, int]:
+        """The master's host and port.
+
+        :raises SparkClusterError: no embedded cluster in these settings (workers 0, or a
+            master that is not ``spark://<loopback>:<port>``).
+        """
+        if not self.cluster.workers:
+            raise SparkClusterError(
+                "no embedded Spark cluster in these settings: spark_cluster.workers is 0 "
+                "(INGEST_SPARK_CLUSTER__WORKERS or the profile; INGEST_PROFILE=local-cluster "
+                "has two)"
+            )
+        try:
+            return embedded_master_address(self.settings.spark.master)
+        except ValueError as error:
+            raise SparkClusterError(str(error)) from None
+
+    @property
+    def host(self) -> str:
+        return self._address()[0]
+
+    @property
+    def port(self) -> int:
+        return self._address()[1]
 
     # -- public API ----------------------------------------------------------------------
     def status(self) -> SparkClusterStatus:
@@ -136,7 +165,7 @@ class SparkStandalone:
         reports alive (None when it does not answer)."""
         pids = {name: p.pid for name in self.names if (p := self._own_process(name)) is not None}
         alive = None
-        with contextlib.suppress(OSError, ValueError):
+        with contextlib.suppress(OSError, ValueError, SparkClusterError):
             alive = sum(1 for w in self.state().get("workers", []) if w.get("state") == "ALIVE")
         return SparkClusterStatus(self.master_url, pids, self.names, alive, self.data_dir)
 
@@ -149,29 +178,44 @@ class SparkStandalone:
             ``spark_cluster.start_timeout_s`` (the message has the logs' tails; daemons this
             call started are stopped).
         """
+        self._address()  # refuse settings without an embedded cluster first
         self.data_dir.mkdir(parents=True, exist_ok=True)
         with file_lock(self.data_dir / ".lock"):
+            missing = [name for name in self.names if self._own_process(name) is None]
+            self._refuse_elsewhere(missing)
+            for name in missing:  # every port before any start: no half-started cluster
+                for port in self._ports(name):
+                    ensure_port_free(self.host, port, PORT_HINT)
             started: dict[str, subprocess.Popen[bytes]] = {}
             try:
-                for name in self.names:
-                    if self._own_process(name) is None:
-                        started[name] = self._start(name)
+                for name in missing:
+                    started[name] = self._start(name)
                 self._wait_registered(started)
-            except (SparkClusterError, PortInUseError):
+            except BaseException:
+                # This call's own children: their process groups (the daemon and what it
+                # started), known by the Popen, not by a command line that spark-class has
+                # not yet exec'ed into the JVM's (stress test: a master left running).
                 for name, process in started.items():
-                    self._stop(name, process.pid, grace_s=10)
+                    stop_process_group(process, grace_s=10)
+                    self._pid_path(name).unlink(missing_ok=True)
                 raise
         return self.status()
 
     def down(self, grace_s: float = 30) -> bool:
         """Stop this object's workers (with their executors) and then the master: SIGTERM,
-        SIGKILL after ``grace_s`` seconds.
+        SIGKILL after ``grace_s`` seconds. The whole cluster's ``down`` stops every daemon
+        its folder has a pid file of, whatever the settings say now (fewer workers, or none).
 
         :returns: ``True`` if anything was stopped.
         """
         stopped = False
+        if not self.data_dir.exists():
+            return False
         with file_lock(self.data_dir / ".lock"):
-            for name in sorted(self.names, key=lambda n: n == "master"):  # workers first
+            names = set(self.names)
+            if self.whole:  # also workers of an earlier, larger spark_cluster.workers
+                names |= {p.stem for p in self.data_dir.glob("worker-*.pid")}
+            for name in sorted(names, key=lambda n: (n == "master", n)):  # workers first
                 pid = self._recorded_pid(name)
                 if pid is not None and self._stop(name, pid, grace_s):
                     stopped = True
@@ -263,20 +307,59 @@ class SparkStandalone:
         except psutil.Error:
             return None
         main = MASTER_CLASS if name == "master" else WORKER_CLASS
-        # The pid may have been reused: it is ours only if it runs our daemon for our folder
-        # (and, for a worker, with its own UI port).
+        # The pid may have been reused: it is ours only if it runs our daemon for our folder,
+        # on the ports and master these settings name.
         if main not in cmdline or self._marker() not in cmdline:
             return None
-        if name != "master" and str(self._ui_port(name)) not in cmdline:
+        if not self._same_arguments(name, cmdline):
             return None
         return process
 
-    def _ours(self, process: psutil.Process) -> bool:
-        """A daemon of this cluster (its marker) or an executor working in its folder."""
+    def _same_arguments(self, name: str, cmdline: list[str]) -> bool:
+        """Whether a daemon's command line has the ports (and master) of these settings."""
         try:
-            if self._marker() in process.cmdline():
+            expected = self._arguments(name)
+        except SparkClusterError:
+            return False
+        pairs = set(itertools.pairwise(cmdline))
+        wanted = {(a, b) for a, b in itertools.pairwise(expected) if a == "--port"}
+        wanted |= {("--webui-port", str(self._ui_port(name)))}
+        if name != "master" and self.master_url not in cmdline:
+            return False
+        return wanted <= pairs
+
+    def _refuse_elsewhere(self, missing: list[str]) -> None:
+        """Refuse to start a daemon whose earlier self still runs from this folder with other
+        settings (another master port or UI port): two masters, or a master nothing uses.
+
+        :raises SparkClusterError: naming the pid, and how to stop it.
+        """
+        for name in missing:
+            pid = self._recorded_pid(name)
+            if pid is None:
+                continue
+            with contextlib.suppress(psutil.Error):
+                process = psutil.Process(pid)
+                cmdline = process.cmdline()
+                main = MASTER_CLASS if name == "master" else WORKER_CLASS
+                if main in cmdline and self._marker() in cmdline:
+                    raise SparkClusterError(
+                        f"spark {name} (pid {pid}) runs from {self.data_dir} with other "
+                        f"settings ({' '.join(cmdline[cmdline.index(main) + 1 :])}), not "
+                        f"those of {self.master_url}: stop it first (`ingestctl spark down`) "
+                        "or use its settings"
+                    )
+
+    def _ours(self, process: psutil.Process) -> bool:
+        """A daemon of this cluster (its marker) or an executor working in its folder; not any
+        other process, whatever its working directory."""
+        try:
+            cmdline = process.cmdline()
+            if self._marker() in cmdline:
                 return True
-            return Path(process.cwd()).is_relative_to(self.data_dir)
+            # An executor: the worker starts it in <work dir>/<app>/<executor>. Nothing else
+            # whose working directory is there (a shell reading executor logs) is ours.
+            return EXECUTOR_CLASS in cmdline and Path(process.cwd()).is_relative_to(self.data_dir)
         except psutil.Error:
             return False
 
@@ -303,10 +386,10 @@ class SparkStandalone:
             self.master_url,
         ]
 
+    def _ports(self, name: str) -> list[int]:
+        return [self._ui_port(name)] + ([self.port] if name == "master" else [])
+
     def _start(self, name: str) -> subprocess.Popen[bytes]:
-        ports = [self._ui_port(name)] + ([self.port] if name == "master" else [])
-        for port in ports:
-            ensure_port_free(self.host, port, PORT_HINT)
         home = spark_home()
         if home is None or not (home / "bin" / "spark-class").is_file():
             raise SparkClusterError(

@@ -87,3 +87,16 @@ def test_an_embedded_cluster_must_listen_on_loopback(profile, monkeypatch) -> No
         profile("local-cluster")
     monkeypatch.setenv("INGEST_SPARK_CLUSTER__WORKERS", "0")
     assert profile("local-cluster").spark.master == "local[*]"  # no embedded cluster: fine
+
+
+def test_an_embedded_clusters_ports_must_not_overlap(profile, monkeypatch) -> None:
+    """Stress test: a worker UI port equal to the master's UI port let Spark move the UI to
+    the next port, and ``up`` waited 120 s for a registration it could not see."""
+    monkeypatch.setenv("INGEST_SPARK_CLUSTER__WORKER_UI_PORT", "18080")
+    with pytest.raises(ValidationError, match="ports overlap"):
+        profile("local-cluster")
+    monkeypatch.setenv("INGEST_SPARK_CLUSTER__WORKER_UI_PORT", "17076")  # workers 17076, 17077
+    with pytest.raises(ValidationError, match="master 17077"):
+        profile("local-cluster")
+    monkeypatch.setenv("INGEST_SPARK_CLUSTER__WORKER_UI_PORT", "18081")
+    assert profile("local-cluster").spark_cluster.worker_ui_port == 18081

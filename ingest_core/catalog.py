@@ -9,6 +9,7 @@ Imports neither pyspark nor Airflow: safe at DAG parse time.
 
 from __future__ import annotations
 
+import importlib.util
 import re
 from datetime import timedelta
 from functools import lru_cache
@@ -798,6 +799,23 @@ class Catalog(BaseModel):
         :raises KeyError: ``table`` has no session window.
         """
         return self._window_setting(table, "gap")
+
+
+def job_application(job: str) -> str:
+    """Path of the ``.py`` file spark-submit runs for ``job`` (its catalog ``module``), found
+    without importing the module (only its parent packages).
+
+    :raises ValueError: unknown job (the message lists the known ones), or a module that is
+        not on the Python path.
+    """
+    applications = get_catalog().applications
+    if job not in applications:
+        raise ValueError(f"unknown job {job!r}; known: {sorted(applications)}")
+    module = applications[job].module
+    spec = importlib.util.find_spec(module)
+    if spec is None or spec.origin is None:
+        raise ValueError(f"job {job!r}: its module {module!r} is not on the Python path")
+    return spec.origin
 
 
 @lru_cache(maxsize=1)

@@ -31,6 +31,7 @@ from typing import TYPE_CHECKING, Any, NoReturn
 import psutil
 from airflow.sdk import BaseHook
 
+from ingest_core.catalog import job_application
 from ingest_core.processes import stop_processes
 
 if TYPE_CHECKING:
@@ -107,12 +108,6 @@ def inputs_snapshot(
     return snapshot
 
 
-def _application(job: str) -> str:
-    from ingest_platform.operators import job_application
-
-    return job_application(job)
-
-
 class PlatformJobHook(BaseHook):
     """``spark-submit`` one platform job through the Spark provider's ``SparkSubmitHook``.
 
@@ -152,7 +147,7 @@ class PlatformJobHook(BaseHook):
         submit_options: Mapping[str, Any] | None = None,
     ) -> None:
         super().__init__()
-        self.application = _application(job)  # refuses an unknown job
+        self.application = job_application(job)  # refuses an unknown job
         self.job = job
         self.job_args = [str(arg) for arg in job_args]
         self.conn_id = conn_id

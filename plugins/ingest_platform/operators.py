@@ -23,14 +23,13 @@ The streaming supervisor starts the always-on jobs detached through
 
 from __future__ import annotations
 
-import importlib.util
 from collections.abc import Sequence
 from datetime import timedelta
 from typing import TYPE_CHECKING, Any
 
 from airflow.providers.apache.spark.operators.spark_submit import SparkSubmitOperator
 
-from ingest_core.catalog import get_catalog
+from ingest_core.catalog import get_catalog, job_application
 from ingest_core.settings import get_settings
 from ingest_platform.hooks import PlatformJobHook, inputs_snapshot, job_environment
 
@@ -52,21 +51,6 @@ __all__ = [
 #: The job modules a SparkJobOperator may run (spark-submit entry points): every job of the
 #: catalog (``include/pipeline.yaml``, streaming and batch), job name -> module.
 JOB_MODULES: dict[str, str] = {n: j.module for n, j in get_catalog().applications.items()}
-
-
-def job_application(job: str) -> str:
-    """Path of the ``.py`` file spark-submit runs for ``job``.
-
-    :raises ValueError: unknown job; the message lists the known ones.
-    """
-    try:
-        module = JOB_MODULES[job]
-    except KeyError:
-        raise ValueError(f"unknown job {job!r}; known: {sorted(JOB_MODULES)}") from None
-    spec = importlib.util.find_spec(module)
-    assert spec is not None
-    assert spec.origin is not None
-    return spec.origin
 
 
 #: SparkSubmitOperator arguments that inject OpenLineage settings into the Spark application:

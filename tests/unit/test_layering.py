@@ -125,3 +125,12 @@ def test_no_gold_job_imports_another() -> None:
                 if name.startswith("spark_jobs.gold.") and name.split(".")[2] in jobs - {path.stem}
             ]
     assert not bad, "\n".join(bad)
+
+
+def test_the_hooks_do_not_import_the_operators() -> None:
+    """Issue 52: operators use hooks, never the reverse (the hooks found a job's application
+    file through ``ingest_platform.operators``; it is the catalog's fact,
+    ``ingest_core.catalog.job_application``)."""
+    hooks = PACKAGES["ingest_platform"] / "hooks.py"
+    imported = [module for _, module in _imports(hooks, whole=True)]
+    assert "ingest_platform.operators" not in imported, imported

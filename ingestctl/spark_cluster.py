@@ -56,6 +56,20 @@ WORKER_OPTS = (
 )
 
 
+def _main_class(name: str) -> str:
+    """The Java class daemon ``name`` (``master``, ``worker-<i>``) runs."""
+    return MASTER_CLASS if name == "master" else WORKER_CLASS
+
+
+def app_id_of(executor: psutil.Process) -> str | None:
+    """The application an executor JVM serves (its ``--app-id`` argument), or None when the
+    process is gone or has none."""
+    with contextlib.suppress(psutil.Error, ValueError, IndexError):
+        cmdline = executor.cmdline()
+        return cmdline[cmdline.index("--app-id") + 1]
+    return None
+
+
 class SparkClusterError(RuntimeError):
     """The embedded Spark cluster cannot start or is not configured (the message says why,
     with the log's tail when a daemon exited)."""
@@ -104,8 +118,9 @@ class SparkStandalone:
     :param settings: ``spark.master`` (where the master listens) and ``spark_cluster``.
     :param worker: one worker (0-based), for faults on a single worker; None: the master and
         every worker. Worker ``i``'s UI is on ``spark_cluster.worker_ui_port + i``.
-    :raises SparkClusterError: the profile starts no cluster (``spark_cluster.workers`` 0)
-        or ``worker`` is not one of its workers.
+    :raises SparkClusterError: ``worker`` is not one of the settings' workers. (Settings
+        without an embedded cluster are refused by :meth:`up`; :meth:`status` and
+        :meth:`down` still read what the folder's pid files name.)
 
     Example::
 
@@ -268,11 +283,10 @@ class SparkStandalone:
                 live |= {p.pid for p in self.executors(index)}
         stray = []
         for process in psutil.process_iter():
-            with contextlib.suppress(psutil.Error, ValueError, IndexError):
-                cmdline = process.cmdline()
-                if EXECUTOR_CLASS not in cmdline or not self._ours(process):
+            with contextlib.suppress(psutil.Error):
+                if EXECUTOR_CLASS not in process.cmdline() or not self._ours(process):
                     continue
-                app_id = cmdline[cmdline.index("--app-id") + 1]
+                app_id = app_id_of(process)
                 if app_id not in active or process.pid not in live:
                     stray.append(f"executor pid {process.pid} of {app_id}")
         return stray
@@ -295,7 +309,9 @@ class SparkStandalone:
     def _marker(self) -> str:
         return f"-Dingest.spark.dir={self.data_dir}"
 
-    def _own_process(self, name: str) -> psutil.Process | None:
+    def _daemon(self, name: str) -> tuple[psutil.Process, list[str]] | None:
+        """The process (and its command line) of daemon ``name``'s pid file when it runs that
+        daemon for this folder, whatever its ports; None else (the pid may have been reused)."""
         pid = self._recorded_pid(name)
         if pid is None:
             return None
@@ -306,27 +322,28 @@ class SparkStandalone:
                 return None
         except psutil.Error:
             return None
-        main = MASTER_CLASS if name == "master" else WORKER_CLASS
-        # The pid may have been reused: it is ours only if it runs our daemon for our folder,
-        # on the ports and master these settings name.
-        if main not in cmdline or self._marker() not in cmdline:
+        if _main_class(name) not in cmdline or self._marker() not in cmdline:
             return None
-        if not self._same_arguments(name, cmdline):
+        return process, cmdline
+
+    def _own_process(self, name: str) -> psutil.Process | None:
+        """Daemon ``name`` when it runs on the ports and master these settings name."""
+        found = self._daemon(name)
+        if found is None or not self._same_arguments(name, found[1]):
             return None
-        return process
+        return found[0]
 
     def _same_arguments(self, name: str, cmdline: list[str]) -> bool:
         """Whether a daemon's command line has the ports (and master) of these settings."""
+        wanted = {("--webui-port", str(self._ui_port(name)))}
         try:
-            expected = self._arguments(name)
-        except SparkClusterError:
+            if name == "master":
+                wanted.add(("--port", str(self.port)))
+            elif self.master_url not in cmdline:
+                return False
+        except SparkClusterError:  # no embedded cluster in these settings
             return False
-        pairs = set(itertools.pairwise(cmdline))
-        wanted = {(a, b) for a, b in itertools.pairwise(expected) if a == "--port"}
-        wanted |= {("--webui-port", str(self._ui_port(name)))}
-        if name != "master" and self.master_url not in cmdline:
-            return False
-        return wanted <= pairs
+        return wanted <= set(itertools.pairwise(cmdline))
 
     def _refuse_elsewhere(self, missing: list[str]) -> None:
         """Refuse to start a daemon whose earlier self still runs from this folder with other
@@ -335,20 +352,15 @@ class SparkStandalone:
         :raises SparkClusterError: naming the pid, and how to stop it.
         """
         for name in missing:
-            pid = self._recorded_pid(name)
-            if pid is None:
-                continue
-            with contextlib.suppress(psutil.Error):
-                process = psutil.Process(pid)
-                cmdline = process.cmdline()
-                main = MASTER_CLASS if name == "master" else WORKER_CLASS
-                if main in cmdline and self._marker() in cmdline:
-                    raise SparkClusterError(
-                        f"spark {name} (pid {pid}) runs from {self.data_dir} with other "
-                        f"settings ({' '.join(cmdline[cmdline.index(main) + 1 :])}), not "
-                        f"those of {self.master_url}: stop it first (`ingestctl spark down`) "
-                        "or use its settings"
-                    )
+            found = self._daemon(name)
+            if found is not None:
+                process, cmdline = found
+                arguments = cmdline[cmdline.index(_main_class(name)) + 1 :]
+                raise SparkClusterError(
+                    f"spark {name} (pid {process.pid}) runs from {self.data_dir} with other "
+                    f"settings ({' '.join(arguments)}), not those of {self.master_url}: "
+                    "stop it first (`ingestctl spark down`) or use its settings"
+                )
 
     def _ours(self, process: psutil.Process) -> bool:
         """A daemon of this cluster (its marker) or an executor working in its folder; not any
@@ -371,9 +383,9 @@ class SparkStandalone:
     def _arguments(self, name: str) -> list[str]:
         ui = ["--webui-port", str(self._ui_port(name))]
         if name == "master":
-            return [MASTER_CLASS, "--host", self.host, "--port", str(self.port), *ui]
+            return [_main_class(name), "--host", self.host, "--port", str(self.port), *ui]
         return [
-            WORKER_CLASS,
+            _main_class(name),
             "--host",
             self.host,
             "--cores",

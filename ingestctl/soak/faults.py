@@ -555,8 +555,8 @@ def _worker(platform: SoakPlatform, rng_seed: int) -> int:
     return random.Random(rng_seed).randrange(platform.settings.spark_cluster.workers)
 
 
-def _kill_worker(platform: SoakPlatform, fault: PlannedFault) -> tuple[str, Callable[[], object]]:
-    """kill -9 one worker; what was done, and how to start it again.
+def _spark_worker(platform: SoakPlatform, fault: PlannedFault) -> tuple[int, str, Any]:
+    """The worker a fault hits: its pid, a description, and the object that starts it again.
 
     :raises FaultNotInjectedError: that worker does not run.
     """
@@ -568,15 +568,13 @@ def _kill_worker(platform: SoakPlatform, fault: PlannedFault) -> tuple[str, Call
     if pid is None:
         raise FaultNotInjectedError(f"Spark worker {worker} is not running")
     executors = len(node.executors(worker))
-    _kill(psutil.Process(pid))
-    return f"Spark worker {worker} (pid {pid}, {executors} executors)", _restarting(node)
+    return pid, f"Spark worker {worker} (pid {pid}, {executors} executors)", node
 
 
 def kill_spark_worker(platform: SoakPlatform, fault: PlannedFault) -> Recovery:
     seconds = float(fault.params["seconds"])
-    what, start = _kill_worker(platform, fault)
-    time.sleep(seconds)
-    start()
+    pid, what, node = _spark_worker(platform, fault)
+    _kill_and_restart(pid, _restarting(node), seconds)
     return Recovery(
         f"kill -9 {what}, started again {seconds:.0f} s later", lambda: _spark_whole(platform)
     )
@@ -586,7 +584,7 @@ def kill_spark_executor(platform: SoakPlatform, fault: PlannedFault) -> Recovery
     """kill -9 one executor JVM (drawn from the fault's number) of a running application."""
     import random
 
-    from ingestctl.spark_cluster import SparkStandalone
+    from ingestctl.spark_cluster import SparkStandalone, app_id_of
 
     cluster = SparkStandalone(platform.settings)
     executors = sorted(
@@ -596,21 +594,13 @@ def kill_spark_executor(platform: SoakPlatform, fault: PlannedFault) -> Recovery
     if not executors:
         raise FaultNotInjectedError("no Spark executor runs")
     victim = random.Random(fault.number).choice(executors)
-    app_id = _argument(victim, "--app-id")
+    app_id = app_id_of(victim)
     names = {app["id"]: app.get("name") for app in cluster.applications()}
     _kill(victim)
     return Recovery(
         f"kill -9 an executor (pid {victim.pid}) of {names.get(app_id, '?')} ({app_id})",
         lambda: _spark_whole(platform, app_id),
     )
-
-
-def _argument(process: psutil.Process, flag: str) -> str | None:
-    """The value after ``flag`` on ``process``'s command line, if any."""
-    with contextlib.suppress(psutil.Error, ValueError, IndexError):
-        cmdline = process.cmdline()
-        return cmdline[cmdline.index(flag) + 1]
-    return None
 
 
 def kill_broker_and_worker(platform: SoakPlatform, fault: PlannedFault) -> Recovery:
@@ -623,11 +613,17 @@ def kill_broker_and_worker(platform: SoakPlatform, fault: PlannedFault) -> Recov
     seconds, pid = float(fault.params["seconds"]), broker.status().pid
     if pid is None:
         raise FaultNotInjectedError(f"broker node {node} is not running")
-    _kill(psutil.Process(pid))
-    what, start_worker = _kill_worker(platform, fault)
-    time.sleep(seconds)
-    _restarting(broker)()
-    start_worker()
+    worker_pid, what, worker = _spark_worker(platform, fault)
+
+    def kill_both() -> None:
+        for victim in (pid, worker_pid):
+            _kill(psutil.Process(victim))
+
+    def start_both() -> None:
+        _restarting(broker)()
+        _restarting(worker)()
+
+    _outage(kill_both, start_both, seconds)
     return Recovery(
         f"kill -9 broker node {node} (pid {pid}) and {what}, both started again {seconds:.0f} s "
         "later",

@@ -133,18 +133,16 @@ def soak_environment(home: Path, brokers: int = 1, workers: int = 0) -> dict[str
     ``local-cluster`` profile) the brokers' client and controller ports are two blocks of
     consecutive ports; with ``workers`` > 0 the Spark master and its UI get ports of their
     own, the workers' UIs a block."""
+    from ingestctl.kafka_broker import free_port_block
+
     spark: dict[str, str] = {}
     if workers:
-        from ingestctl.kafka_broker import free_port_block
-
         spark = {
             "INGEST_SPARK__MASTER": f"spark://127.0.0.1:{free_port()}",
             "INGEST_SPARK_CLUSTER__MASTER_UI_PORT": str(free_port()),
             "INGEST_SPARK_CLUSTER__WORKER_UI_PORT": str(free_port_block(workers)),
         }
     if brokers > 1:
-        from ingestctl.kafka_broker import free_port_block
-
         base = free_port_block(2 * brokers)
         port, controller_port = base, base + brokers
     else:

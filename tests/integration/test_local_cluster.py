@@ -33,7 +33,7 @@ from ingestctl.kafka_broker import KafkaBroker, free_port_block
 from ingestctl.soak.faults import partition_leader
 from ingestctl.soak.stream import SoakStream, read_log
 from ingestctl.soak.verdict import judge_data, read_table
-from ingestctl.spark_cluster import SparkStandalone
+from ingestctl.spark_cluster import SparkStandalone, app_id_of
 from tests.conftest import free_port
 from tests.integration.medallion import bronze_driver
 
@@ -94,10 +94,8 @@ def _worker_running(cluster: SparkStandalone, app_name: str) -> int | None:
     """The worker (0-based) whose executor serves the active application ``app_name``."""
     ids = {a["id"] for a in cluster.state().get("activeapps", []) if a.get("name") == app_name}
     for worker in range(2):
-        for executor in cluster.executors(worker):
-            cmdline = executor.cmdline()
-            if cmdline[cmdline.index("--app-id") + 1] in ids:
-                return worker
+        if any(app_id_of(executor) in ids for executor in cluster.executors(worker)):
+            return worker
     return None
 
 

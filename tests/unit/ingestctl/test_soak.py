@@ -349,7 +349,8 @@ def test_the_default_schedule_leaves_few_backfills_to_queue() -> None:
     so that they end near the stream's end, not 13 minutes after it (run 13 drew six)."""
     planned = schedule(1, 20 * 60 * 0.85, 40, KINDS, start_s=60)
     backfills = [f for f in planned if f.kind == "backfill"]
-    assert 1 <= len(backfills) <= 3
+    assert backfills  # still one of the kinds the default soak injects
+    assert len(backfills) <= 3  # seed 1 drew six at weight 1
     assert KINDS_BY_NAME["backfill"].weight < KINDS_BY_NAME["kill_gate"].weight
 
 

@@ -20,7 +20,7 @@ Then let `medallion_incremental` pick the restored rows up (Silver deduplicates 
 
 from __future__ import annotations
 
-from datetime import UTC, datetime
+from datetime import UTC, datetime, timedelta
 
 from airflow.sdk import DAG, Param, task
 
@@ -35,7 +35,9 @@ with DAG(
     start_date=datetime(2026, 1, 1, tzinfo=UTC),
     catchup=False,
     max_active_runs=1,
-    default_args={"owner": "data-platform", "retries": 0},
+    # Both tasks are safe to run again: check_range only reads, and replay's MERGE inserts
+    # only the rows Bronze lacks.
+    default_args={"owner": "data-platform", "retries": 2, "retry_delay": timedelta(minutes=1)},
     tags=["bronze", "kafka", "backfill", "operations"],
     doc_md=__doc__,
     params={

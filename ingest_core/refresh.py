@@ -26,6 +26,7 @@ from ingest_core.delta_tables import delta_version, last_data_version
 from ingest_core.locks import CheckpointBusyError, checkpoint_lock
 from ingest_core.quality.rules import layer_rules
 from ingest_core.quality.state import gate_results, validated_through
+from ingest_core.runtime_files import write_json
 from ingest_core.settings import PlatformSettings, get_settings
 
 #: Layer -> the layers a refresh of it rebuilds, in build order.
@@ -34,6 +35,12 @@ REBUILDS: dict[str, tuple[str, ...]] = {"silver": ("silver", "gold"), "gold": ("
 LAYER_JOBS: dict[str, str] = {"silver": "silver_refine", "gold": "gold_aggregate"}
 #: What a refresh id (the DAG run id) may be: it names folders.
 REFRESH_ID = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.+:-]{0,99}$")
+
+
+PREPARED_MARKER = "prepared"
+"""Written last by :func:`prepare` in the refresh's root: the staging folders are complete."""
+SWAP_JOURNAL = "swap.json"
+"""The swap's journal in the refresh's root (``spark_jobs.layer_refresh.swap``)."""
 
 
 class RefreshError(RuntimeError):
@@ -137,9 +144,14 @@ def prepare(layer: str, refresh_id: str, settings: PlatformSettings | None = Non
     """Check nothing of the layer runs and create the staging folders (with a copy of the live
     ``ops_gate_holds``).
 
+    Idempotent for one refresh id (the DAG run's id), so that the ``prepare`` task can be
+    retried (soak run 15: a task of this DAG killed with the API server failed the run for
+    good): a preparation that completed (its ``prepared`` marker written last) is returned
+    as it is; one interrupted part-way (no marker: a partial copy) is removed and made again.
+
     :returns: the staging folder.
     :raises LayerBusyError: a job of the layer is running.
-    :raises RefreshError: the refresh id was used.
+    :raises RefreshError: the refresh's swap has begun (``swap.json``): use a new refresh.
     """
     settings = settings or get_settings()
     layout = RefreshLayout(refresh_id, settings)
@@ -150,14 +162,23 @@ def prepare(layer: str, refresh_id: str, settings: PlatformSettings | None = Non
             "for it to finish (or stop it) and trigger again",
             busy,
         )
+    marker = layout.root / PREPARED_MARKER
+    if (layout.root / SWAP_JOURNAL).exists():
+        raise RefreshError(
+            f"refresh {refresh_id} has begun its swap ({layout.root / SWAP_JOURNAL}): "
+            "trigger a new refresh"
+        )
+    if marker.exists():
+        return layout.staging  # a retried prepare: the same refresh carries on
     if layout.root.exists():
-        raise RefreshError(f"refresh {refresh_id} already has folders at {layout.root}")
+        shutil.rmtree(layout.root)  # an interrupted preparation: start it again
     catalog = get_catalog()
     holds = catalog.table("ops_gate_holds")
     live_holds = holds.path(settings)
     layout.staging.mkdir(parents=True)
     if live_holds.exists():
         shutil.copytree(live_holds, holds.path(layout.staged_settings(layer)))
+    marker.write_text(layer)
     return layout.staging
 
 
@@ -275,5 +296,5 @@ def apply_moves(journal: dict[str, Any], journal_path: Path) -> list[str]:
             source_path.rename(target_path)
             moved.append(f"{source} -> {target}")
         journal["done"] = index + 1
-        journal_path.write_text(json.dumps(journal, indent=1))
+        write_json(journal_path, journal)
     return moved

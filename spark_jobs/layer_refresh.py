@@ -40,6 +40,7 @@ from ingest_core.catalog import get_catalog
 from ingest_core.refresh import (
     REBUILDS,
     REFRESH_ID,
+    SWAP_JOURNAL,
     RefreshError,
     RefreshLayout,
     apply_moves,
@@ -48,7 +49,9 @@ from ingest_core.refresh import (
     moves,
     rebuilt_tables,
 )
+from ingest_core.runtime_files import write_json
 from ingest_core.settings import PlatformSettings, get_settings
+from spark_jobs.delta_io import append_idempotent
 from spark_jobs.job_cli import run_job
 from spark_jobs.local_frames import local_frame
 
@@ -68,7 +71,7 @@ def swap(
     """
     settings = settings or get_settings()
     layout = RefreshLayout(refresh_id, settings)
-    journal_path = layout.root / "swap.json"
+    journal_path = layout.root / SWAP_JOURNAL
     if not layout.staging.is_dir():
         raise RefreshError(f"refresh {refresh_id} has no staging folder {layout.staging}")
     journal = json.loads(journal_path.read_text()) if journal_path.exists() else None
@@ -82,12 +85,12 @@ def swap(
                 "marks_recorded": False,
                 "moves": [[str(a), str(b)] for a, b in moves(layer, layout)],
             }
-            journal_path.write_text(json.dumps(journal, indent=1))
+            write_json(journal_path, journal)
         moved = apply_moves(journal, journal_path)
         if not journal["marks_recorded"]:
             _record_passed(spark, layer, refresh_id, settings)
             journal["marks_recorded"] = True
-            journal_path.write_text(json.dumps(journal, indent=1))
+            write_json(journal_path, journal)
     return moved
 
 
@@ -95,7 +98,8 @@ def _record_passed(
     spark: SparkSession, layer: str, refresh_id: str, settings: PlatformSettings
 ) -> None:
     """One ``passed`` gate result per swapped table in the live ``ops_gate_results``, from
-    version 0 (the new table's history starts again) to its current version."""
+    version 0 (the new table's history starts again) to its current version; committed once
+    per refresh, however often the swap runs."""
     from ingest_core.delta_tables import delta_version
     from ingest_core.quality.state import RESULTS_TABLE
     from ingest_core.quality.validation import docs_index
@@ -126,8 +130,15 @@ def _record_passed(
             )
         )
     if marks:
-        path = str(catalog.table(RESULTS_TABLE).path(settings))
-        local_frame(spark, marks, RESULTS_SCHEMA).write.format("delta").mode("append").save(path)
+        # Once per refresh (Delta's idempotent writes: one application id per refresh): a
+        # swap killed between this commit and its journal's ``marks_recorded`` adds nothing
+        # when run again.
+        append_idempotent(
+            local_frame(spark, marks, RESULTS_SCHEMA),
+            catalog.table(RESULTS_TABLE).path(settings),
+            app_id=f"{JOB_NAME}-marks-{refresh_id}",
+            version=0,
+        )
 
 
 def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:

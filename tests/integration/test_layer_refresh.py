@@ -5,6 +5,7 @@ runs; after the swap the live jobs carry on from the new checkpoints."""
 
 from __future__ import annotations
 
+import json
 import os
 from datetime import UTC, datetime, timedelta
 
@@ -104,6 +105,17 @@ def test_gold_full_refresh_equals_incremental_and_swaps_only_after_its_gate(
     assert new_query != old_query  # new checkpoints
     assert (layout.previous / "gold" / "gold_payment_totals_5m" / "_delta_log").is_dir()
     assert pending("gold") == []  # the gate marks follow the new tables
+
+    # A swap run again (its task retried after a kill between the marks' commit and the
+    # journal's record of it) moves nothing and records its marks once.
+    marks = platform.read("ops_gate_results")
+    marks = marks[marks.run_id == f"full_refresh__{refresh_id}"]
+    assert len(marks) > 0
+    journal = json.loads((layout.root / "swap.json").read_text())
+    (layout.root / "swap.json").write_text(json.dumps(journal | {"marks_recorded": False}))
+    assert layer_refresh.swap(platform.spark, "gold", refresh_id) == []
+    again = platform.read("ops_gate_results")
+    assert (again.run_id == f"full_refresh__{refresh_id}").sum() == len(marks)
 
     # The live jobs carry on from the new checkpoints: more events flow into the new Gold.
     platform.send("payments", [payment("after", (start + timedelta(hours=4)).isoformat(), 7.0)])

@@ -335,7 +335,7 @@ def test_a_refresh_waits_while_the_layers_jobs_run_then_prepares(dagbag, ingest_
     from airflow.sdk.exceptions import AirflowFailException
 
     from ingest_core.locks import checkpoint_lock
-    from ingest_core.refresh import BUSY_WAIT_S
+    from ingest_core.refresh import BUSY_WAIT_S, PREPARED_MARKER, SWAP_JOURNAL
 
     prepare = dagbag.dags["layer_full_refresh"].get_task("prepare")
     assert prepare.mode == "reschedule"  # its worker slot is free between checks
@@ -349,5 +349,19 @@ def test_a_refresh_waits_while_the_layers_jobs_run_then_prepares(dagbag, ingest_
     done = prepare.python_callable(params={"layer": "gold"}, run_id="r1")
     assert done.is_done is True
     assert Path(done.xcom_value).is_dir()
-    with pytest.raises(AirflowFailException, match="already has folders"):
-        prepare.python_callable(params={"layer": "gold"}, run_id="r1")  # not retried
+    staging = Path(done.xcom_value)
+    (staging / "kept").write_text("")
+    # A retried attempt (its worker killed after the folders were made): the same staging.
+    again = prepare.python_callable(params={"layer": "gold"}, run_id="r1")
+    assert again.is_done is True
+    assert again.xcom_value == done.xcom_value
+    assert (staging / "kept").exists()
+    # A preparation interrupted before its marker (a partial copy) is made again.
+    (staging.parent / PREPARED_MARKER).unlink()
+    again = prepare.python_callable(params={"layer": "gold"}, run_id="r1")
+    assert again.is_done is True
+    assert not (staging / "kept").exists()
+    # Once the swap has begun, the refresh id is spent.
+    (staging.parent / SWAP_JOURNAL).write_text("{}")
+    with pytest.raises(AirflowFailException, match="has begun its swap"):
+        prepare.python_callable(params={"layer": "gold"}, run_id="r1")

@@ -7,6 +7,10 @@ status, never a traceback for a known failure.
 
 from __future__ import annotations
 
+import dataclasses
+import functools
+import inspect
+from collections.abc import Callable
 from dataclasses import dataclass
 from datetime import UTC, datetime
 from enum import StrEnum
@@ -672,21 +676,31 @@ class SendOptions:
     shift_to_now: bool = False
 
 
-def _fault_config(
-    duplicate_rate: float,
-    late_rate: float,
-    late_delay: str,
-    out_of_order_rate: float,
-    malformed_rate: float,
-    drift_rate: float,
-    oversize_count: int,
-    fault_seed: int,
-) -> FaultConfig:
-    """The fault options as a :class:`FaultConfig`; a bad one exits 2 with the reason."""
+def _send_options(
+    speed: SpeedOption = None,
+    as_fast_as_possible: FastOption = False,
+    duplicate_rate: DuplicateOption = 0.0,
+    late_rate: LateOption = 0.0,
+    late_delay: LateDelayOption = "exp:600",
+    out_of_order_rate: OutOfOrderOption = 0.0,
+    malformed_rate: MalformedOption = 0.0,
+    drift_rate: DriftOption = 0.0,
+    oversize_count: OversizeOption = 0,
+    fault_seed: FaultSeedOption = 0,
+    partitions: PartitionsOption = None,
+    allow_partition_mismatch: MismatchOption = False,
+    topic_prefix: PrefixOption = None,
+    allow_failures: AllowFailuresOption = False,
+    summary_json: SummaryOption = None,
+    progress: ProgressOption = True,
+) -> SendOptions:
+    """The options `replay` and `generate` share, declared once (:func:`send_options` adds
+    them to both commands), as a :class:`SendOptions`; a bad fault option exits 1 with the
+    reason."""
     from ingestctl.replay.faults import DelayDistribution, FaultConfig
 
     try:
-        return FaultConfig(
+        faults = FaultConfig(
             duplicate_rate=duplicate_rate,
             late_rate=late_rate,
             late_delay=DelayDistribution.parse(late_delay),
@@ -698,6 +712,38 @@ def _fault_config(
         )
     except ValueError as error:
         raise _fail(str(error)) from None
+    return SendOptions(
+        speed=speed,
+        as_fast_as_possible=as_fast_as_possible,
+        faults=faults,
+        partitions=partitions,
+        allow_partition_mismatch=allow_partition_mismatch,
+        topic_prefix=topic_prefix,
+        allow_failures=allow_failures,
+        summary_json=summary_json,
+        progress=progress,
+    )
+
+
+def send_options(command: Callable[..., None]) -> Callable[..., None]:
+    """Decorator: give ``command`` the shared send options of :func:`_send_options` (after
+    its own parameters, in the signature typer reads) and call it with them gathered in one
+    keyword argument ``options: SendOptions``. Typer's documented way of sharing parameters
+    is a callback on a command group; ``replay`` and ``generate`` are top-level commands, so
+    the shared parameters are merged into each command's signature instead."""
+    shared = inspect.signature(_send_options, eval_str=True).parameters
+    own = inspect.signature(command, eval_str=True)
+
+    @functools.wraps(command)
+    def with_options(**kwargs: Any) -> None:
+        options = _send_options(**{name: kwargs.pop(name) for name in shared})
+        command(**kwargs, options=options)
+
+    parameters = [p for name, p in own.parameters.items() if name != "options"]
+    with_options.__signature__ = own.replace(  # type: ignore[attr-defined]
+        parameters=[*parameters, *shared.values()]
+    )
+    return with_options
 
 
 def _send(source: str, events: Any, options: SendOptions) -> ReplaySummary:
@@ -770,6 +816,7 @@ def _check_writable(path: Path) -> None:
 
 
 @app.command("replay")
+@send_options
 def replay(
     source: Annotated[ReplaySource, typer.Argument(help="Which dataset PATH holds.")],
     path: Annotated[
@@ -788,23 +835,7 @@ def replay(
             "olist, Europe/London for uci-retail)."
         ),
     ] = None,
-    speed: SpeedOption = None,
-    as_fast_as_possible: FastOption = False,
     shift_to_now: ShiftOption = False,
-    duplicate_rate: DuplicateOption = 0.0,
-    late_rate: LateOption = 0.0,
-    late_delay: LateDelayOption = "exp:600",
-    out_of_order_rate: OutOfOrderOption = 0.0,
-    malformed_rate: MalformedOption = 0.0,
-    drift_rate: DriftOption = 0.0,
-    oversize_count: OversizeOption = 0,
-    fault_seed: FaultSeedOption = 0,
-    partitions: PartitionsOption = None,
-    allow_partition_mismatch: MismatchOption = False,
-    topic_prefix: PrefixOption = None,
-    allow_failures: AllowFailuresOption = False,
-    summary_json: SummaryOption = None,
-    progress: ProgressOption = True,
     dimension: Annotated[
         bool,
         typer.Option(
@@ -812,6 +843,8 @@ def replay(
             help="After a complete send, write the customers file to the landing folder.",
         ),
     ] = True,
+    *,
+    options: SendOptions,
 ) -> None:
     """Replay a real dataset into Kafka as contract events; load its customers dimension."""
     from ingestctl.replay import olist, runner, uci_retail
@@ -823,28 +856,7 @@ def replay(
         customers = module.read_customers(path)
     except SourceError as error:
         raise _fail(str(error)) from None
-    options = SendOptions(
-        speed=speed,
-        as_fast_as_possible=as_fast_as_possible,
-        shift_to_now=shift_to_now,
-        faults=_fault_config(
-            duplicate_rate,
-            late_rate,
-            late_delay,
-            out_of_order_rate,
-            malformed_rate,
-            drift_rate,
-            oversize_count,
-            fault_seed,
-        ),
-        partitions=partitions,
-        allow_partition_mismatch=allow_partition_mismatch,
-        topic_prefix=topic_prefix,
-        allow_failures=allow_failures,
-        summary_json=summary_json,
-        progress=progress,
-    )
-    _send(source.value, events, options)
+    _send(source.value, events, dataclasses.replace(options, shift_to_now=shift_to_now))
     if dimension:
         # _send returned: every event was acknowledged, or --allow-failures accepted the
         # failures. A run that failed (exit 1) or was interrupted leaves the dimension as
@@ -858,6 +870,7 @@ def replay(
 
 
 @app.command("generate")
+@send_options
 def generate(
     count: Annotated[int, typer.Option(min=0, help="Events to generate.")] = 10_000,
     rate: Annotated[float, typer.Option(min=0.001, help="Target events per second.")] = 100.0,
@@ -869,22 +882,8 @@ def generate(
             help="Event time of the first event (UTC if no offset; default: now).",
         ),
     ] = None,
-    speed: SpeedOption = None,
-    as_fast_as_possible: FastOption = False,
-    duplicate_rate: DuplicateOption = 0.0,
-    late_rate: LateOption = 0.0,
-    late_delay: LateDelayOption = "exp:600",
-    out_of_order_rate: OutOfOrderOption = 0.0,
-    malformed_rate: MalformedOption = 0.0,
-    drift_rate: DriftOption = 0.0,
-    oversize_count: OversizeOption = 0,
-    fault_seed: FaultSeedOption = 0,
-    partitions: PartitionsOption = None,
-    allow_partition_mismatch: MismatchOption = False,
-    topic_prefix: PrefixOption = None,
-    allow_failures: AllowFailuresOption = False,
-    summary_json: SummaryOption = None,
-    progress: ProgressOption = True,
+    *,
+    options: SendOptions,
 ) -> None:
     """Produce a synthetic stream of all four event types at a target rate.
 
@@ -897,27 +896,8 @@ def generate(
     begin = begin if begin.tzinfo else begin.replace(tzinfo=UTC)
     events = GeneratedEvents(count, seed=seed, start=begin, rate=rate)
     # Real time by default: one source second per wall second, i.e. --rate events/s.
-    real_time = speed is None and not as_fast_as_possible
-    options = SendOptions(
-        speed=1.0 if real_time else speed,
-        as_fast_as_possible=as_fast_as_possible,
-        faults=_fault_config(
-            duplicate_rate,
-            late_rate,
-            late_delay,
-            out_of_order_rate,
-            malformed_rate,
-            drift_rate,
-            oversize_count,
-            fault_seed,
-        ),
-        partitions=partitions,
-        allow_partition_mismatch=allow_partition_mismatch,
-        topic_prefix=topic_prefix,
-        allow_failures=allow_failures,
-        summary_json=summary_json,
-        progress=progress,
-    )
+    if options.speed is None and not options.as_fast_as_possible:
+        options = dataclasses.replace(options, speed=1.0)
     _send("generator", events, options)
 
 

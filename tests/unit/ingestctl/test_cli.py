@@ -1,4 +1,5 @@
-"""``ingestctl``'s help texts say what the commands accept."""
+"""``ingestctl``'s help texts say what the commands accept; its send commands pass on what
+they were given."""
 
 from __future__ import annotations
 
@@ -28,3 +29,82 @@ def test_a_failed_airflow_initialisation_says_which_step_and_why(ingest_home, mo
     assert "`airflow db migrate` failed (exit 1)" in result.output
     assert "no-server/.s.PGSQL.5432" in result.output  # Airflow's own error, not a traceback
     assert not list(ingest_home.glob("**/.initialised-*"))
+
+
+def _capture_send(monkeypatch) -> dict:
+    """Replace the producer run (``runner.run``) by one that records its keyword arguments
+    and stops; the command then exits 1 with the stand-in's message."""
+    from ingestctl.replay import runner
+
+    sent: dict = {}
+
+    def record(source: str, events: object, **kwargs: object) -> None:
+        sent.update(kwargs, source=source)
+        raise ValueError("stopped before sending")
+
+    monkeypatch.setattr(runner, "run", record)
+    return sent
+
+
+def test_replay_and_generate_declare_the_send_options_once() -> None:
+    """Both commands offer every shared send option (declared once, in ``_send_options``)."""
+    import inspect
+
+    from ingestctl.cli import _send_options, generate, replay
+
+    shared = set(inspect.signature(_send_options).parameters)
+    assert len(shared) == 16
+    for command in (replay, generate):
+        parameters = inspect.signature(command).parameters
+        assert shared <= set(parameters)
+        assert "options" not in parameters
+
+
+def test_generate_passes_its_send_options_to_the_producer(ingest_home, monkeypatch) -> None:
+    sent = _capture_send(monkeypatch)
+    result = CliRunner().invoke(
+        app,
+        [
+            "generate",
+            "--count=5",
+            "--duplicate-rate=0.25",
+            "--late-delay=fixed:30",
+            "--fault-seed=9",
+            "--partitions=4",
+            "--topic-prefix=t_",
+            "--no-progress",
+        ],
+    )
+    assert result.exit_code == 1, result.output
+    assert "stopped before sending" in result.output
+    assert sent["source"] == "generator"
+    assert sent["faults"].duplicate_rate == 0.25
+    assert sent["faults"].late_delay.kind == "fixed"
+    assert sent["faults"].seed == 9
+    assert (sent["partitions"], sent["topic_prefix"], sent["progress"]) == (4, "t_", False)
+    assert sent["pace"].speed == 1.0  # generate's default: real time
+    assert sent["shift_to_now"] is False
+
+
+def test_replay_passes_its_send_options_and_its_own(ingest_home, monkeypatch, uci_path) -> None:
+    sent = _capture_send(monkeypatch)
+    day = uci_path / "2010-12-01.csv"
+    result = CliRunner().invoke(
+        app, ["replay", "uci-retail", str(day), "--shift-to-now", "--malformed-rate=0.5"]
+    )
+    assert result.exit_code == 1, result.output
+    assert sent["source"] == "uci-retail"
+    assert sent["shift_to_now"] is True
+    assert sent["faults"].malformed_rate == 0.5
+    assert sent["pace"].speed is None  # replay's default: as fast as acknowledged
+
+
+def test_a_bad_send_option_is_refused_before_anything_is_sent(ingest_home, monkeypatch) -> None:
+    sent = _capture_send(monkeypatch)
+    bad_delay = CliRunner().invoke(app, ["generate", "--late-delay=soon"])
+    assert bad_delay.exit_code == 1
+    assert "soon" in bad_delay.output
+    both = CliRunner().invoke(app, ["generate", "--speed=2", "--as-fast-as-possible"])
+    assert both.exit_code == 1
+    assert "exclude each other" in both.output
+    assert sent == {}

@@ -51,19 +51,67 @@ class CheckpointBusyError(RuntimeError):
     """Another live process holds the checkpoint's lock; the message names its pid."""
 
 
+class CheckpointFencedError(CheckpointBusyError):
+    """An operation that spans processes holds the checkpoint although no process holds its
+    lock right now: a layer refresh's swap killed part-way (:func:`fence`). The message says
+    which and how it finishes."""
+
+
 def lock_path(checkpoint: Path) -> Path:
     """The lock file of ``checkpoint``: ``.<name>.lock`` beside it; holds the driver's pid."""
     checkpoint = Path(checkpoint)
     return checkpoint.parent / f".{checkpoint.name}.lock"
 
 
+def fence_path(checkpoint: Path) -> Path:
+    """The fence file of ``checkpoint``: ``.<name>.fence`` beside it (see :func:`fence`)."""
+    checkpoint = Path(checkpoint)
+    return checkpoint.parent / f".{checkpoint.name}.fence"
+
+
+def fence(checkpoint: Path, owner: str, reason: str) -> None:
+    """Keep every other holder of ``checkpoint``'s lock out until :func:`unfence`, across
+    process deaths: the lock alone dies with its process, and a layer refresh's swap killed
+    between two renames left the live jobs free to run on half-swapped tables and
+    checkpoints until its retry (a review of soak run 15's fix). Written atomically, while
+    the caller holds the lock; :func:`checkpoint_lock` refuses with ``reason`` while it
+    exists, except to ``owner``.
+
+    :param owner: who may take the lock through the fence (e.g. ``refresh <id>``).
+    :param reason: what holds the checkpoint and how it finishes (shown to whoever is
+        refused).
+    """
+    path = fence_path(checkpoint)
+    tmp = path.with_name(f"{path.name}.{os.getpid()}.tmp")
+    tmp.write_text(f"{owner}\n{reason}")
+    os.replace(tmp, path)
+
+
+def fence_of(checkpoint: Path) -> tuple[str, str] | None:
+    """``(owner, reason)`` of ``checkpoint``'s fence, or None when it is not fenced."""
+    try:
+        owner, _, reason = fence_path(checkpoint).read_text().partition("\n")
+    except FileNotFoundError:
+        return None
+    return owner, reason
+
+
+def unfence(checkpoint: Path) -> None:
+    """Remove ``checkpoint``'s fence (none: nothing to do)."""
+    fence_path(checkpoint).unlink(missing_ok=True)
+
+
 @contextmanager
-def checkpoint_lock(checkpoint: Path) -> Iterator[Path]:
+def checkpoint_lock(checkpoint: Path, *, fence_owner: str | None = None) -> Iterator[Path]:
     """Hold the checkpoint's lock for the duration of the ``with`` block.
 
+    :param fence_owner: take it although the checkpoint is fenced (:func:`fence`) by this
+        owner: only for the operation that set the fence.
     :returns: the lock file's path.
     :raises CheckpointBusyError: the lock is held by another process (or another ``with``
         block of this one).
+    :raises CheckpointFencedError: the checkpoint is fenced (by another owner); the message
+        gives the reason.
     """
     checkpoint = Path(checkpoint)
     checkpoint.parent.mkdir(parents=True, exist_ok=True)
@@ -77,6 +125,9 @@ def checkpoint_lock(checkpoint: Path) -> Iterator[Path]:
                 f"checkpoint {checkpoint} is in use by another driver (pid {holder}); one "
                 "query per checkpoint: wait for it to finish or stop it first"
             ) from None
+        fenced = fence_of(checkpoint)  # read under the lock: no race with fence()
+        if fenced is not None and fenced[0] != fence_owner:
+            raise CheckpointFencedError(f"checkpoint {checkpoint} is fenced: {fenced[1]}")
         handle.seek(0)
         handle.truncate()
         handle.write(f"{os.getpid()}\n")

@@ -23,7 +23,7 @@ from typing import Any
 from ingest_core.catalog import get_catalog
 from ingest_core.checkpoint_health import fingerprint_file
 from ingest_core.delta_tables import delta_version, last_data_version
-from ingest_core.locks import CheckpointBusyError, checkpoint_lock
+from ingest_core.locks import CheckpointBusyError, checkpoint_lock, fence, unfence
 from ingest_core.quality.rules import layer_rules
 from ingest_core.quality.state import gate_results, validated_through
 from ingest_core.runtime_files import write_json
@@ -210,20 +210,46 @@ def unvalidated(layer: str, layout: RefreshLayout) -> list[str]:
     return problems
 
 
-@contextmanager
-def locked(layer: str, settings: PlatformSettings) -> Iterator[None]:
-    """Hold the checkpoint locks of the jobs of every layer a refresh of ``layer`` rebuilds.
+def _layer_checkpoints(layer: str, settings: PlatformSettings) -> list[Path]:
+    """The live checkpoints of the jobs of every layer a refresh of ``layer`` rebuilds."""
+    catalog = get_catalog()
+    return [catalog.job(LAYER_JOBS[name]).checkpoint(settings) for name in layers_of(layer)]
 
-    :raises RefreshError: one of them runs (holds its lock).
+
+@contextmanager
+def locked(layer: str, settings: PlatformSettings, refresh_id: str | None = None) -> Iterator[None]:
+    """Hold the checkpoint locks of the jobs of every layer a refresh of ``layer`` rebuilds
+    (through the fence of refresh ``refresh_id``'s own swap, :func:`fenced`).
+
+    :raises RefreshError: one of them runs (holds its lock), or another refresh's
+        unfinished swap fences it.
     """
+    owner = None if refresh_id is None else f"refresh {refresh_id}"
     with ExitStack() as stack:
-        for name in layers_of(layer):
-            job = LAYER_JOBS[name]
+        for checkpoint in _layer_checkpoints(layer, settings):
             try:
-                stack.enter_context(checkpoint_lock(get_catalog().job(job).checkpoint(settings)))
+                stack.enter_context(checkpoint_lock(checkpoint, fence_owner=owner))
             except CheckpointBusyError as error:
                 raise RefreshError(f"refusing to swap: {error}") from None
         yield
+
+
+def fenced(layer: str, layout: RefreshLayout, on: bool) -> None:
+    """Fence (``on``) or unfence the live checkpoints of the layer's jobs for a swap
+    (:func:`ingest_core.locks.fence`): from before the first rename until the gate marks are
+    recorded, the live jobs, gates' writers, restores and maintenance refuse to take them,
+    so a swap killed part-way is finished by its retry before anything runs on
+    half-swapped tables. Call with the locks held (:func:`locked`)."""
+    reason = (
+        f"full refresh {layout.refresh_id} of {layer} is swapping its rebuilt tables in and "
+        f"has not finished (journal {layout.root / SWAP_JOURNAL}): its layer_full_refresh "
+        "run's swap task finishes it (clear the task if its retries are spent)"
+    )
+    for checkpoint in _layer_checkpoints(layer, layout.settings):
+        if on:
+            fence(checkpoint, f"refresh {layout.refresh_id}", reason)
+        else:
+            unfence(checkpoint)
 
 
 def moves(layer: str, layout: RefreshLayout) -> list[tuple[Path, Path]]:

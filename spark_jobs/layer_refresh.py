@@ -14,7 +14,8 @@ copy of the live ``ops_gate_holds``, so rows an operator held back stay out of t
 Gold). Nothing live changes until ``swap``, which:
 
 1. refuses unless every rebuilt gated table passed its gate (in the staging bookkeeping);
-2. takes the checkpoint locks of the layers' jobs (refuses while any of them runs);
+2. takes the checkpoint locks of the layers' jobs (refuses while any of them runs) and
+   fences them until step 4 is done (:func:`ingest_core.refresh.fenced`);
 3. moves each live table and checkpoint (with its fingerprint) to
    ``.../previous/``, and the staged ones into their place (renames on one file system);
 4. records a ``passed`` gate result for each swapped table in the live ``ops_gate_results``
@@ -37,6 +38,7 @@ from datetime import UTC, datetime
 from pyspark.sql import SparkSession
 
 from ingest_core.catalog import get_catalog
+from ingest_core.delta_tables import delta_version
 from ingest_core.refresh import (
     REBUILDS,
     REFRESH_ID,
@@ -45,6 +47,7 @@ from ingest_core.refresh import (
     RefreshLayout,
     apply_moves,
     check_swappable,
+    fenced,
     locked,
     moves,
     rebuilt_tables,
@@ -59,12 +62,20 @@ JOB_NAME = "layer_refresh"
 
 
 def swap(
-    spark: SparkSession, layer: str, refresh_id: str, settings: PlatformSettings | None = None
+    session: Callable[[], SparkSession],
+    layer: str,
+    refresh_id: str,
+    settings: PlatformSettings | None = None,
 ) -> list[str]:
-    """Swap the rebuilt layers in (see the module doc). Resumable: the moves are listed in
-    ``<refresh>/swap.json`` before the first one, each done move is recorded, and a swap
-    interrupted (killed, a full disk) carries on from where it stopped when run again.
+    """Swap the rebuilt layers in (see the module doc). Resumable: the moves and the staged
+    tables' versions are listed in ``<refresh>/swap.json`` before the first move, each done
+    move is recorded, and a swap interrupted (killed, a full disk) carries on from where it
+    stopped when run again. From before the first move until the gate marks are recorded the
+    live checkpoints are fenced (:func:`ingest_core.refresh.fenced`): no live job runs on
+    half-swapped tables meanwhile. A swap already finished returns at once.
 
+    :param session: builds the Spark session the gate marks are written with (called only
+        when they are: a finished swap starts no JVM).
     :returns: the moves made, one line each.
     :raises RefreshError: a rebuilt table is missing from staging or has not passed its
         gate, or a job of the layer is running; nothing was moved.
@@ -75,32 +86,51 @@ def swap(
     if not layout.staging.is_dir():
         raise RefreshError(f"refresh {refresh_id} has no staging folder {layout.staging}")
     journal = json.loads(journal_path.read_text()) if journal_path.exists() else None
+    if journal is not None and _finished(journal):
+        fenced(layer, layout, on=False)  # a retry after the last record: nothing left
+        return []
     if journal is None:
         check_swappable(layer, layout)
-    with locked(layer, settings):
+    with locked(layer, settings, refresh_id):
         if journal is None:
+            staged = layout.staged_settings(layer)
             journal = {
                 "layer": layer,
                 "done": 0,
                 "marks_recorded": False,
                 "moves": [[str(a), str(b)] for a, b in moves(layer, layout)],
+                # What the gate passed in staging: the marks cover these versions only.
+                "versions": {
+                    name: delta_version(get_catalog().table(name).path(staged))
+                    for name in rebuilt_tables(layer)
+                },
             }
             write_json(journal_path, journal)
+        fenced(layer, layout, on=True)
         moved = apply_moves(journal, journal_path)
         if not journal["marks_recorded"]:
-            _record_passed(spark, layer, refresh_id, settings)
+            _record_passed(session(), layer, refresh_id, settings, journal.get("versions") or {})
             journal["marks_recorded"] = True
             write_json(journal_path, journal)
+        fenced(layer, layout, on=False)
     return moved
 
 
+def _finished(journal: dict) -> bool:
+    return bool(journal["marks_recorded"]) and journal["done"] >= len(journal["moves"])
+
+
 def _record_passed(
-    spark: SparkSession, layer: str, refresh_id: str, settings: PlatformSettings
+    spark: SparkSession,
+    layer: str,
+    refresh_id: str,
+    settings: PlatformSettings,
+    versions: dict[str, int | None],
 ) -> None:
     """One ``passed`` gate result per swapped table in the live ``ops_gate_results``, from
-    version 0 (the new table's history starts again) to its current version; committed once
-    per refresh, however often the swap runs."""
-    from ingest_core.delta_tables import delta_version
+    version 0 (the new table's history starts again) to the version the gate passed in
+    staging (``versions``, recorded in the journal before the first move; a table missing
+    there: its current version); committed once per refresh, however often the swap runs."""
     from ingest_core.quality.state import RESULTS_TABLE
     from ingest_core.quality.validation import docs_index
     from spark_jobs.quality.results import RESULTS_SCHEMA
@@ -110,7 +140,8 @@ def _record_passed(
     reason = f"rebuilt by full refresh {refresh_id}, validated in staging and swapped in"
     marks = []
     for name in rebuilt_tables(layer):
-        version = delta_version(catalog.table(name).path(settings))
+        path = catalog.table(name).path(settings)
+        version = versions[name] if name in versions else delta_version(path)
         if version is None:
             continue
         marks.append(
@@ -159,7 +190,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     args = parse_args(argv)
 
     def body(session: Callable[..., SparkSession]) -> None:
-        for line in swap(session(), args.layer, args.refresh_id):
+        for line in swap(session, args.layer, args.refresh_id):
             print(f"moved {line}")
 
     return run_job(JOB_NAME, body, lock=None, refusals=(RefreshError,))

@@ -481,9 +481,10 @@ class Soak:
     def leftovers(self, platform: SoakPlatform) -> list[Check]:
         """Orphans: Spark processes no running job owns (on a Spark cluster, executors of an
         application that ended or of a killed worker), checkpoint locks held by a process
-        that is not the job's driver, task instances still running."""
+        that is not the job's driver or fenced by an unfinished swap, task instances still
+        running."""
         from ingest_core.catalog import get_catalog
-        from ingest_core.locks import lock_holder
+        from ingest_core.locks import fence_of, lock_holder
         from ingest_platform import supervisor
 
         drivers = {supervisor.driver_pid(job, platform.settings) for job in ALWAYS_ON}
@@ -493,9 +494,13 @@ class Soak:
                 stray += [f"{name}: pid {p.pid}" for p in spark_submits(name)]
         stale = []
         for name, spec in get_catalog().jobs.items():
-            holder = lock_holder(spec.checkpoint(platform.settings))
+            checkpoint = spec.checkpoint(platform.settings)
+            holder = lock_holder(checkpoint)
             if holder and holder not in drivers:
                 stale.append(f"{name}: held by pid {holder}")
+            fenced = fence_of(checkpoint)
+            if fenced is not None:  # a refresh's swap that never finished
+                stale.append(f"{name}: fenced by {fenced[0]}")
         running = platform.api(
             lambda c: c._call(
                 "GET", "/dags/~/dagRuns/~/taskInstances", params={"state": "running", "limit": 100}

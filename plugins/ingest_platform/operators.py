@@ -431,15 +431,40 @@ class StagedJobOperator(SparkJobOperator):
         return job_lineage(self.job, staged)
 
     def execute(self, context: Any) -> Any:
-        """Skip or run the job with the staging environment (see the class doc)."""
-        from airflow.sdk.exceptions import AirflowSkipException
+        """Skip or run the job with the staging environment (see the class doc).
 
+        :raises airflow.sdk.exceptions.AirflowFailException: the staging gate recorded a
+            failed expectation: a data problem, failed without a retry (a retry validated
+            the whole rebuild again and recorded the failure twice more).
+        :raises airflow.sdk.exceptions.AirflowException: the job failed otherwise (killed,
+            refused): retried like any task.
+        """
+        from airflow.sdk.exceptions import (
+            AirflowException,
+            AirflowFailException,
+            AirflowSkipException,
+        )
+
+        from ingest_core.lineage import GATE_JOB
+        from ingest_core.quality.state import failed_in_run
         from ingest_core.refresh import RefreshLayout, layers_of
 
         layer = str(context["params"]["layer"])
         if self.builds not in layers_of(layer):
             raise AirflowSkipException(f"a {layer} refresh does not rebuild {self.builds}")
-        layout = RefreshLayout(str(context["run_id"]), get_settings())
+        run_id = str(context["run_id"])
+        layout = RefreshLayout(run_id, get_settings())
         self.env_vars = {**(self.env_vars or {}), **layout.environment(layer)}
         self.log.info("staging: %s", layout.staging)
-        return super().execute(context)
+        try:
+            return super().execute(context)
+        except AirflowException:
+            if self.job == GATE_JOB and failed_in_run(
+                self.builds, run_id, layout.staged_settings(layer)
+            ):
+                raise AirflowFailException(
+                    f"the rebuilt {self.builds} failed its gate: nothing live changed. Inspect "
+                    f"the staging tables under {layout.staging} and Data Docs, fix, and "
+                    "trigger a new refresh"
+                ) from None
+            raise

@@ -86,7 +86,7 @@ def test_gold_full_refresh_equals_incremental_and_swaps_only_after_its_gate(
         gold_aggregate.run(platform.spark, trigger=AVAILABLE_NOW)
         late_corrections.correct(platform.spark)
         with pytest.raises(RefreshError, match="has not passed its gate"):
-            layer_refresh.swap(platform.spark, "gold", refresh_id, settings)
+            layer_refresh.swap(lambda: platform.spark, "gold", refresh_id, settings)
         get_settings.cache_clear()
         outcomes = gate.validate_layer(platform.spark, "gold", run_id=refresh_id)
         assert outcomes
@@ -95,7 +95,7 @@ def test_gold_full_refresh_equals_incremental_and_swaps_only_after_its_gate(
     for table, frame in _gold(platform).items():  # nothing live changed during the rebuild
         pd.testing.assert_frame_equal(frame, incremental[table])
 
-    moved = layer_refresh.swap(platform.spark, "gold", refresh_id)
+    moved = layer_refresh.swap(lambda: platform.spark, "gold", refresh_id)
     assert any("previous" in line for line in moved)
     refreshed = _gold(platform)
     assert set(refreshed) == set(incremental)
@@ -113,7 +113,7 @@ def test_gold_full_refresh_equals_incremental_and_swaps_only_after_its_gate(
     assert len(marks) > 0
     journal = json.loads((layout.root / "swap.json").read_text())
     (layout.root / "swap.json").write_text(json.dumps(journal | {"marks_recorded": False}))
-    assert layer_refresh.swap(platform.spark, "gold", refresh_id) == []
+    assert layer_refresh.swap(lambda: platform.spark, "gold", refresh_id) == []
     again = platform.read("ops_gate_results")
     assert (again.run_id == f"full_refresh__{refresh_id}").sum() == len(marks)
 

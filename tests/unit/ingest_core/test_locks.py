@@ -87,3 +87,29 @@ def test_file_lock_exclusive_shared_and_non_blocking(tmp_path) -> None:
         pass  # released when the blocks ended
     with pytest.raises(FileNotFoundError), file_lock(tmp_path / "missing.lock", mode="r"):
         pass
+
+
+def test_a_fence_refuses_the_lock_to_all_but_its_owner_until_removed(tmp_path) -> None:
+    from ingest_core.locks import CheckpointFencedError, fence, fence_of, unfence
+
+    checkpoint = tmp_path / "gold_aggregate"
+    with checkpoint_lock(checkpoint):
+        fence(checkpoint, "refresh r1", "a swap is under way: its retry finishes it")
+    assert fence_of(checkpoint) == ("refresh r1", "a swap is under way: its retry finishes it")
+    # No process holds the lock now: refused all the same, with the reason.
+    with (
+        pytest.raises(CheckpointFencedError, match="its retry finishes it"),
+        checkpoint_lock(checkpoint),
+    ):
+        pass
+    # Another owner too, and a busy check (it catches CheckpointBusyError) sees it.
+    with (
+        pytest.raises(CheckpointBusyError, match="fenced"),
+        checkpoint_lock(checkpoint, fence_owner="refresh r2"),
+    ):
+        pass
+    with checkpoint_lock(checkpoint, fence_owner="refresh r1"):
+        unfence(checkpoint)
+    with checkpoint_lock(checkpoint):
+        pass
+    assert fence_of(checkpoint) is None

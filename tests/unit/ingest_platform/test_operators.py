@@ -169,3 +169,39 @@ def test_the_options_passed_on_to_spark_submit_are_the_providers_hook_arguments(
     )
     hook = task.get_hook()
     assert hook.submit_options == {"executor_memory": "2g", "files": "a.txt", "verbose": True}
+
+
+@pytest.mark.parametrize("failed_expectation", [True, False])
+def test_a_staging_gate_that_failed_its_data_is_not_retried(
+    home: Path, monkeypatch: pytest.MonkeyPatch, failed_expectation: bool
+) -> None:
+    """A review of soak run 15's fix: with retries on layer_full_refresh, a rebuilt layer
+    that failed its staging gate was validated twice more (a data problem, which a retry
+    cannot fix). A gate that recorded a failure in the refresh's staging bookkeeping fails
+    without a retry; one that died before its verdict is retried."""
+    from airflow.sdk.exceptions import AirflowException, AirflowFailException
+
+    from ingest_core.quality import state
+    from ingest_core.refresh import RefreshLayout
+    from ingest_platform.operators import SparkJobOperator, StagedJobOperator
+
+    def died(self: object, context: object) -> None:
+        raise AirflowException("spark-submit exited 1")
+
+    asked: list[tuple[str, str, Path]] = []
+
+    def failed_in_run(layer: str, run_id: str, settings: object) -> bool:
+        asked.append((layer, run_id, settings.storage.layer_path("ops")))  # type: ignore[attr-defined]
+        return failed_expectation
+
+    monkeypatch.setattr(SparkJobOperator, "execute", died)
+    monkeypatch.setattr(state, "failed_in_run", failed_in_run)
+    gate = StagedJobOperator(task_id="gate_gold", job="quality_gate", builds="gold")
+    expected = AirflowFailException if failed_expectation else AirflowException
+    with pytest.raises(expected) as raised:
+        gate.execute({"run_id": "r1", "params": {"layer": "gold"}})
+    assert isinstance(raised.value, AirflowFailException) is failed_expectation
+    staging = RefreshLayout("r1", get_settings()).staging
+    assert asked == [("gold", "r1", staging)]  # the staging bookkeeping, not live
+    if failed_expectation:
+        assert "nothing live changed" in str(raised.value)

@@ -212,7 +212,7 @@ def test_a_swap_without_a_rebuild_is_refused_and_alerts_are_never_swapped(
             live.append(log.parent)
         refresh.prepare("gold", "r1")
         with pytest.raises(refresh.RefreshError, match="produced no gold_payment_totals_5m"):
-            layer_refresh.swap(None, "gold", "r1")  # type: ignore[arg-type]
+            layer_refresh.swap(lambda: None, "gold", "r1")  # type: ignore[arg-type,return-value]
         assert all(path.is_dir() for path in live)  # nothing moved
         for bad in (".", "..", "-x", "a/b"):
             with pytest.raises(ValueError, match="refresh id"):
@@ -365,3 +365,97 @@ def test_a_refresh_waits_while_the_layers_jobs_run_then_prepares(dagbag, ingest_
     (staging.parent / SWAP_JOURNAL).write_text("{}")
     with pytest.raises(AirflowFailException, match="has begun its swap"):
         prepare.python_callable(params={"layer": "gold"}, run_id="r1")
+
+
+def test_a_swap_killed_between_renames_fences_the_live_jobs_until_its_retry_finishes(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A review of soak run 15's fix: the checkpoint locks die with a killed swap, and the
+    live jobs then ran on half-swapped tables and checkpoints (counting windows twice, or
+    recreating a moved table so that the retry refused for good). The swap fences the live
+    checkpoints from before its first rename until its gate marks are recorded; its retry
+    finishes and lifts the fence, and a retry after it finished returns at once."""
+    import json
+    import pathlib
+
+    import pandas as pd
+    from deltalake import write_deltalake
+
+    from ingest_core import refresh
+    from ingest_core.locks import CheckpointBusyError, CheckpointFencedError, checkpoint_lock
+    from ingest_core.settings import get_settings
+    from spark_jobs import layer_refresh
+
+    monkeypatch.setenv("INGEST_HOME", str(tmp_path))
+    get_settings.cache_clear()
+    try:
+        settings = get_settings()
+        refresh.prepare("gold", "r1")
+        layout = refresh.RefreshLayout("r1", settings)
+        staged = layout.staged_settings("gold")
+        for name in refresh.rebuilt_tables("gold"):  # live and rebuilt tables, one commit each
+            for where in (settings, staged):
+                path = get_catalog().table(name).path(where)
+                write_deltalake(str(path), pd.DataFrame({"x": [1]}))
+        job = get_catalog().job("gold_aggregate")
+        for where in (settings, staged):
+            (job.checkpoint(where) / "commits").mkdir(parents=True)
+        monkeypatch.setattr(layer_refresh, "check_swappable", lambda layer, layout: None)
+        marks: list[dict] = []
+        monkeypatch.setattr(
+            layer_refresh,
+            "_record_passed",
+            lambda spark, layer, refresh_id, settings, versions: marks.append(versions),
+        )
+        rename = pathlib.Path.rename
+        calls = {"n": 0}
+
+        def killed_after_three(self: pathlib.Path, target: pathlib.Path) -> pathlib.Path:
+            calls["n"] += 1
+            if calls["n"] > 3:
+                raise OSError("killed")
+            return rename(self, target)
+
+        with monkeypatch.context() as kill:
+            kill.setattr(pathlib.Path, "rename", killed_after_three)
+            with pytest.raises(OSError, match="killed"):
+                layer_refresh.swap(lambda: None, "gold", "r1")  # type: ignore[arg-type,return-value]
+        journal = json.loads((layout.root / refresh.SWAP_JOURNAL).read_text())
+        assert journal["done"] == 3
+        # Half swapped, no process holds a lock: the live Gold jobs, another refresh and a
+        # restore are all refused, naming the unfinished swap.
+        live = job.checkpoint(settings)
+        with (
+            pytest.raises(CheckpointFencedError, match="full refresh r1 of gold is swapping"),
+            checkpoint_lock(live),
+        ):
+            pass
+        with pytest.raises(refresh.LayerBusyError):
+            refresh.prepare("gold", "r2")
+        with (
+            pytest.raises(refresh.RefreshError, match="fenced"),
+            refresh.locked("gold", settings, "r2"),
+        ):
+            pass
+        with pytest.raises(CheckpointBusyError), checkpoint_lock(live, fence_owner="refresh r2"):
+            pass
+        # The retry finishes the moves, records the marks once (for the versions the gate
+        # passed in staging) and lifts the fence.
+        moved = layer_refresh.swap(lambda: None, "gold", "r1")  # type: ignore[arg-type,return-value]
+        assert moved  # the rest of the moves
+        finished = json.loads((layout.root / refresh.SWAP_JOURNAL).read_text())
+        assert finished["done"] == len(finished["moves"])
+        assert finished["marks_recorded"]
+        for name in refresh.rebuilt_tables("gold"):  # every table swapped, none half-way
+            assert (get_catalog().table(name).path(settings) / "_delta_log").is_dir()
+            assert (layout.previous / "gold" / name / "_delta_log").is_dir()
+        assert marks == [{name: 0 for name in refresh.rebuilt_tables("gold")}]
+        with checkpoint_lock(job.checkpoint(settings)):
+            pass
+        assert (job.checkpoint(settings) / "commits").is_dir()
+        # A retry after it finished: nothing moved, nothing recorded, no lock needed.
+        with checkpoint_lock(job.checkpoint(settings)):
+            assert layer_refresh.swap(lambda: None, "gold", "r1") == []  # type: ignore[arg-type,return-value]
+        assert len(marks) == 1
+    finally:
+        get_settings.cache_clear()

@@ -160,6 +160,9 @@ class PlatformJobHook(BaseHook):
         self.submit_options = dict(submit_options or {})
         #: The provider hook of the running (or last) spark-submit, for :meth:`on_kill`.
         self._submit_hook: SparkSubmitHook | None = None
+        #: What the last successful :meth:`run` processed (its inputs' snapshot, see
+        #: :func:`inputs_snapshot`); None before, after a skip, or without ``inputs``.
+        self.processed: dict[str, Any] | None = None
         self._killed = False
 
     def get_conn(self) -> Any:
@@ -331,6 +334,7 @@ class PlatformJobHook(BaseHook):
             if "batches" in after:
                 snapshot["batches"] = after["batches"]
             recorded.write_text(json.dumps(snapshot))
+            self.processed = snapshot
         return True
 
     def backup(self) -> None:

@@ -275,6 +275,10 @@ class SparkJobOperator(SparkSubmitOperator):
         :func:`ingest_core.recovery.recover` repairs crash leftovers (logged, audited);
         after a successful run, a verified backup is taken and retention applied.
 
+        :returns: with ``inputs``, what the run processed (the Delta version of each input
+            table as of its start, the job's committed batch per query: :func:`ingest_platform.
+            hooks.inputs_snapshot`), which Airflow keeps as the task's XCom ``return_value``
+            (the UI's XCom tab); None without ``inputs``.
         :raises airflow.sdk.exceptions.AirflowSkipException: its inputs are unchanged since
             its last successful run (``inputs``): the task shows as skipped, Spark not started.
         :raises airflow.sdk.exceptions.AirflowException: spark-submit failed, or the task
@@ -288,6 +292,7 @@ class SparkJobOperator(SparkSubmitOperator):
                 f"{self.job}: no new data in {self.inputs} since its last successful run (or "
                 "none of them exists yet): skipped, Spark not started"
             )
+        return self._job_hook.processed
 
     def on_kill(self) -> None:
         """Stop the running spark-submit and its driver, which frees the job's checkpoint

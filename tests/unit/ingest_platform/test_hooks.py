@@ -280,6 +280,7 @@ def test_run_recovers_submits_backs_up_and_skips_unchanged_inputs(home, monkeypa
     assert calls == ["recover silver_refine", "submit", "backup silver_refine"]
     recorded = json.loads(hook._inputs_file().read_text())
     assert recorded["tables"] == {"bronze_events": 0}
+    assert hook.processed == recorded  # what the operator hands Airflow as its XCom
     assert hook.run() is False  # nothing new: Spark not started
     assert calls == ["recover silver_refine", "submit", "backup silver_refine"]
     staged = PlatformJobHook("silver_refine", manage_checkpoint=False)
@@ -340,8 +341,15 @@ def test_operator_execute_delegates_to_the_hook(monkeypatch) -> None:
         env_vars={"EXTRA": "1"},
     )
     ran: list[PlatformJobHook] = []
-    monkeypatch.setattr(PlatformJobHook, "run", lambda self: ran.append(self) or True)
-    assert task.execute({}) is None
+
+    def run(self: PlatformJobHook) -> bool:
+        ran.append(self)
+        self.processed = {"tables": {"silver_payments": 7}}
+        return True
+
+    monkeypatch.setattr(PlatformJobHook, "run", run)
+    # What the run processed becomes the task's XCom (Airflow shows it with the task).
+    assert task.execute({}) == {"tables": {"silver_payments": 7}}
     (hook,) = ran
     assert (hook.job, hook.job_args, hook.conn_id) == (
         "gold_aggregate",

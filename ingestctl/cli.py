@@ -62,9 +62,40 @@ DataDirOption = Annotated[
 ]
 
 
+def shared_options(
+    factory: Callable[..., Any], keyword: str
+) -> Callable[[Callable[..., None]], Callable[..., None]]:
+    """A decorator that gives a command the options ``factory`` declares (its parameters,
+    after the command's own, in the signature typer reads) and calls it with what
+    ``factory`` builds from them as the keyword argument ``keyword``: options several
+    commands share are declared once. Typer's documented way of sharing parameters is a
+    callback on a command group, which would move them before the command's name
+    (``ingestctl kafka --port N up``); this keeps them after it."""
+    shared = inspect.signature(factory, eval_str=True).parameters
+
+    def decorate(command: Callable[..., None]) -> Callable[..., None]:
+        own = inspect.signature(command, eval_str=True)
+
+        @functools.wraps(command)
+        def with_options(**kwargs: Any) -> None:
+            built = factory(**{name: kwargs.pop(name) for name in shared})
+            command(**kwargs, **{keyword: built})
+
+        parameters = [p for name, p in own.parameters.items() if name != keyword]
+        with_options.__signature__ = own.replace(  # type: ignore[attr-defined]
+            parameters=[*parameters, *shared.values()]
+        )
+        return with_options
+
+    return decorate
+
+
 def _kafka_settings(
-    port: int | None, controller_port: int | None, data_dir: Path | None
+    port: PortOption = None,
+    controller_port: ControllerPortOption = None,
+    data_dir: DataDirOption = None,
 ) -> KafkaSettings:
+    """The broker's settings with the ``kafka`` commands' options over them."""
     overrides: dict[str, object] = {}
     if port is not None:
         overrides["port"] = port
@@ -73,6 +104,10 @@ def _kafka_settings(
     if data_dir is not None:
         overrides["data_dir"] = data_dir.resolve()
     return get_settings().kafka.model_copy(update=overrides)
+
+
+broker_options = shared_options(_kafka_settings, "kafka")
+"""Gives the ``kafka`` commands ``--port``, ``--controller-port`` and ``--data-dir``."""
 
 
 @app.callback()
@@ -98,15 +133,12 @@ def _fail(message: str) -> typer.Exit:
 
 
 @kafka_app.command("up")
-def kafka_up(
-    port: PortOption = None,
-    controller_port: ControllerPortOption = None,
-    data_dir: DataDirOption = None,
-) -> None:
+@broker_options
+def kafka_up(*, kafka: KafkaSettings) -> None:
     """Start the broker (format storage on first start) and wait until it answers."""
     from ingestctl.kafka_broker import BrokerError, KafkaBroker
 
-    settings = _kafka_settings(port, controller_port, data_dir)
+    settings = kafka
     try:
         broker = KafkaBroker(settings)
         if not broker.status().running:
@@ -118,31 +150,25 @@ def kafka_up(
 
 
 @kafka_app.command("down")
-def kafka_down(
-    port: PortOption = None,
-    controller_port: ControllerPortOption = None,
-    data_dir: DataDirOption = None,
-) -> None:
+@broker_options
+def kafka_down(*, kafka: KafkaSettings) -> None:
     """Stop the broker this platform started (only that process, by its pid)."""
     from ingestctl.kafka_broker import BrokerError, KafkaBroker
 
     try:
-        stopped = KafkaBroker(_kafka_settings(port, controller_port, data_dir)).down()
+        stopped = KafkaBroker(kafka).down()
     except (BrokerError, OSError) as error:
         raise _fail(str(error)) from None
     typer.echo("kafka: stopped" if stopped else "kafka: was not running")
 
 
 @kafka_app.command("clean")
-def kafka_clean(
-    port: PortOption = None,
-    controller_port: ControllerPortOption = None,
-    data_dir: DataDirOption = None,
-) -> None:
+@broker_options
+def kafka_clean(*, kafka: KafkaSettings) -> None:
     """Delete the broker's topics, records and logs (its data folder); refused while it runs."""
     from ingestctl.kafka_broker import BrokerError, KafkaBroker
 
-    broker = KafkaBroker(_kafka_settings(port, controller_port, data_dir))
+    broker = KafkaBroker(kafka)
     try:
         deleted = broker.clean()
     except (BrokerError, OSError) as error:
@@ -151,16 +177,13 @@ def kafka_clean(
 
 
 @kafka_app.command("status")
-def kafka_status(
-    port: PortOption = None,
-    controller_port: ControllerPortOption = None,
-    data_dir: DataDirOption = None,
-) -> None:
+@broker_options
+def kafka_status(*, kafka: KafkaSettings) -> None:
     """Say whether the platform's broker runs; exit status 3 when it does not."""
     from ingestctl.kafka_broker import BrokerError, KafkaBroker
 
     try:
-        status = KafkaBroker(_kafka_settings(port, controller_port, data_dir)).status()
+        status = KafkaBroker(kafka).status()
     except (BrokerError, OSError) as error:
         raise _fail(str(error)) from None
     typer.echo(status.describe())
@@ -694,7 +717,7 @@ def _send_options(
     summary_json: SummaryOption = None,
     progress: ProgressOption = True,
 ) -> SendOptions:
-    """The options `replay` and `generate` share, declared once (:func:`send_options` adds
+    """The options `replay` and `generate` share, declared once (:data:`send_options` adds
     them to both commands), as a :class:`SendOptions`; a bad fault option exits 1 with the
     reason."""
     from ingestctl.replay.faults import DelayDistribution, FaultConfig
@@ -725,25 +748,8 @@ def _send_options(
     )
 
 
-def send_options(command: Callable[..., None]) -> Callable[..., None]:
-    """Decorator: give ``command`` the shared send options of :func:`_send_options` (after
-    its own parameters, in the signature typer reads) and call it with them gathered in one
-    keyword argument ``options: SendOptions``. Typer's documented way of sharing parameters
-    is a callback on a command group; ``replay`` and ``generate`` are top-level commands, so
-    the shared parameters are merged into each command's signature instead."""
-    shared = inspect.signature(_send_options, eval_str=True).parameters
-    own = inspect.signature(command, eval_str=True)
-
-    @functools.wraps(command)
-    def with_options(**kwargs: Any) -> None:
-        options = _send_options(**{name: kwargs.pop(name) for name in shared})
-        command(**kwargs, options=options)
-
-    parameters = [p for name, p in own.parameters.items() if name != "options"]
-    with_options.__signature__ = own.replace(  # type: ignore[attr-defined]
-        parameters=[*parameters, *shared.values()]
-    )
-    return with_options
+send_options = shared_options(_send_options, "options")
+"""Gives ``replay`` and ``generate`` the send options of :func:`_send_options`."""
 
 
 def _send(source: str, events: Any, options: SendOptions) -> ReplaySummary:

@@ -46,18 +46,34 @@ def _capture_send(monkeypatch) -> dict:
     return sent
 
 
-def test_replay_and_generate_declare_the_send_options_once() -> None:
-    """Both commands offer every shared send option (declared once, in ``_send_options``)."""
+def test_shared_options_are_declared_once_and_offered_by_each_command() -> None:
+    """``replay`` and ``generate`` offer every send option (declared in ``_send_options``),
+    the broker commands every broker option (``_kafka_settings``)."""
     import inspect
 
-    from ingestctl.cli import _send_options, generate, replay
+    from ingestctl import cli
 
-    shared = set(inspect.signature(_send_options).parameters)
-    assert len(shared) == 16
-    for command in (replay, generate):
-        parameters = inspect.signature(command).parameters
-        assert shared <= set(parameters)
-        assert "options" not in parameters
+    send = set(inspect.signature(cli._send_options).parameters)
+    assert len(send) == 16
+    broker = set(inspect.signature(cli._kafka_settings).parameters)
+    assert broker == {"port", "controller_port", "data_dir"}
+    commands = {
+        "options": (cli.replay, cli.generate),
+        "kafka": (cli.kafka_up, cli.kafka_down, cli.kafka_clean, cli.kafka_status),
+    }
+    for keyword, shared in (("options", send), ("kafka", broker)):
+        for command in commands[keyword]:
+            parameters = inspect.signature(command).parameters
+            assert shared <= set(parameters)
+            assert keyword not in parameters
+
+
+def test_the_broker_commands_read_their_options(ingest_home, tmp_path) -> None:
+    result = CliRunner().invoke(
+        app, ["kafka", "status", "--port", "1", "--data-dir", str(tmp_path / "k")]
+    )
+    assert result.exit_code == 3  # not running
+    assert f"127.0.0.1:1; data {tmp_path / 'k'}" in result.output
 
 
 def test_generate_passes_its_send_options_to_the_producer(ingest_home, monkeypatch) -> None:

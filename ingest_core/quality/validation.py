@@ -176,10 +176,16 @@ def validate_frame(
 
 def volume_band_for(results: Any, table: str, settings: PlatformSettings) -> tuple[int, int] | None:
     """The row-count band of ``table`` (:func:`ingest_core.quality.rules.volume_band`) from
-    its passed results in ``results`` (``ops_gate_results`` as pandas), newest first."""
+    its passed, non-empty results in ``results`` (``ops_gate_results`` as pandas), newest
+    first. A result without rows is no increment's size: a ``layer_full_refresh`` records one
+    (``rows`` 0) for each table it swaps in, and the 2-hour soak (run 16) swapped Gold five
+    times in an hour: the band learned a median of 0 and every Gold increment after it failed
+    its gate (``expect_table_row_count_to_be_between``)."""
     if results.empty:
         return None
-    mine = results[(results["table"] == table) & (results["status"] == "passed")]
+    mine = results[
+        (results["table"] == table) & (results["status"] == "passed") & (results["rows"] > 0)
+    ]
     history = mine.sort_values("validated_at", ascending=False)["rows"].astype(int).tolist()
     return learn_band(history, settings.quality)
 

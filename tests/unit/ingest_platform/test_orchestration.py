@@ -7,6 +7,7 @@ import itertools
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
 
+import pandas as pd
 import pytest
 
 from ingest_core.catalog import get_catalog
@@ -117,6 +118,29 @@ def test_supervisor_parameters_are_validated() -> None:
         validate_params({"action": "restart"})
     with pytest.raises(ValueError, match=r"not always-on jobs: \['silver_refine'\]"):
         validate_params({"jobs": ["silver_refine"]})
+
+
+def test_the_volume_band_ignores_results_without_rows() -> None:
+    """Soak run 16: five ``layer_full_refresh`` marks (``passed``, ``rows`` 0) in an hour
+    made the band (0, 1) and failed every later Gold increment."""
+    from ingest_core.quality.validation import volume_band_for
+    from ingest_core.settings import PlatformSettings, QualitySettings
+
+    def result(rows: int, minute: int, status: str = "passed") -> dict:
+        return {
+            "table": "gold_payment_totals_5m",
+            "status": status,
+            "rows": rows,
+            "validated_at": datetime(2026, 12, 7, 10, minute),
+        }
+
+    increments = [result(12, m) for m in range(5)]
+    marks = [result(0, m) for m in range(10, 15)]  # newer than every increment
+    results = pd.DataFrame([*increments, *marks, result(900, 20, "failed")])
+    settings = PlatformSettings().model_copy(update={"quality": QualitySettings(volume_history=5)})
+    band = volume_band_for(results, "gold_payment_totals_5m", settings)
+    assert band == (0, 241)  # median 12 (x 20), not 0
+    assert volume_band_for(pd.DataFrame(marks), "gold_payment_totals_5m", settings) is None
 
 
 def test_volume_band_needs_history_and_uses_the_median() -> None:

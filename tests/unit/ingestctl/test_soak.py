@@ -397,3 +397,25 @@ def test_a_faults_check_goes_on_a_while_after_its_work_ends() -> None:
     assert not broken.waiting(901.0, unreachable)
     forever = RecoveryWindow(start=0.0, timeout_s=900.0)
     assert not forever.waiting(1800.0, lambda: True)  # twice the timeout at most
+
+
+def test_a_faults_window_stays_open_while_another_fault_is_injected(tmp_path) -> None:
+    """Soak run 16: a refresh's check expired during three broker outages in a row (Bronze
+    down for seven minutes) and counted as not recovered. Another fault under injection keeps
+    the window open (then it settles as usual); the fault's own injection does not."""
+    from ingestctl.soak.runner import RecoveryWindow, Soak, SoakOptions
+
+    soak = Soak(SoakOptions(home=tmp_path), echo=lambda _: None)
+
+    def unreachable() -> bool:
+        raise TimeoutError("the API does not answer")
+
+    soak.injecting = {7}  # a broker outage under way
+    window = RecoveryWindow(start=0.0, timeout_s=900.0, settle_s=180.0)
+    assert window.waiting(950.0, soak.busy(5, unreachable))  # past its deadline, kept open
+    soak.injecting = set()  # the outage is over
+    assert window.waiting(1100.0, soak.busy(5, lambda: False))  # settling
+    assert not window.waiting(1131.0, soak.busy(5, lambda: False))
+    soak.injecting = {5}  # only itself
+    alone = RecoveryWindow(start=0.0, timeout_s=900.0)
+    assert not alone.waiting(901.0, soak.busy(5, lambda: False))

@@ -263,11 +263,30 @@ def _wait_for_target(
 # --- the injectors --------------------------------------------------------------------------
 
 
+#: How long an always-on fault waits for its job's driver to be running (seconds).
+DRIVER_WAIT_S = 300
+
+
 def kill_always_on_driver(platform: SoakPlatform, fault: PlannedFault) -> Recovery:
+    """kill -9 an always-on job's driver JVM; recovered when the supervisor started another
+    and every always-on job is whole.
+
+    :raises FaultNotInjectedError: the job had no running driver for :data:`DRIVER_WAIT_S`
+        (run 17: broker outages back to back kept the always-on jobs waiting for Kafka for
+        nine minutes, and three such faults counted as failed injections; whether the jobs
+        came back is the outages' own check).
+    """
     from ingest_platform import supervisor
 
     job = fault.params["job"]
-    pid = wait_until(lambda: supervisor.driver_pid(job, platform.settings), 300, 2, what=f"{job}")
+    try:
+        pid = wait_until(
+            lambda: supervisor.driver_pid(job, platform.settings), DRIVER_WAIT_S, 2, what=job
+        )
+    except TimeoutError:
+        raise FaultNotInjectedError(
+            f"{job} had no running driver within {DRIVER_WAIT_S} s"
+        ) from None
     jvm = psutil.Process(pid).parent()
     target = jvm if jvm is not None and _is_jvm(jvm) else psutil.Process(pid)
     _kill(target)

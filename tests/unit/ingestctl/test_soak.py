@@ -419,3 +419,22 @@ def test_a_faults_window_stays_open_while_another_fault_is_injected(tmp_path) ->
     soak.injecting = {5}  # only itself
     alone = RecoveryWindow(start=0.0, timeout_s=900.0)
     assert not alone.waiting(901.0, soak.busy(5, lambda: False))
+
+
+def test_an_always_on_fault_without_a_running_driver_is_not_injected(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """Soak run 17: back-to-back broker outages kept the always-on jobs waiting for Kafka for
+    nine minutes; three kill_always_on_driver faults found no driver and counted as failed
+    injections (not recovered). No driver to kill is a fault not injected; the outages' own
+    checks judge whether the jobs came back."""
+    from ingest_platform import supervisor
+    from ingestctl.soak import faults
+    from ingestctl.soak.plan import PlannedFault
+
+    monkeypatch.setattr(faults, "DRIVER_WAIT_S", 0.2)
+    monkeypatch.setattr(supervisor, "driver_pid", lambda job, settings=None: None)
+    platform = type("Platform", (), {"settings": None})()
+    fault = PlannedFault(number=3, at_s=0.0, kind="kill_always_on_driver", params={"job": "x"})
+    with pytest.raises(faults.FaultNotInjectedError, match="x had no running driver"):
+        faults.kill_always_on_driver(platform, fault)  # type: ignore[arg-type]

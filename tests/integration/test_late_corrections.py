@@ -227,6 +227,43 @@ def test_a_payment_on_time_for_silver_but_behind_golds_watermark_reaches_gold(
     assert platform.version("gold_payment_totals_5m") == version
 
 
+def test_corrections_judge_only_what_golds_query_read_while_silver_moves_on(
+    platform: Platform,
+) -> None:
+    """Soak run 17: a layer refresh's ``correct_late`` runs while the live medallion refines
+    Silver; a payment Silver took after the rebuilt Gold query's last batch, in a window
+    that query had already finalised, was "expected" by the reconciliation although the
+    query had not read it: GoldReconciliationError, three attempts, the refresh failed for
+    good. The corrections now judge only what the query read; once it reads the payment (and
+    drops it, behind its watermark), the corrections bring it in."""
+    on_time = [
+        payment("p1", "2026-01-01T10:00:00Z", 10.00),
+        payment("p2", "2026-01-01T10:26:00Z", 20.00),
+        payment("p3", "2026-01-01T10:50:00Z", 5.00),  # Gold's watermark 10:40
+    ]
+    platform.send("payments", on_time)
+    platform.all_layers()
+    from spark_jobs.gold.common import gold_watermark
+
+    watermark = gold_watermark("gold_payment_totals_5m")
+    assert watermark is not None
+    assert watermark.replace(tzinfo=None) >= datetime(2026, 1, 1, 10, 30)  # [10:25, 10:30) final
+    behind = [payment("b1", "2026-01-01T10:27:00Z", 7.00)]
+    platform.send("payments", behind)
+    platform.bronze()
+    platform.silver()  # Silver moved on; Gold has not read b1
+    assert "b1" in set(platform.read("silver_payments").event_id)
+    platform.correct_late()
+    # The job's reconciliation after its corrections: raised GoldReconciliationError before.
+    late_corrections.reconcile_payment_totals(platform.spark, include_late=True)
+    assert windows(platform.read("gold_payment_totals_5m"))[("10:25", "BRL")] == (1, 20.0)
+
+    platform.gold()  # reads b1, behind its watermark: dropped by the window query
+    platform.correct_late()
+    assert windows(platform.read("gold_payment_totals_5m"))[("10:25", "BRL")] == (2, 27.0)
+    assert late_corrections.reconcile_payment_totals(platform.spark, include_late=True) >= 2
+
+
 def test_activity_a_slow_partition_keeps_on_time_for_silver_reaches_customer_sessions(
     platform: Platform,
 ) -> None:

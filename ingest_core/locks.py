@@ -16,11 +16,14 @@ from __future__ import annotations
 
 import contextlib
 import fcntl
+import json
 import os
 from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
 from typing import IO
+
+from ingest_core.runtime_files import write_json
 
 
 @contextmanager
@@ -81,19 +84,21 @@ def fence(checkpoint: Path, owner: str, reason: str) -> None:
     :param reason: what holds the checkpoint and how it finishes (shown to whoever is
         refused).
     """
-    path = fence_path(checkpoint)
-    tmp = path.with_name(f"{path.name}.{os.getpid()}.tmp")
-    tmp.write_text(f"{owner}\n{reason}")
-    os.replace(tmp, path)
+    write_json(fence_path(checkpoint), {"owner": owner, "reason": reason})
 
 
 def fence_of(checkpoint: Path) -> tuple[str, str] | None:
-    """``(owner, reason)`` of ``checkpoint``'s fence, or None when it is not fenced."""
+    """``(owner, reason)`` of ``checkpoint``'s fence, or None when it is not fenced.
+
+    :raises ValueError: the fence file is not JSON; :raises KeyError: it lacks ``owner`` or
+        ``reason`` (either way it still fences: nothing takes the lock past a fence it cannot
+        read).
+    """
     try:
-        owner, _, reason = fence_path(checkpoint).read_text().partition("\n")
+        fence = json.loads(fence_path(checkpoint).read_text())
     except FileNotFoundError:
         return None
-    return owner, reason
+    return fence["owner"], fence["reason"]
 
 
 def unfence(checkpoint: Path) -> None:

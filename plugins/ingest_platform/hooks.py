@@ -20,7 +20,6 @@ from __future__ import annotations
 
 import argparse
 import contextlib
-import json
 import logging
 import os
 import sys
@@ -33,6 +32,7 @@ from airflow.sdk import BaseHook
 
 from ingest_core.catalog import job_application
 from ingest_core.processes import stop_processes
+from ingest_core.runtime_files import read_json, write_json
 
 if TYPE_CHECKING:
     from airflow.providers.apache.spark.hooks.spark_submit import SparkSubmitHook
@@ -306,11 +306,7 @@ class PlatformJobHook(BaseHook):
             )
             return False
         recorded = self._inputs_file()
-        if (
-            snapshot is not None
-            and recorded.exists()
-            and json.loads(recorded.read_text()) == snapshot
-        ):
+        if snapshot is not None and read_json(recorded) == snapshot:
             self.log.info(
                 "%s: inputs unchanged since its last successful run (%s): nothing to "
                 "process, Spark not started",
@@ -333,7 +329,7 @@ class PlatformJobHook(BaseHook):
             after = inputs_snapshot(self.job, [])
             if "batches" in after:
                 snapshot["batches"] = after["batches"]
-            recorded.write_text(json.dumps(snapshot))
+            write_json(recorded, snapshot)  # atomic: a kill mid-write leaves the old record
             self.processed = snapshot
         return True
 

@@ -23,14 +23,15 @@ The streaming supervisor starts the always-on jobs detached through
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
+from contextlib import contextmanager
 from datetime import timedelta
 from typing import TYPE_CHECKING, Any
 
 from airflow.providers.apache.spark.operators.spark_submit import SparkSubmitOperator
 
 from ingest_core.catalog import get_catalog, job_application
-from ingest_core.settings import get_settings
+from ingest_core.settings import PlatformSettings, get_settings
 from ingest_platform.hooks import PlatformJobHook, inputs_snapshot, job_environment
 
 if TYPE_CHECKING:
@@ -313,6 +314,29 @@ class SparkJobOperator(SparkSubmitOperator):
             self._job_hook.on_kill()
 
 
+@contextmanager
+def gate_failure_not_retried(
+    layer: str, run_id: str, settings: PlatformSettings, message: str
+) -> Iterator[None]:
+    """Around a gate job's spark-submit: when it fails after recording a failed expectation
+    for ``run_id`` in ``settings``' gate bookkeeping (a data problem, which a retry cannot
+    fix), raise ``AirflowFailException(message)``; any other failure (the gate killed before
+    its verdict) stays an ``AirflowException`` and is retried (soak run 7).
+
+    :raises airflow.sdk.exceptions.AirflowFailException: see above.
+    """
+    from airflow.sdk.exceptions import AirflowException, AirflowFailException
+
+    from ingest_core.quality.state import failed_in_run
+
+    try:
+        yield
+    except AirflowException:
+        if failed_in_run(layer, run_id, settings):
+            raise AirflowFailException(message) from None
+        raise
+
+
 class LayerGateOperator(SparkJobOperator):
     """Validate ``layer``'s increment with Great Expectations (``spark_jobs.quality.gate``).
 
@@ -355,11 +379,11 @@ class LayerGateOperator(SparkJobOperator):
             took two attempts of a gate with it, and with ``retries=0`` on every gate the
             run failed although its data was fine.
         """
-        from airflow.sdk.exceptions import AirflowException, AirflowFailException
+        from airflow.sdk.exceptions import AirflowFailException
 
         from ingest_core.quality.pandas_gate import validate_layer_without_spark
         from ingest_core.quality.results import failure_message, report
-        from ingest_core.quality.state import failed_in_run, pending
+        from ingest_core.quality.state import pending
 
         increments = pending(self.layer)
         if not increments:
@@ -383,12 +407,9 @@ class LayerGateOperator(SparkJobOperator):
                 self.layer,
                 settings.quality.pandas_max_rows,
             )
-            try:
+            message = failure_message(self.layer)
+            with gate_failure_not_retried(self.layer, str(context["run_id"]), settings, message):
                 return super().execute(context)
-            except AirflowException:
-                if failed_in_run(self.layer, str(context["run_id"]), settings):
-                    raise AirflowFailException(failure_message(self.layer)) from None
-                raise
         self.log.info("%s", report(self.layer, outcomes, settings))
         if any(o.status == "failed" for o in outcomes):
             raise AirflowFailException(failure_message(self.layer))
@@ -444,14 +465,9 @@ class StagedJobOperator(SparkJobOperator):
         :raises airflow.sdk.exceptions.AirflowException: the job failed otherwise (killed,
             refused): retried like any task.
         """
-        from airflow.sdk.exceptions import (
-            AirflowException,
-            AirflowFailException,
-            AirflowSkipException,
-        )
+        from airflow.sdk.exceptions import AirflowSkipException
 
         from ingest_core.lineage import GATE_JOB
-        from ingest_core.quality.state import failed_in_run
         from ingest_core.refresh import RefreshLayout, layers_of
 
         layer = str(context["params"]["layer"])
@@ -461,15 +477,11 @@ class StagedJobOperator(SparkJobOperator):
         layout = RefreshLayout(run_id, get_settings())
         self.env_vars = {**(self.env_vars or {}), **layout.environment(layer)}
         self.log.info("staging: %s", layout.staging)
-        try:
+        if self.job != GATE_JOB:
             return super().execute(context)
-        except AirflowException:
-            if self.job == GATE_JOB and failed_in_run(
-                self.builds, run_id, layout.staged_settings(layer)
-            ):
-                raise AirflowFailException(
-                    f"the rebuilt {self.builds} failed its gate: nothing live changed. Inspect "
-                    f"the staging tables under {layout.staging} and Data Docs, fix, and "
-                    "trigger a new refresh"
-                ) from None
-            raise
+        message = (
+            f"the rebuilt {self.builds} failed its gate: nothing live changed. Inspect the "
+            f"staging tables under {layout.staging} and Data Docs, fix, and trigger a new refresh"
+        )
+        with gate_failure_not_retried(self.builds, run_id, layout.staged_settings(layer), message):
+            return super().execute(context)

@@ -309,33 +309,30 @@ def reconcile_payment_totals(
     gold = read_table(spark, path)
     if gold is None or watermark is None:
         return 0
-    payments = window_source(spark, get_catalog().window(table).source, settings)
+    window = get_catalog().window(table)
+    payments = window_source(spark, window.source, settings)
     expected = recompute_windows(
         table, payments if include_late else payments.where(~F.col("late"))
     )
     expected = expected.where(F.col("window_end") <= F.lit(watermark))
     actual = gold.where(F.col("window_end") <= F.lit(watermark))
-    if not include_late:
-        # Windows with events the stream did not count are the corrections job's to fix.
-        from spark_jobs.transforms.gold import window_keys
-
-        window = get_catalog().window(table)
-        late = late_for_gold(payments, behind_gold(spark, table, settings))
-        late_windows = window_keys(late, window)
-        keys = window_columns(window)
-        expected = expected.join(late_windows, keys, "left_anti")
-        actual = actual.join(late_windows, keys, "left_anti")
+    # Windows not judged now: with on-time Silver only, those with events the stream did not
+    # count (the corrections job's to fix); always, those of Silver rows the query has not
+    # read yet (its next batch's or, if behind its watermark by then, the corrections').
+    unjudged = (
+        [] if include_late else [late_for_gold(payments, behind_gold(spark, table, settings))]
+    )
     unread = unread_by_gold(spark, table, settings)
     if unread is not None:
-        # Silver rows the query has not read yet are its next batch's (or, if behind its
-        # watermark by then, the corrections'): their windows are not judged now.
+        unjudged.append(unread)
+    if unjudged:
         from spark_jobs.transforms.gold import window_keys
 
-        window = get_catalog().window(table)
         keys = window_columns(window)
-        pending = window_keys(unread, window)
-        expected = expected.join(pending, keys, "left_anti")
-        actual = actual.join(pending, keys, "left_anti")
+        for rows in unjudged:
+            skipped = window_keys(rows, window)
+            expected = expected.join(skipped, keys, "left_anti")
+            actual = actual.join(skipped, keys, "left_anti")
     columns = expected.columns
     missing = expected.exceptAll(actual.select(*columns))
     extra = actual.select(*columns).exceptAll(expected)

@@ -100,8 +100,29 @@ def ensure_topics(
     return counts
 
 
+def topic_ready(meta: dict[str, Any]) -> bool:
+    """Whether one topic's ``describe_topics`` metadata says it can take records now: the
+    topic has no error, has partitions, and every partition has no error and a leader.
+
+    :param meta: one entry of kafka-python's ``KafkaAdminClient.describe_topics``:
+        ``{"name", "error_code", "partitions": [{"partition_index", "leader_id", "error_code"},
+        ...]}`` (Kafka's ``MetadataResponse``; ``leader_id`` is -1 while none is elected).
+
+    A topic is listed with its partitions before their leaders are elected: a producer that
+    sent then got ``NotLeaderForPartitionError`` for every record on a loaded machine (CI of
+    stop 63, a topic created a moment before).
+    """
+    partitions = meta.get("partitions") or []
+    return (
+        meta.get("error_code") == 0
+        and bool(partitions)
+        and all(p.get("error_code", 0) == 0 and p.get("leader_id", -1) >= 0 for p in partitions)
+    )
+
+
 def _partition_counts(admin: Any, topics: list[str], timeout_s: float = 30.0) -> dict[str, int]:
-    """Describe ``topics`` until each has metadata (a new topic takes a moment to appear)."""
+    """Describe ``topics`` until each is ready (:func:`topic_ready`: a new topic takes a
+    moment to appear and to elect its partitions' leaders)."""
     from kafka.errors import KafkaTimeoutError
 
     from ingest_core.waiting import wait_until
@@ -110,14 +131,14 @@ def _partition_counts(admin: Any, topics: list[str], timeout_s: float = 30.0) ->
 
     def described_all() -> bool:
         described[:] = admin.describe_topics(topics)
-        return all(meta["error_code"] == 0 and meta["partitions"] for meta in described)
+        return all(topic_ready(meta) for meta in described)
 
     try:
-        wait_until(described_all, timeout_s, 0.2, what=f"metadata of topics {topics}")
+        wait_until(described_all, timeout_s, 0.2, what=f"leaders of topics {topics}")
     except TimeoutError:
-        pending = [meta["name"] for meta in described if meta["error_code"] != 0]
+        pending = [meta["name"] for meta in described if not topic_ready(meta)]
         raise KafkaTimeoutError(
-            f"no metadata for topics {pending} after {timeout_s:.0f} s"
+            f"no metadata or no leader for topics {pending} after {timeout_s:.0f} s"
         ) from None
     return {meta["name"]: len(meta["partitions"]) for meta in described}
 

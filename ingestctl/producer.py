@@ -139,7 +139,8 @@ def produce(
     config: dict[str, Any] = {
         "acks": "all",
         "linger_ms": 5,
-        "retries": 5,
+        # Retried until the delivery timeout, as Java's producer does (kafka-python's default
+        # too): 5 retries 100 ms apart gave up on a topic whose leader was being elected.
         "max_request_size": MAX_REQUEST_BYTES,
         # Bounded waits: if the broker dies mid-run, every pending record fails within
         # DELIVERY_TIMEOUT_MS (all at once) instead of each waiting in turn.

@@ -220,7 +220,8 @@ def kafka_consumer_groups(
         if isinstance(spec.source, KafkaSourceSpec)
     )
     if job not in readers:
-        raise _fail(f"{job!r} does not read Kafka; jobs that commit a consumer group: {readers}")
+        what = "does not read Kafka" if job in get_catalog().jobs else "is not a declared job"
+        raise _fail(f"{job!r} {what}; jobs that commit a consumer group: {readers}")
     if (settings.kafka.uses_sasl or settings.kafka.uses_ssl) and command_config is None:
         raise _fail(
             f"the broker uses {settings.kafka.security_protocol}: pass its client properties "
@@ -255,8 +256,8 @@ def kafka_create_topics(
     ] = None,
 ) -> None:
     """Create the contract topics the jobs read (every source of the event contracts:
-    orders, payments, refunds, customer_activity, and any you add; with the profile's topic
-    prefix) if they are missing."""
+    orders, payments, refunds, customer_activity, reviews, and any you add; with the profile's
+    topic prefix) if they are missing."""
     from kafka.errors import KafkaError
 
     from ingest_core.contracts import TOPICS

@@ -124,3 +124,15 @@ def test_a_bad_send_option_is_refused_before_anything_is_sent(ingest_home, monke
     assert both.exit_code == 1
     assert "exclude each other" in both.output
     assert sent == {}
+
+
+def test_consumer_groups_tells_an_unknown_job_from_one_that_does_not_read_kafka(
+    ingest_home,
+) -> None:
+    unknown = CliRunner().invoke(app, ["kafka", "consumer-groups", "nope"])
+    assert unknown.exit_code != 0
+    assert "'nope' is not a declared job" in unknown.output
+    silver = CliRunner().invoke(app, ["kafka", "consumer-groups", "silver_refine"])
+    assert silver.exit_code != 0
+    assert "'silver_refine' does not read Kafka" in silver.output
+    assert "bronze_ingest" in silver.output  # the jobs that do

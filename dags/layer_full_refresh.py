@@ -53,8 +53,17 @@ with DAG(
     # Every task is safe to run again (soak run 15: one killed with the API server failed the
     # run for good at retries 0): prepare returns a completed preparation as it is, the
     # rebuilds write staging tables through their own checkpoints and exactly-once sinks, the
-    # gates record once, and swap resumes from its journal.
-    default_args={"owner": "data-platform", "retries": 2, "retry_delay": timedelta(minutes=1)},
+    # gates record once, and swap resumes from its journal. Retries spaced out (1, 2, 4, 8, 10
+    # minutes): soak run 18 killed one rebuild's three attempts within five minutes (two
+    # scheduler kills and an API server kill: each takes the running tasks with it) and the
+    # refresh failed for good; a rebuild resumes where it stopped, so waiting costs little.
+    default_args={
+        "owner": "data-platform",
+        "retries": 5,
+        "retry_delay": timedelta(minutes=1),
+        "retry_exponential_backoff": 2.0,
+        "max_retry_delay": timedelta(minutes=10),
+    },
     tags=["medallion", "operations", "backfill"],
     doc_md=__doc__,
     params={

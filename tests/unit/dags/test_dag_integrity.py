@@ -168,6 +168,29 @@ def test_every_task_is_retried(dagbag) -> None:
     assert not_retried == []
 
 
+def test_a_full_refreshs_tasks_retry_across_a_quarter_hour_of_faults(dagbag) -> None:
+    """Soak run 18: two scheduler kills and an API server kill within five minutes (each
+    takes the running tasks with it) used up ``rebuild_gold``'s three attempts one minute
+    apart, and the refresh failed for good. Its tasks resume where they stopped, so their
+    retries are spread over at least 15 minutes, as Airflow itself schedules them
+    (``TaskInstance.next_retry_datetime``: exponential backoff, capped)."""
+    import uuid
+    from datetime import UTC, datetime
+
+    from airflow.models.taskinstance import TaskInstance
+
+    spans = {}
+    for task in dagbag.dags["layer_full_refresh"].tasks:
+        ti = TaskInstance(task=task, run_id="r", dag_version_id=uuid.uuid4())
+        ti.end_date = datetime(2026, 1, 1, tzinfo=UTC)
+        waited = 0.0
+        for ti.try_number in range(1, task.retries + 1):
+            waited += (ti.next_retry_datetime() - ti.end_date).total_seconds()
+        spans[task.task_id] = waited
+    assert spans
+    assert {t: s for t, s in spans.items() if s < 15 * 60} == {}
+
+
 @pytest.mark.parametrize(
     ("refusal", "retried"),
     [

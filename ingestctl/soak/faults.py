@@ -204,16 +204,21 @@ def always_on_whole(settings: PlatformSettings, fresh_s: float = 90) -> str | No
     return None
 
 
-def _medallion_success_since(platform: SoakPlatform, since: datetime) -> Callable[[], str | None]:
-    """A check: a medallion run that started after ``since`` ended in success."""
+def _medallion_success_since(
+    platform: SoakPlatform, since: datetime, hit_run: str | None = None
+) -> Callable[[], str | None]:
+    """A check: a medallion run that started after ``since`` ended in success, or
+    ``hit_run`` did: the run whose task the fault killed, which Airflow retries in the same
+    run (soak run 18: four faults counted as not recovered whose own runs succeeded through
+    the retry, because the next runs were struck by other faults)."""
 
     def check() -> str | None:
         for run in platform.medallion_runs():
             started = run.get("start_date")
-            if (
-                run.get("state") == "success"
-                and started
-                and datetime.fromisoformat(started) > since
+            if run.get("state") != "success":
+                continue
+            if run.get("dag_run_id") == hit_run or (
+                started and datetime.fromisoformat(started) > since
             ):
                 return None
         return f"no medallion_incremental run started after {since:%H:%M:%S} has succeeded"
@@ -303,13 +308,24 @@ def kill_always_on_driver(platform: SoakPlatform, fault: PlannedFault) -> Recove
 def kill_scheduled_driver(platform: SoakPlatform, fault: PlannedFault) -> Recovery:
     job = fault.params["job"]
     jvms = _wait_for_target(lambda: spark_submits(job), platform, 600)
+    hit_run = _run_running(platform, job)
     since = datetime.now(UTC)
     for jvm in jvms:
         _kill(jvm)
     return Recovery(
         f"kill -9 {job}'s driver JVM mid-run (pids {[p.pid for p in jvms]})",
-        _medallion_success_since(platform, since),
+        _medallion_success_since(platform, since, hit_run),
     )
+
+
+def _run_running(platform: SoakPlatform, job: str) -> str | None:
+    """The id of the medallion run whose task runs ``job`` now, or None (none, or the API
+    cannot say: then only a later run's success counts)."""
+    try:
+        found = _running_task(platform, lambda ti: SPARK_TASKS.get(str(ti["task_id"])) == job)
+    except Exception:  # the API away under another fault
+        return None
+    return found[0] if found else None
 
 
 def hang_scheduled_driver(platform: SoakPlatform, fault: PlannedFault) -> Recovery:
@@ -699,22 +715,22 @@ def mark_task_failed(platform: SoakPlatform, fault: PlannedFault) -> Recovery:
 
 def kill_gate(platform: SoakPlatform, fault: PlannedFault) -> Recovery:
     """kill -9 of a running gate task's process (``gate_silver``/``gate_gold`` of a medallion
-    run, validating with GX in the task's own process): Airflow fails the task (gates have
-    no retry), and a later run's gate must validate the same increment again, whole."""
+    run, validating with GX in the task's own process): Airflow retries the task, and the
+    retry (or a later run's gate) must validate the same increment again, whole."""
     gates = {"gate_silver", "gate_gold"}
     # A gate runs for seconds: its task instance ids are known before it starts (a run
     # creates them all), so they are read every 20 s and the processes scanned every 0.5 s
     # for the task runner's title (setproctitle "airflow worker -- <task instance id>").
-    titles: dict[str, str] = {}
+    titles: dict[str, tuple[str, str]] = {}  # task runner title -> (task id, run id)
     read = [0.0]
 
     def unfinished_gates() -> None:
         titles.clear()
-        for _, ti in _task_instances(platform, ("queued", "running")):
+        for run_id, ti in _task_instances(platform, ("queued", "running")):
             if ti["task_id"] in gates and ti["state"] in UNFINISHED:
-                titles[f"airflow worker -- {ti['id']}"] = str(ti["task_id"])
+                titles[f"airflow worker -- {ti['id']}"] = (str(ti["task_id"]), run_id)
 
-    def target() -> tuple[str, psutil.Process] | None:
+    def target() -> tuple[tuple[str, str], psutil.Process] | None:
         if time.monotonic() - read[0] >= 20:
             read[0] = time.monotonic()
             unfinished_gates()
@@ -725,12 +741,12 @@ def kill_gate(platform: SoakPlatform, fault: PlannedFault) -> Recovery:
                     return titles[title], process
         return None
 
-    task_id, process = _wait_for_target(target, platform, 900, every_s=0.5)
+    (task_id, run_id), process = _wait_for_target(target, platform, 900, every_s=0.5)
     since = datetime.now(UTC)
     _kill(process)
     return Recovery(
         f"kill -9 {task_id}'s task process (pid {process.pid})",
-        _medallion_success_since(platform, since),
+        _medallion_success_since(platform, since, run_id),
     )
 
 

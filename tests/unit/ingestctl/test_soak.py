@@ -438,3 +438,30 @@ def test_an_always_on_fault_without_a_running_driver_is_not_injected(
     fault = PlannedFault(number=3, at_s=0.0, kind="kill_always_on_driver", params={"job": "x"})
     with pytest.raises(faults.FaultNotInjectedError, match="x had no running driver"):
         faults.kill_always_on_driver(platform, fault)  # type: ignore[arg-type]
+
+
+def test_a_killed_tasks_own_run_succeeding_through_its_retry_is_a_recovery() -> None:
+    """Soak run 18: kill_scheduled_driver and kill_gate asked only for a run started after
+    the kill, and counted four faults as not recovered whose own runs succeeded through the
+    task's retry while other faults struck the runs after them."""
+    from types import SimpleNamespace
+
+    from ingestctl.soak.faults import _medallion_success_since
+
+    since = datetime(2026, 12, 7, 14, 26, 15, tzinfo=UTC)
+    runs = [
+        {
+            "dag_run_id": "manual_1419",
+            "state": "success",
+            "start_date": "2026-12-07T14:19:04+00:00",
+        },
+        {"dag_run_id": "sched_1415", "state": "failed", "start_date": "2026-12-07T14:30:00+00:00"},
+    ]
+    platform = SimpleNamespace(medallion_runs=lambda: runs)
+    assert _medallion_success_since(platform, since, "manual_1419")() is None
+    assert "no medallion_incremental run started after 14:26:15" in str(
+        _medallion_success_since(platform, since)()
+    )
+    assert _medallion_success_since(platform, since, "sched_1415")() is not None  # failed
+    runs.append({"dag_run_id": "later", "state": "success", "start_date": "2026-12-07T14:41:01Z"})
+    assert _medallion_success_since(platform, since)() is None

@@ -336,6 +336,7 @@ def hang_scheduled_driver(platform: SoakPlatform, fault: PlannedFault) -> Recove
     SIGTERM waits until it runs again) and so free the checkpoint lock."""
     job = fault.params["job"]
     jvms = _wait_for_target(lambda: spark_submits(job), platform, 600)
+    hit_run = _run_running(platform, job)
     since = datetime.now(UTC)
     frozen: list[psutil.Process] = []
     for jvm in jvms:
@@ -344,7 +345,9 @@ def hang_scheduled_driver(platform: SoakPlatform, fault: PlannedFault) -> Recove
     for process in frozen:
         with contextlib.suppress(psutil.NoSuchProcess):
             process.send_signal(signal.SIGSTOP)
-    ran = _medallion_success_since(platform, since)
+    # The hung run's task ends at its budget and retries in the same run: that run's success
+    # is a recovery (as for kill_scheduled_driver), or a later run's.
+    ran = _medallion_success_since(platform, since, hit_run)
 
     def check() -> str | None:
         left = [p.pid for p in frozen if _alive(p)]

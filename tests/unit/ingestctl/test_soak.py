@@ -465,3 +465,53 @@ def test_a_killed_tasks_own_run_succeeding_through_its_retry_is_a_recovery() -> 
     assert _medallion_success_since(platform, since, "sched_1415")() is not None  # failed
     runs.append({"dag_run_id": "later", "state": "success", "start_date": "2026-12-07T14:41:01Z"})
     assert _medallion_success_since(platform, since)() is None
+
+
+def test_a_faults_window_past_its_cap_stays_open_while_a_later_fault_is_unrecovered(
+    tmp_path: Path,
+) -> None:
+    """Soak run 18: #7, #14 and #131 were judged at their cap (twice the recovery timeout)
+    while later driver kills and broker outages kept Bronze down; the platform recovered by
+    itself minutes later. Past the cap a window waits for faults injected *after* it (then
+    settles), never for earlier ones, so two windows cannot wait on each other."""
+    from ingestctl.soak.runner import RecoveryWindow, Soak, SoakOptions
+
+    soak = Soak(SoakOptions(home=tmp_path), echo=lambda _: None)
+    soak.began = {7: 100.0, 9: 500.0, 3: 50.0}
+    soak.recovering = {7, 9, 3}
+    assert soak.held(7)  # #9 came later and is not recovered
+    assert not soak.held(9)  # #7 and #3 came before it
+    window = RecoveryWindow(start=0.0, timeout_s=900.0, settle_s=180.0)
+    assert window.waiting(1850.0, lambda: True, lambda: soak.held(7))
+    soak.recovering = {7, 3}  # #9 recovered
+    assert window.waiting(2000.0, lambda: True, lambda: soak.held(7))  # settling
+    assert not window.waiting(2031.0, lambda: True, lambda: soak.held(7))
+    soak.injecting = {11}
+    soak.began[11] = 900.0  # a later fault being injected holds it too
+    assert soak.held(7)
+    capped = RecoveryWindow(start=0.0, timeout_s=900.0, settle_s=180.0)
+    assert not capped.waiting(1800.0, lambda: True, lambda: False)  # nothing later: the cap
+
+
+def test_a_hung_drivers_own_run_succeeding_through_its_retry_is_a_recovery(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """The twin of kill_scheduled_driver's judgement: a hung driver's task ends at its
+    execution_timeout and retries in the same run; that run's success is the recovery even
+    when later runs were struck by other faults."""
+    from types import SimpleNamespace
+
+    from ingestctl.soak import faults
+    from ingestctl.soak.plan import PlannedFault
+
+    monkeypatch.setattr(faults, "_wait_for_target", lambda find, platform, timeout: [])
+    monkeypatch.setattr(faults, "_run_running", lambda platform, job: "struck")
+    runs = [{"dag_run_id": "struck", "state": "success", "start_date": "2026-12-07T14:00:00Z"}]
+    platform = SimpleNamespace(medallion_runs=lambda: runs, active_medallion_run=lambda: None)
+    fault = PlannedFault(
+        number=4, at_s=0.0, kind="hang_scheduled_driver", params={"job": "silver_refine"}
+    )
+    recovery = faults.hang_scheduled_driver(platform, fault)  # type: ignore[arg-type]
+    assert recovery.check() is None
+    runs[0]["state"] = "failed"
+    assert "no medallion_incremental run started after" in str(recovery.check())

@@ -565,7 +565,7 @@ class Soak:
             from ingestctl.spark_cluster import SparkStandalone
 
             try:
-                stray += SparkStandalone(platform.settings).stray_executors()
+                stray += SparkStandalone(platform.settings).stray_executors(grace_s=60)
             except OSError as error:  # the master down: nothing tells an executor's owner
                 stray.append(f"the Spark master did not answer: {error}")
         return [

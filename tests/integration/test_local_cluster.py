@@ -198,4 +198,5 @@ def test_bronze_and_a_medallion_cycle_lose_nothing_when_a_broker_and_a_worker_di
     # Not vacuous: Gold's closed windows were compared row by row.
     assert checked["gold: gold_payment_totals_5m equals pandas"] > 0
     assert checked["gold: gold_customer_sessions equals pandas"] > 0
-    assert cluster.stray_executors() == []
+    # An ended application's executors exit within seconds of it (the worker kills them).
+    assert cluster.stray_executors(grace_s=60) == []

@@ -106,3 +106,37 @@ def test_a_taken_port_is_refused_before_any_daemon_starts(tmp_path: Path) -> Non
         with pytest.raises(PortInUseError, match=f"port {taken}"):
             SparkStandalone(settings).up()
     assert list(SparkStandalone(settings).data_dir.glob("*.pid")) == []
+
+
+def test_an_ended_applications_executor_is_stray_only_if_it_outlives_the_grace(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """``make test`` at 5086444: the medallion cycle's executor was still alive when the test
+    looked just after the cycle ended (the worker kills an ended application's executors and
+    waits for their JVM to exit). An executor that exits within the grace is not stray; one
+    that stays is, with why and its age."""
+    from ingestctl.spark_cluster import EXECUTOR_CLASS
+
+    cluster = SparkStandalone(_settings(tmp_path))
+    monkeypatch.setattr(SparkStandalone, "state", lambda self: {"activeapps": []})
+    words = (EXECUTOR_CLASS, "--app-id", "app-1")
+    cwd = cluster.data_dir / "worker-0" / "app-1" / "0"
+    cwd.mkdir(parents=True)
+    exiting = subprocess.Popen(
+        [sys.executable, "-c", "import time; time.sleep(1.5)", *words], cwd=cwd
+    )
+    try:
+        assert cluster.stray_executors()  # at once: still there
+        assert cluster.stray_executors(grace_s=20) == []  # gone within the grace
+    finally:
+        exiting.kill()
+        exiting.wait()
+    staying = _fake_daemon(cwd, *words)
+    try:
+        [line] = cluster.stray_executors(grace_s=2.5)
+        assert line.startswith(f"executor pid {staying.pid} of app-1 (")
+        assert "its application is not running" in line
+        assert "no running worker owns it" in line
+    finally:
+        staying.kill()
+        staying.wait()

@@ -45,7 +45,7 @@ export UV_COMPILE_BYTECODE := 1
         bench docs soak soak-smoke
 
 help: ## List the targets
-	@grep -E '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | awk -F':.*## ' '{printf "  make %-14s %s\n", $$1, $$2}'
+	@grep -E '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | awk -F':.*## ' '{printf "  make %-20s %s\n", $$1, $$2}'
 
 prereqs:
 	@include/scripts/check_prereqs.sh

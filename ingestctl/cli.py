@@ -384,10 +384,9 @@ def spark_status(worker: WorkerOption = None) -> None:
 def status(
     port: Annotated[int, typer.Option(min=1, max=65535, help="Airflow API port.")] = 8080,
 ) -> None:
-    """What runs: the metadata database, the broker (the Spark cluster in ``local-cluster``),
-    Airflow and its scheduler's heartbeat
-    (from Airflow's /api/v2/monitor/health). Exit status 3 when Airflow is down or its
-    scheduler or database is unhealthy."""
+    """What runs: the metadata database, the broker (the Spark cluster in the local-cluster
+    profile), Airflow and its scheduler's heartbeat (from Airflow's /api/v2/monitor/health).
+    Exit status 3 when Airflow is down or its scheduler or database is unhealthy."""
     from ingestctl.airflow_runtime import Standalone, describe_health, metadata_database
     from ingestctl.kafka_broker import KafkaBroker
 
@@ -876,6 +875,22 @@ def replay(
         )
 
 
+def _event_time(value: str) -> datetime:
+    """``--start``'s parser: an ISO 8601 date and time (``datetime.fromisoformat``), in UTC
+    when it has no offset.
+
+    :raises typer.BadParameter: not such a time (typer's own date type prefixed its message
+        with pydantic's "Value error,").
+    """
+    try:
+        parsed = datetime.fromisoformat(value)
+    except ValueError:
+        raise typer.BadParameter(
+            f"{value!r} is not an ISO 8601 time such as 2026-12-07T10:00:00Z"
+        ) from None
+    return parsed if parsed.tzinfo else parsed.replace(tzinfo=UTC)
+
+
 @app.command("generate")
 @send_options
 def generate(
@@ -885,8 +900,10 @@ def generate(
     start: Annotated[
         datetime | None,
         typer.Option(
-            formats=["%Y-%m-%dT%H:%M:%S%z", "%Y-%m-%dT%H:%M:%S"],
-            help="Event time of the first event (UTC if no offset; default: now).",
+            parser=_event_time,
+            metavar="TIME",
+            help="Event time of the first event, ISO 8601 such as 2026-12-07T10:00:00Z "
+            "(UTC if no offset; default: now).",
         ),
     ] = None,
     *,
@@ -900,7 +917,6 @@ def generate(
     from ingestctl.replay.generator import GeneratedEvents
 
     begin = start or datetime.now(UTC)
-    begin = begin if begin.tzinfo else begin.replace(tzinfo=UTC)
     events = GeneratedEvents(count, seed=seed, start=begin, rate=rate)
     # Real time by default: one source second per wall second, i.e. --rate events/s.
     if options.speed is None and not options.as_fast_as_possible:

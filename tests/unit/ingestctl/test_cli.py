@@ -39,7 +39,7 @@ def _capture_send(monkeypatch) -> dict:
     sent: dict = {}
 
     def record(source: str, events: object, **kwargs: object) -> None:
-        sent.update(kwargs, source=source)
+        sent.update(kwargs, source=source, events=events)
         raise ValueError("stopped before sending")
 
     monkeypatch.setattr(runner, "run", record)
@@ -136,3 +136,22 @@ def test_consumer_groups_tells_an_unknown_job_from_one_that_does_not_read_kafka(
     assert silver.exit_code != 0
     assert "'silver_refine' does not read Kafka" in silver.output
     assert "bronze_ingest" in silver.output  # the jobs that do
+
+
+def test_generates_start_is_an_iso_time_in_utc_and_a_bad_one_says_so(
+    ingest_home, monkeypatch
+) -> None:
+    """The fresh-clone walk of stop 64: a bad --start's message began with pydantic's
+    "Value error," (typer's own date type). Refused now in the project's words, before
+    anything is sent; a time without an offset is UTC."""
+    from datetime import UTC, datetime
+
+    sent = _capture_send(monkeypatch)
+    bad = CliRunner().invoke(app, ["generate", "--start", "2026-13-01"], env={"COLUMNS": "200"})
+    assert bad.exit_code == 2
+    assert "'2026-13-01' is not an ISO 8601 time such as 2026-12-07T10:00:00Z" in bad.output
+    assert "Value error" not in bad.output
+    assert sent == {}
+    good = CliRunner().invoke(app, ["generate", "--start", "2026-12-07T10:00:00", "--count=1"])
+    assert good.exit_code == 1, good.output  # the stand-in stops it
+    assert sent["events"].start == datetime(2026, 12, 7, 10, tzinfo=UTC)

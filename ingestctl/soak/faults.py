@@ -921,6 +921,14 @@ def checkpoint_backup(platform: SoakPlatform, fault: PlannedFault) -> Recovery:
     return Recovery(f"checkpoint backup of {job} while it runs", _final(problem))
 
 
+#: How long the soak's operator waits for a supervisor run it triggered (stop, start) before
+#: giving up. The supervisor's runs queue one at a time (``max_active_runs`` 1) and each takes
+#: minutes under the soak's faults: soak run 19's stop of 17:13:14 started at 17:17:25 behind
+#: four others, sat out an 84 s database outage and succeeded at 17:23:54, 640 s after it was
+#: triggered; the operator had given up at 600 s and the restore counted as not recovered.
+OPERATOR_WAIT_S = 1800.0
+
+
 def checkpoint_restore(platform: SoakPlatform, fault: PlannedFault) -> Recovery:
     from ingest_core.checkpoints import backup, list_backups
 
@@ -933,7 +941,7 @@ def checkpoint_restore(platform: SoakPlatform, fault: PlannedFault) -> Recovery:
     stopped = restored = "not reached"
     try:
         stop = platform.trigger("streaming_supervisor", {"action": "stop", "jobs": [job]})
-        stopped = platform.wait_for_run("streaming_supervisor", stop, 600)
+        stopped = platform.wait_for_run("streaming_supervisor", stop, OPERATOR_WAIT_S)
         restored = "no backup"
         if stopped == "success" and backups:
             run = platform.trigger(
@@ -947,7 +955,7 @@ def checkpoint_restore(platform: SoakPlatform, fault: PlannedFault) -> Recovery:
         # Whatever happened, the operator starts the job again (soak run 7: a stop run that
         # waited 600 s behind others failed the injector, and the job stayed stopped).
         start = platform.trigger("streaming_supervisor", {"action": "start", "jobs": [job]})
-        started = platform.wait_for_run("streaming_supervisor", start, 1200)
+        started = platform.wait_for_run("streaming_supervisor", start, OPERATOR_WAIT_S)
 
     def check() -> str | None:
         if restored != "success":

@@ -515,3 +515,37 @@ def test_a_hung_drivers_own_run_succeeding_through_its_retry_is_a_recovery(
     assert recovery.check() is None
     runs[0]["state"] = "failed"
     assert "no medallion_incremental run started after" in str(recovery.check())
+
+
+def test_the_restores_operator_waits_for_a_stop_queued_behind_other_supervisor_runs(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """Soak run 19 (#129): the stop run the restore needs queued behind four supervisor runs
+    and a database outage and succeeded 640 s after it was triggered; the soak's operator
+    gave up at 600 s and the restore counted as not recovered. It waits as long as a
+    supervisor run takes under the soak (30 minutes) now."""
+    from types import SimpleNamespace
+
+    from ingest_core import checkpoints
+    from ingestctl.soak import faults
+    from ingestctl.soak.plan import PlannedFault
+
+    monkeypatch.setattr(checkpoints, "backup", lambda job, settings: None)
+    monkeypatch.setattr(
+        checkpoints, "list_backups", lambda job, settings: [SimpleNamespace(backup_id="b1")]
+    )
+    monkeypatch.setattr(faults, "always_on_whole", lambda settings: None)
+    took = {"streaming_supervisor": 640.0, "checkpoint_restore": 120.0}
+
+    def wait_for_run(dag_id: str, run_id: str, timeout_s: float = 1800) -> str:
+        if took[dag_id] > timeout_s:
+            raise TimeoutError(f"timed out after {timeout_s:g} s waiting for {dag_id}")
+        return "success"
+
+    platform = SimpleNamespace(
+        settings=None, trigger=lambda dag_id, conf=None: f"run-{dag_id}", wait_for_run=wait_for_run
+    )
+    fault = PlannedFault(number=129, at_s=0.0, kind="checkpoint_restore", params={})
+    recovery = faults.checkpoint_restore(platform, fault)  # type: ignore[arg-type]
+    assert "restored b1 (success)" in recovery.detail
+    assert recovery.check() is None

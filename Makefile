@@ -94,7 +94,7 @@ typecheck: $(VENV_STAMP) ## mypy
 	$(BIN)/mypy ingest_core ingestctl spark_jobs plugins/ingest_platform $(wildcard dags/*.py)
 
 test: setup browser lint typecheck ## Lint, type-check and run every test (starts its own Kafka and PostgreSQL)
-	$(BIN)/pytest -n $(TEST_WORKERS) --dist loadfile $(PYTEST_ARGS)
+	$(BIN)/pytest -n $(TEST_WORKERS) --dist loadfile --no-loadscope-reorder $(PYTEST_ARGS)
 
 unit: setup ## Unit tests only (no services)
 	$(BIN)/pytest -m unit $(PYTEST_ARGS)

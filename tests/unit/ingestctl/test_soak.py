@@ -549,3 +549,37 @@ def test_the_restores_operator_waits_for_a_stop_queued_behind_other_supervisor_r
     recovery = faults.checkpoint_restore(platform, fault)  # type: ignore[arg-type]
     assert "restored b1 (success)" in recovery.detail
     assert recovery.check() is None
+
+
+def test_marking_a_task_failed_that_is_already_failed_is_the_fault_injected(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """Soak run 19 (#154): the PATCH that marks a running task failed was retried through an
+    outage after Airflow had applied it; every retry got 409 "already in failed state" until
+    the injector gave up and the fault counted as not recovered. That 409 is the fault done;
+    any other error is still one."""
+    from types import SimpleNamespace
+
+    from ingestctl.airflow_runtime import AirflowError
+    from ingestctl.soak import faults
+    from ingestctl.soak.plan import PlannedFault
+
+    monkeypatch.setattr(
+        faults, "_wait_for_target", lambda find, platform, timeout: ("run1", {"task_id": "x"})
+    )
+    answers = [AirflowError('PATCH /p: 409 {"detail":"Task id x is already in failed state"}')]
+
+    class Client:
+        def _call(self, method: str, path: str, **kwargs: object) -> None:
+            raise answers[0]
+
+    def api(call, timeout_s: float = 300):  # the platform's: no retry needed here
+        return call(Client())
+
+    platform = SimpleNamespace(api=api)
+    fault = PlannedFault(number=154, at_s=0.0, kind="mark_task_failed", params={})
+    recovery = faults.mark_task_failed(platform, fault)  # type: ignore[arg-type]
+    assert recovery.detail.startswith("marked x of run1 failed (it was already failed")
+    answers[0] = AirflowError("PATCH /p: 404 not found")
+    with pytest.raises(AirflowError, match="404"):
+        faults.mark_task_failed(platform, fault)  # type: ignore[arg-type]

@@ -940,7 +940,19 @@ def checkpoint_backup(platform: SoakPlatform, fault: PlannedFault) -> Recovery:
 OPERATOR_WAIT_S = 1800.0
 
 
+#: One restore at a time, as one operator does it: soak run 19's restores #214, #218 and #225
+#: overlapped; #218's closing start restarted bronze_ingest while #225's restore run waited
+#: in the queue, and the restore then refused (rightly: the job was running) and counted as
+#: not recovered.
+_RESTORING = threading.Lock()
+
+
 def checkpoint_restore(platform: SoakPlatform, fault: PlannedFault) -> Recovery:
+    with _RESTORING:
+        return _checkpoint_restore(platform)
+
+
+def _checkpoint_restore(platform: SoakPlatform) -> Recovery:
     from ingest_core.checkpoints import backup, list_backups
 
     job = "bronze_ingest"

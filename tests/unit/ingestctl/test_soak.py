@@ -583,3 +583,43 @@ def test_marking_a_task_failed_that_is_already_failed_is_the_fault_injected(
     answers[0] = AirflowError("PATCH /p: 404 not found")
     with pytest.raises(AirflowError, match="404"):
         faults.mark_task_failed(platform, fault)  # type: ignore[arg-type]
+
+
+def test_restores_run_one_at_a_time_as_one_operator_does_them(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """Soak run 19 (#225): three restore faults overlapped; one's closing start restarted the
+    job while another's restore waited, and that restore was refused (the job was running).
+    Each restore's stop, restore and start now run before the next restore's stop."""
+    import threading
+    import time as time_module
+    from types import SimpleNamespace
+
+    from ingest_core import checkpoints
+    from ingestctl.soak import faults
+    from ingestctl.soak.plan import PlannedFault
+
+    monkeypatch.setattr(checkpoints, "backup", lambda job, settings: None)
+    monkeypatch.setattr(
+        checkpoints, "list_backups", lambda job, settings: [SimpleNamespace(backup_id="b1")]
+    )
+    steps: list[str] = []
+
+    def trigger(dag_id: str, conf: dict | None = None) -> str:
+        steps.append((conf or {}).get("action", "restore"))
+        return dag_id
+
+    def wait_for_run(dag_id: str, run_id: str, timeout_s: float = 1800) -> str:
+        time_module.sleep(0.05)
+        return "success"
+
+    platform = SimpleNamespace(settings=None, trigger=trigger, wait_for_run=wait_for_run)
+    fault = PlannedFault(number=1, at_s=0.0, kind="checkpoint_restore", params={})
+    threads = [
+        threading.Thread(target=faults.checkpoint_restore, args=(platform, fault)) for _ in range(3)
+    ]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join()
+    assert steps == ["stop", "restore", "start"] * 3

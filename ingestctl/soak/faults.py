@@ -226,6 +226,15 @@ def _medallion_success_since(
     return check
 
 
+def _medallion_running(platform: SoakPlatform) -> Callable[[], bool]:
+    """A fault's ``in_progress`` when its recovery is a medallion run's success: a run still
+    going keeps the window open (up to twice the recovery timeout). Soak run 19: seven kills
+    and marks were judged at 18:09 as the stream ended, while the run that recovered them
+    (started 17:49, its Gold task 10 minutes at load 20-27) was still going; it succeeded at
+    18:14."""
+    return lambda: platform.active_medallion_run() is not None
+
+
 def airflow_whole(platform: SoakPlatform) -> str | None:
     """None when Airflow's health endpoint answers and calls the metadata database, the
     scheduler and the DAG processor healthy; else what is not."""
@@ -315,6 +324,7 @@ def kill_scheduled_driver(platform: SoakPlatform, fault: PlannedFault) -> Recove
     return Recovery(
         f"kill -9 {job}'s driver JVM mid-run (pids {[p.pid for p in jvms]})",
         _medallion_success_since(platform, since, hit_run),
+        _medallion_running(platform),
     )
 
 
@@ -723,7 +733,9 @@ def mark_task_failed(platform: SoakPlatform, fault: PlannedFault) -> Recovery:
 
     platform.api(mark)
     return Recovery(
-        f"marked {task_id} of {run_id} failed{note}", _medallion_success_since(platform, since)
+        f"marked {task_id} of {run_id} failed{note}",
+        _medallion_success_since(platform, since),
+        _medallion_running(platform),
     )
 
 
@@ -761,6 +773,7 @@ def kill_gate(platform: SoakPlatform, fault: PlannedFault) -> Recovery:
     return Recovery(
         f"kill -9 {task_id}'s task process (pid {process.pid})",
         _medallion_success_since(platform, since, run_id),
+        _medallion_running(platform),
     )
 
 

@@ -576,10 +576,15 @@ def test_marking_a_task_failed_that_is_already_failed_is_the_fault_injected(
     def api(call, timeout_s: float = 300):  # the platform's: no retry needed here
         return call(Client())
 
-    platform = SimpleNamespace(api=api)
+    running = ["run2"]
+    platform = SimpleNamespace(api=api, active_medallion_run=lambda: running[0])
     fault = PlannedFault(number=154, at_s=0.0, kind="mark_task_failed", params={})
     recovery = faults.mark_task_failed(platform, fault)  # type: ignore[arg-type]
     assert recovery.detail.startswith("marked x of run1 failed (it was already failed")
+    # Soak run 19: a medallion run still going keeps the window open (it may recover it).
+    assert recovery.in_progress()
+    running[0] = None
+    assert not recovery.in_progress()
     answers[0] = AirflowError("PATCH /p: 404 not found")
     with pytest.raises(AirflowError, match="404"):
         faults.mark_task_failed(platform, fault)  # type: ignore[arg-type]

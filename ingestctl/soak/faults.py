@@ -1025,14 +1025,45 @@ def _triggered(platform: SoakPlatform, dag_id: str, conf: dict[str, Any] | None 
     return Recovery(f"triggered {dag_id} ({run})", check, lambda: "final" not in state)
 
 
+#: How long a maintenance or refresh fault waits for the DAG's previous run to end, and how
+#: often it asks (seconds).
+IDLE_WAIT_S = 600.0
+IDLE_POLL_S = 10.0
+
+
+def _when_idle(platform: SoakPlatform, dag_id: str) -> None:
+    """Wait (up to :data:`IDLE_WAIT_S`) until ``dag_id`` has no run queued or running, as an
+    operator does before starting another. Soak run 19 triggered 13 ``table_maintenance``
+    runs in 100 minutes; they run one at a time behind Gold's one-slot pool, 5-13 minutes
+    each at load, so the queue only grew (a run triggered at 16:33 started at 17:55) and four
+    were judged "not finished" after waiting up to 75 minutes.
+
+    :raises FaultNotInjectedError: a run was still queued or running after the wait.
+    """
+
+    def idle() -> bool:
+        runs = platform.api(lambda c: c.runs(dag_id))
+        return not any(r.get("state") in ("queued", "running") for r in runs)
+
+    try:
+        wait_until(idle, IDLE_WAIT_S, IDLE_POLL_S, what=f"{dag_id}'s previous run")
+    except TimeoutError:
+        raise FaultNotInjectedError(
+            f"a {dag_id} run was still queued or running after {IDLE_WAIT_S:.0f} s"
+        ) from None
+
+
 def table_maintenance(platform: SoakPlatform, fault: PlannedFault) -> Recovery:
+    _when_idle(platform, "table_maintenance")
     return _triggered(platform, "table_maintenance")
 
 
 def layer_full_refresh(platform: SoakPlatform, fault: PlannedFault) -> Recovery:
-    """A Gold refresh, triggered at its moment whatever runs: its ``prepare`` waits while
-    Gold's jobs run (soak run 10 found it refusing; the soak used to hold the medallion runs
-    back for a gap, and refreshes waiting for the same gap started together)."""
+    """A Gold refresh, triggered at its moment whatever Gold's jobs do: its ``prepare`` waits
+    while they run (soak run 10 found it refusing; the soak used to hold the medallion runs
+    back for a gap, and refreshes waiting for the same gap started together); not while an
+    earlier refresh is still queued or running (:func:`_when_idle`)."""
+    _when_idle(platform, "layer_full_refresh")
     return _triggered(platform, "layer_full_refresh", {"layer": "gold"})
 
 

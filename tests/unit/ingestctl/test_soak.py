@@ -628,3 +628,34 @@ def test_restores_run_one_at_a_time_as_one_operator_does_them(
     for thread in threads:
         thread.join()
     assert steps == ["stop", "restore", "start"] * 3
+
+
+def test_maintenance_and_refreshes_are_triggered_only_when_the_last_one_ended(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """Soak run 19: 13 table_maintenance triggers in 100 minutes queued behind one another
+    (one at a time, 5-13 minutes each at load) and four were judged "not finished" after up
+    to 75 minutes. Like an operator, the soak waits for the previous run to end, and does
+    not inject the fault when it does not end in time."""
+    from types import SimpleNamespace
+
+    from ingestctl.soak import faults
+    from ingestctl.soak.plan import PlannedFault
+
+    monkeypatch.setattr(faults, "IDLE_WAIT_S", 0.5)
+    monkeypatch.setattr(faults, "IDLE_POLL_S", 0.1)
+    runs = [{"dag_run_id": "m1", "state": "queued"}]
+    triggered: list[str] = []
+    platform = SimpleNamespace(
+        api=lambda call, timeout_s=300: call(SimpleNamespace(runs=lambda dag_id: runs)),
+        trigger=lambda dag_id, conf=None: triggered.append(dag_id) or "m2",
+        wait_for_run=lambda dag_id, run_id, timeout_s=1800: "success",
+    )
+    for kind in ("table_maintenance", "layer_full_refresh"):
+        fault = PlannedFault(number=1, at_s=0.0, kind=kind, params={})
+        with pytest.raises(faults.FaultNotInjectedError, match="still queued or running"):
+            faults.INJECTORS[kind](platform, fault)  # type: ignore[arg-type]
+    assert triggered == []
+    runs[0]["state"] = "success"
+    faults.table_maintenance(platform, fault)  # type: ignore[arg-type]
+    assert triggered == ["table_maintenance"]

@@ -1010,8 +1010,12 @@ def _triggered(platform: SoakPlatform, dag_id: str, conf: dict[str, Any] | None 
     state: dict[str, str] = {}
 
     def wait() -> None:
-        with contextlib.suppress(Exception):
-            state["final"] = platform.wait_for_run(dag_id, run, 3600)
+        # Until the run ends, however long (soak run 19: a maintenance run queued for 83
+        # minutes ended in success after this wait had given up at 3,600 s, and its fault
+        # was judged "not finished"); the recovery window bounds the judgement.
+        while "final" not in state:
+            with contextlib.suppress(Exception):
+                state["final"] = platform.wait_for_run(dag_id, run, 3600)
 
     threading.Thread(target=wait, daemon=True).start()
 

@@ -659,3 +659,33 @@ def test_maintenance_and_refreshes_are_triggered_only_when_the_last_one_ended(
     runs[0]["state"] = "success"
     faults.table_maintenance(platform, fault)  # type: ignore[arg-type]
     assert triggered == ["table_maintenance"]
+
+
+def test_a_triggered_runs_fault_waits_for_the_run_however_long_it_takes(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """Soak run 19 (#38): a table_maintenance run queued for 83 minutes succeeded after the
+    soak's wait for it had given up at 3,600 s, and the fault stayed "not finished"."""
+    import time as time_module
+    from types import SimpleNamespace
+
+    from ingestctl.soak import faults
+
+    monkeypatch.setattr(faults, "always_on_whole", lambda settings: None)
+    answers: list[object] = [TimeoutError("timed out after 3600 s"), "success"]
+
+    def wait_for_run(dag_id: str, run_id: str, timeout_s: float = 1800) -> str:
+        answer = answers.pop(0) if len(answers) > 1 else answers[0]
+        if isinstance(answer, Exception):
+            raise answer
+        return str(answer)
+
+    platform = SimpleNamespace(
+        settings=None, trigger=lambda dag_id, conf=None: "m1", wait_for_run=wait_for_run
+    )
+    recovery = faults._triggered(platform, "table_maintenance")  # type: ignore[arg-type]
+    deadline = time_module.monotonic() + 5
+    while recovery.in_progress() and time_module.monotonic() < deadline:
+        time_module.sleep(0.05)
+    assert not recovery.in_progress()
+    assert recovery.check() is None

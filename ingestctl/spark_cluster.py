@@ -283,12 +283,15 @@ class SparkStandalone:
 
         :raises OSError: the master does not answer.
         """
-        deadline = time.monotonic() + grace_s
-        while True:
-            stray = self._stray_now()
-            if not stray or time.monotonic() >= deadline:
-                return stray
-            time.sleep(2)
+        stray: list[str] = []
+
+        def none_left() -> bool:
+            stray[:] = self._stray_now()
+            return not stray
+
+        with contextlib.suppress(TimeoutError):
+            wait_until(none_left, grace_s, 2, what="stray executors to exit")
+        return stray
 
     def _stray_now(self) -> list[str]:
         active = {app["id"] for app in self.state().get("activeapps", [])}

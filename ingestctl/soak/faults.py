@@ -137,7 +137,11 @@ class SoakPlatform:
 
     def active_medallion_run(self) -> str | None:
         """The id of a queued or running medallion run, or None."""
-        for run in self.medallion_runs():
+        return self.active_run(MEDALLION)
+
+    def active_run(self, dag_id: str) -> str | None:
+        """The id of a queued or running run of ``dag_id`` (its newest 100), or None."""
+        for run in self.api(lambda c: c.runs(dag_id)):
             if run.get("state") in ("queued", "running"):
                 return str(run["dag_run_id"])
         return None
@@ -370,7 +374,7 @@ def hang_scheduled_driver(platform: SoakPlatform, fault: PlannedFault) -> Recove
     return Recovery(
         f"SIGSTOP {job}'s driver mid-run (pids {[p.pid for p in frozen]}), left stopped",
         check,
-        lambda: platform.active_medallion_run() is not None,
+        _medallion_running(platform),
     )
 
 
@@ -1045,12 +1049,13 @@ def _when_idle(platform: SoakPlatform, dag_id: str) -> None:
     :raises FaultNotInjectedError: a run was still queued or running after the wait.
     """
 
-    def idle() -> bool:
-        runs = platform.api(lambda c: c.runs(dag_id))
-        return not any(r.get("state") in ("queued", "running") for r in runs)
-
     try:
-        wait_until(idle, IDLE_WAIT_S, IDLE_POLL_S, what=f"{dag_id}'s previous run")
+        wait_until(
+            lambda: platform.active_run(dag_id) is None,
+            IDLE_WAIT_S,
+            IDLE_POLL_S,
+            what=f"{dag_id}'s previous run",
+        )
     except TimeoutError:
         raise FaultNotInjectedError(
             f"a {dag_id} run was still queued or running after {IDLE_WAIT_S:.0f} s"

@@ -651,6 +651,7 @@ def test_maintenance_and_refreshes_are_triggered_only_when_the_last_one_ended(
         trigger=lambda dag_id, conf=None: triggered.append(dag_id) or "m2",
         wait_for_run=lambda dag_id, run_id, timeout_s=1800: "success",
     )
+    platform.active_run = lambda dag_id: faults.SoakPlatform.active_run(platform, dag_id)  # type: ignore[arg-type]
     for kind in ("table_maintenance", "layer_full_refresh"):
         fault = PlannedFault(number=1, at_s=0.0, kind=kind, params={})
         with pytest.raises(faults.FaultNotInjectedError, match="still queued or running"):

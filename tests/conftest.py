@@ -40,23 +40,43 @@ logging.getLogger("py4j").setLevel(logging.WARNING)
 PROJECT_ROOT = Path(__file__).resolve().parents[1]
 
 
+#: Tests ``make test`` leaves out, by marker: the option that runs them, and what the skip says.
+#: Soaks and long fault proofs belong in commands, not in the suite (DEVELOPERS.md); each
+#: ``faults`` test's rule is also tested at a cheaper layer in the suite, and the soak makes
+#: the same proof under load (docs/tests.md).
+OPT_IN = {
+    "soak": ("--run-soak", "a soak: run it with `make soak-smoke` (pytest --run-soak)"),
+    "faults": (
+        "--run-faults",
+        "a long fault proof: run it with `make test-faults` (pytest --run-faults)",
+    ),
+}
+
+
 def pytest_addoption(parser: pytest.Parser) -> None:
     parser.addoption(
         "--run-soak",
         action="store_true",
         help="also run the tests marked soak (make soak-smoke; make test leaves them out)",
     )
+    parser.addoption(
+        "--run-faults",
+        action="store_true",
+        help="also run the tests marked faults (make test-faults; make test leaves them out)",
+    )
 
 
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
-    """Soaks are commands, not suite members (DEVELOPERS.md): ``soak`` tests are skipped,
-    saying how to run them, unless ``--run-soak``."""
-    if config.getoption("--run-soak"):
-        return
-    skip = pytest.mark.skip(reason="a soak: run it with `make soak-smoke` (pytest --run-soak)")
-    for item in items:
-        if "soak" in item.keywords:
-            item.add_marker(skip)
+    """Soaks and long fault proofs are commands, not suite members (DEVELOPERS.md): tests
+    marked ``soak`` or ``faults`` are skipped, saying how to run them, unless their option
+    (``--run-soak``, ``--run-faults``) is given."""
+    for marker, (option, reason) in OPT_IN.items():
+        if config.getoption(option):
+            continue
+        skip = pytest.mark.skip(reason=reason)
+        for item in items:
+            if marker in item.keywords:
+                item.add_marker(skip)
 
 
 def free_port() -> int:

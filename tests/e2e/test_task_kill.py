@@ -41,7 +41,7 @@ from ingestctl.demo import kafka_backlog, wait_for_bronze
 from ingestctl.producer import Message, produce
 from tests.e2e.conftest import AirflowPlatform
 
-pytestmark = [pytest.mark.e2e, pytest.mark.slow]
+pytestmark = [pytest.mark.e2e, pytest.mark.slow, pytest.mark.faults]
 
 DAG_ID = "kill_probe"
 #: Long enough for the driver to start and take its lock on a loaded 2-core machine.

@@ -284,6 +284,7 @@ def test_a_driver_killed_while_writing_its_first_offsets_starts_again(
 
 
 @pytest.mark.slow
+@pytest.mark.faults
 def test_kill_9_five_times_while_producing_keeps_bronze_exactly_once(platform: Platform) -> None:
     """20,000 events produced while the bronze_ingest driver is killed at random moments."""
     command = bronze_driver("--max-offsets-per-trigger", "3000")

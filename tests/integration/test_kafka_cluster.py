@@ -20,7 +20,7 @@ from ingest_core.waiting import wait_until
 from ingestctl.kafka_broker import KafkaBroker, free_port_block
 from ingestctl.producer import Message, produce
 
-pytestmark = [pytest.mark.integration, pytest.mark.slow]
+pytestmark = [pytest.mark.integration, pytest.mark.slow, pytest.mark.faults]
 
 
 def _cluster_settings(tmp_path: Path) -> KafkaSettings:

@@ -37,7 +37,7 @@ from ingestctl.spark_cluster import SparkStandalone, app_id_of
 from tests.conftest import free_port
 from tests.integration.medallion import bronze_driver
 
-pytestmark = [pytest.mark.integration, pytest.mark.slow]
+pytestmark = [pytest.mark.integration, pytest.mark.slow, pytest.mark.faults]
 
 #: One medallion cycle in one driver on the cluster: what medallion_incremental's Spark tasks
 #: run (refine_silver, aggregate_gold, correct_late), without Airflow.

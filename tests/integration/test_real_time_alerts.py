@@ -63,6 +63,8 @@ def _batch(start: int, count: int) -> list[dict]:
     ]
 
 
+@pytest.mark.slow
+@pytest.mark.faults
 def test_no_alert_lost_or_duplicated_across_a_kill_9_of_the_real_time_driver(
     platform: Platform, monkeypatch, tmp_path: Path
 ) -> None:

@@ -384,7 +384,20 @@ def _alive(process: psutil.Process) -> bool:
     return False
 
 
+#: How long an Airflow component fault waits for its component to be running (seconds): the
+#: standalone restarts a killed component in 65-135 s under the soak's load (run 20).
+COMPONENT_WAIT_S = 300
+
+
 def kill_airflow_component(platform: SoakPlatform, fault: PlannedFault) -> Recovery:
+    """kill -9 an Airflow component's main process (``scheduler``, ``dag-processor``,
+    ``api-server``, ``triggerer``); recovered when the standalone started it again and
+    Airflow is whole.
+
+    :raises FaultNotInjectedError: the component was not running for
+        :data:`COMPONENT_WAIT_S` (soak run 20: an earlier fault had killed it and it was
+        being restarted; whether it came back is that fault's own check).
+    """
     component = fault.params["component"]
 
     # As the command line or the process title (setproctitle) names it.
@@ -400,7 +413,12 @@ def kill_airflow_component(platform: SoakPlatform, fault: PlannedFault) -> Recov
                     found[process.pid] = process
         return [p for p in found.values() if p.ppid() not in found]
 
-    targets = wait_until(find, 60, 2, what=f"the {component}")
+    try:
+        targets = wait_until(find, COMPONENT_WAIT_S, 2, what=f"the {component}")
+    except TimeoutError:
+        raise FaultNotInjectedError(
+            f"the {component} was not running within {COMPONENT_WAIT_S} s"
+        ) from None
     old = {p.pid for p in targets}
     for process in targets:
         _kill(process)

@@ -440,6 +440,29 @@ def test_an_always_on_fault_without_a_running_driver_is_not_injected(
         faults.kill_always_on_driver(platform, fault)  # type: ignore[arg-type]
 
 
+def test_an_airflow_component_fault_while_the_component_is_down_is_not_injected(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """Soak run 20, #57: a dag-processor killed by #55 a minute before was still down (the
+    standalone restarts a killed component in 65-135 s); #57 gave up after 60 s and counted
+    as a failed injection. No component to kill is a fault not injected; the earlier
+    fault's own check judges whether it came back."""
+    from ingestctl.soak import faults
+    from ingestctl.soak.plan import PlannedFault
+
+    monkeypatch.setattr(faults, "COMPONENT_WAIT_S", 0.2)
+    standalone = type("Standalone", (), {"processes": lambda self: []})()
+    platform = type("Platform", (), {"standalone": standalone})()
+    fault = PlannedFault(
+        number=57,
+        at_s=0.0,
+        kind="kill_airflow_component",
+        params={"component": "dag-processor"},
+    )
+    with pytest.raises(faults.FaultNotInjectedError, match="dag-processor was not running"):
+        faults.kill_airflow_component(platform, fault)  # type: ignore[arg-type]
+
+
 def test_a_killed_tasks_own_run_succeeding_through_its_retry_is_a_recovery() -> None:
     """Soak run 18: kill_scheduled_driver and kill_gate asked only for a run started after
     the kill, and counted four faults as not recovered whose own runs succeeded through the

@@ -537,12 +537,20 @@ class QualitySettings(BaseModel):
         learned from; with fewer, the volume expectation is skipped (and says so).
     :param volume_band_factor: an increment's row count must lie within
         ``[median / factor, median * factor]`` of that history.
-    :param volume_lower_bound_min_rows: the band's lower bound is checked only when it is at
-        least this many rows (a median of ``factor`` times this); below, only the upper
-        bound is. Small increments vary more with when a cycle ran (and, in Gold, with how
-        many windows the new events touched) than with what arrived: the soak's drain
-        failed ``gate_gold`` on a legitimate 2-row increment against a band of [3, 1201]
-        (issue 50; docs/soak.md).
+    :param volume_lower_bound: also hold an increment with fewer rows than the band's lower
+        bound. Off by default: the gate holds back data that is wrong, and a small increment
+        of good data is not. A broker or upstream outage, or a cycle run soon after the
+        last, makes one, and holding it stops every run of the layers above until an
+        operator accepts it (the 2-hour soak, run 20: a 69-row Silver increment after broker
+        outages, against a band of [85, 34061], held Silver and Gold for 25 minutes). Low
+        volume is a monitoring signal (consumer lag, freshness). Turn it on for sources that
+        never pause and cycles that run on a fixed schedule.
+    :param volume_lower_bound_min_rows: with ``volume_lower_bound``, the lower bound is
+        checked only when it is at least this many rows (a median of ``factor`` times this).
+        Small increments vary more with when a cycle ran (and, in Gold, with how many windows
+        the new events touched) than with what arrived: the soak's drain failed
+        ``gate_gold`` on a legitimate 2-row increment against a band of [3, 1201] (issue 50;
+        docs/soak.md).
     :param freshness_limit_s: the newest ``event_time`` of an increment may be at most this
         many seconds older than the validation time; ``0`` switches the expectation off
         (replays of historical datasets, whose events are years old).
@@ -556,6 +564,7 @@ class QualitySettings(BaseModel):
     max_null_customer_rate: float = Field(0.5, ge=0, le=1)
     volume_history: int = Field(5, ge=1)
     volume_band_factor: float = Field(20.0, gt=1)
+    volume_lower_bound: bool = False
     volume_lower_bound_min_rows: int = Field(25, ge=1)
     freshness_limit_s: float = Field(0.0, ge=0)
     pandas_max_rows: int = Field(2_000_000, ge=0)

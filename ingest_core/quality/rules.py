@@ -251,8 +251,10 @@ def layer_rules(layer: str) -> tuple[TableRules, ...]:
 
 def volume_band(history: list[int], quality: QualitySettings) -> tuple[int, int] | None:
     """Row-count band ``[median / f, median * f]`` learned from recent passed increments
-    (``f``: ``quality.volume_band_factor``); a lower bound under
-    ``quality.volume_lower_bound_min_rows`` is 0 (only the upper bound is checked).
+    (``f``: ``quality.volume_band_factor``). The lower bound is 0 (not checked) unless
+    ``quality.volume_lower_bound`` is on and the bound is at least
+    ``quality.volume_lower_bound_min_rows`` (:class:`ingest_core.settings.QualitySettings`
+    says why).
 
     :param history: row counts of the table's recent passed, non-empty increments, newest
         first.
@@ -267,7 +269,8 @@ def volume_band(history: list[int], quality: QualitySettings) -> tuple[int, int]
     median = ordered[middle] if len(ordered) % 2 else (ordered[middle - 1] + ordered[middle]) / 2
     factor = quality.volume_band_factor
     lower = int(median / factor)
-    return (lower if lower >= quality.volume_lower_bound_min_rows else 0), int(median * factor) + 1
+    checked = quality.volume_lower_bound and lower >= quality.volume_lower_bound_min_rows
+    return (lower if checked else 0), int(median * factor) + 1
 
 
 def validated_columns(rules: TableRules) -> tuple[str, ...]:

@@ -94,13 +94,18 @@ def docs_index(settings: PlatformSettings | None = None) -> Path:
 
 
 def _summarise(result: Any) -> dict[str, Any]:
+    """One failed expectation as ``ops_gate_results`` records it: what was observed and, for
+    a bounded one (the row-count band, a range), the bounds it was held to (soak run 20: an
+    operator saw "observed 69" and not the band it missed)."""
     config = result.expectation_config
     details = result.result or {}
     kwargs = config.kwargs
+    bounds = {k: kwargs[k] for k in ("min_value", "max_value") if kwargs.get(k) is not None}
     return {
         "expectation": config.type,
         "column": kwargs.get("column") or kwargs.get("column_list") or kwargs.get("column_A"),
         "observed": details.get("observed_value"),
+        **({"expected": bounds} if bounds else {}),
         "unexpected_count": details.get("unexpected_count"),
         "unexpected_percent": details.get("unexpected_percent"),
         "examples": (details.get("partial_unexpected_list") or [])[:5],
@@ -180,12 +185,18 @@ def volume_band_for(results: Any, table: str, settings: PlatformSettings) -> tup
     first. A result without rows is no increment's size: a ``layer_full_refresh`` records one
     (``rows`` 0) for each table it swaps in, and the 2-hour soak (run 16) swapped Gold five
     times in an hour: the band learned a median of 0 and every Gold increment after it failed
-    its gate (``expect_table_row_count_to_be_between``)."""
+    its gate (``expect_table_row_count_to_be_between``). An increment validated more than
+    once (gates at once, a retried gate: the same ``from_version``, ``to_version`` and
+    ``rows``; a table a refresh swapped in starts its versions again, hence the rows) counts
+    once: the soak's three concurrent gates made one 1,703-row increment three of the five
+    the band was learned from (run 20)."""
     if results.empty:
         return None
     mine = results[
         (results["table"] == table) & (results["status"] == "passed") & (results["rows"] > 0)
-    ]
+    ].sort_values("validated_at")
+    if {"from_version", "to_version"} <= set(mine.columns):
+        mine = mine.drop_duplicates(subset=["from_version", "to_version", "rows"])
     history = mine.sort_values("validated_at", ascending=False)["rows"].astype(int).tolist()
     return learn_band(history, settings.quality)
 

@@ -148,13 +148,62 @@ def test_volume_band_needs_history_and_uses_the_median() -> None:
     from ingest_core.settings import QualitySettings
 
     quality = QualitySettings(
-        volume_history=3, volume_band_factor=10, volume_lower_bound_min_rows=20
+        volume_history=3,
+        volume_band_factor=10,
+        volume_lower_bound=True,
+        volume_lower_bound_min_rows=20,
     )
     assert volume_band([100, 200], quality) is None
     assert volume_band([100, 200, 5000, 1], quality) == (20, 2001)  # newest 3: median 200
     # A lower bound under 20 rows is not checked: a 2-row increment of a small table passes.
     assert volume_band([60, 50, 70], quality) == (0, 601)
-    assert volume_band([60, 50, 70, 100_000], QualitySettings(volume_history=3)) == (0, 1201)
+    on = QualitySettings(volume_history=3, volume_lower_bound=True)
+    assert volume_band([60, 50, 70, 100_000], on) == (0, 1201)
+
+
+def test_a_small_increment_of_good_data_is_not_held_by_default() -> None:
+    """Soak run 20: after broker outages a 69-row Silver increment failed against a band of
+    [85, 34061] learned from increments of 521-6,053 rows, and every Silver and Gold run was
+    held until an operator accepted it. By default only the upper bound is checked."""
+    from ingest_core.quality.rules import volume_band
+    from ingest_core.settings import QualitySettings
+
+    history = [6053, 3877, 521, 1703, 1703]
+    assert volume_band(history, QualitySettings()) == (0, 34061)
+    assert volume_band(history, QualitySettings(volume_lower_bound=True)) == (85, 34061)
+
+
+def test_an_increment_validated_several_times_counts_once_in_the_volume_band() -> None:
+    """Soak run 20: three concurrent Silver gates recorded one 1,703-row increment (versions
+    1..2) three times, three of the five the band was learned from. A table a refresh swapped
+    in starts its versions again: the same versions with other rows are another increment."""
+    from ingest_core.quality.validation import volume_band_for
+    from ingest_core.settings import PlatformSettings, QualitySettings
+
+    def result(rows: int, minute: int, versions: tuple[int, int]) -> dict:
+        return {
+            "table": "silver_customer_activity",
+            "status": "passed",
+            "rows": rows,
+            "from_version": versions[0],
+            "to_version": versions[1],
+            "validated_at": datetime(2026, 12, 7, 19, minute),
+        }
+
+    results = pd.DataFrame(
+        [
+            result(291, 32, (0, 0)),
+            *(result(1703, 40, (1, 2)) for _ in range(3)),
+            result(521, 46, (3, 3)),
+            result(40, 47, (3, 3)),  # the same versions of a swapped-in table
+        ]
+    )
+    quality = QualitySettings(volume_history=5, volume_band_factor=2)
+    settings = PlatformSettings().model_copy(update={"quality": quality})
+    # 40, 521, 1703, 291 and no fifth: too little history, where the triple count had 5.
+    assert volume_band_for(results, "silver_customer_activity", settings) is None
+    results = pd.concat([results, pd.DataFrame([result(100, 50, (4, 4))])])
+    assert volume_band_for(results, "silver_customer_activity", settings) == (0, 583)
 
 
 def test_suites_cover_every_gated_table_and_build(tmp_path) -> None:

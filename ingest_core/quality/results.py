@@ -86,6 +86,30 @@ def record_without_spark(
     )
 
 
+def describe_failure(failure: dict[str, Any]) -> str:
+    """One failed expectation (as :func:`ingest_core.quality.validation.validate_frame`
+    records it) in a line: the expectation, its column if any, what was observed, the bounds
+    it missed, and for a row-wise one how many rows and examples. Only what applies: a
+    table-level expectation such as the row-count band has no column and no rows of its own.
+    """
+    name = failure["expectation"]
+    if failure.get("column") is not None:
+        name += f" on {failure['column']}"
+    parts = []
+    if failure.get("observed") is not None:
+        parts.append(f"observed {failure['observed']}")
+    expected = failure.get("expected") or {}
+    if expected:
+        low, high = expected.get("min_value"), expected.get("max_value")
+        parts.append(f"expected {'' if low is None else low}..{'' if high is None else high}")
+    if failure.get("unexpected_count") is not None:
+        parts.append(
+            f"unexpected {failure['unexpected_count']} ({failure.get('unexpected_percent')}%),"
+            f" e.g. {failure.get('examples')}"
+        )
+    return f"{name}: {', '.join(parts)}" if parts else name
+
+
 def report(layer: str, outcomes: list[TableOutcome], settings: PlatformSettings) -> str:
     """Human-readable lines for the task log: one per table, then each broken expectation."""
     if not outcomes:
@@ -97,12 +121,7 @@ def report(layer: str, outcomes: list[TableOutcome], settings: PlatformSettings)
             f"  {inc.table} versions {inc.from_version}..{inc.to_version}: "
             f"{o.status} ({o.rows} rows)"
         )
-        for f in o.failed:
-            lines.append(
-                f"    - {f['expectation']} on {f['column']}: observed "
-                f"{f['observed']}, unexpected {f['unexpected_count']} "
-                f"({f['unexpected_percent']}%), e.g. {f['examples']}"
-            )
+        lines += [f"    - {describe_failure(f)}" for f in o.failed]
     lines.append(f"  Data Docs: {docs_index(settings)}")
     return "\n".join(lines)
 
@@ -138,10 +157,15 @@ def status(layer: str, settings: PlatformSettings | None = None) -> str:
     failures = unresolved_failures(layer, settings)
     for _, row in failures.iterrows():
         versions = f"{row['from_version']}..{row['to_version']}"
-        lines.append(
-            f"  FAILED   {row['table']} versions {versions} (run {row['run_id']}): "
-            f"{row['failed_expectations']}"
-        )
+        lines.append(f"  FAILED   {row['table']} versions {versions} (run {row['run_id']})")
+        try:
+            failed = json.loads(row["failed_expectations"] or "[]")
+        except (TypeError, ValueError):  # not what the gate writes: shown as it is
+            failed = None
+        if isinstance(failed, list):
+            lines += [f"           - {describe_failure(f)}" for f in failed]
+        else:
+            lines.append(f"           {row['failed_expectations']}")
     if len(lines) == 1:
         lines.append("  nothing pending, nothing to resolve")
     return "\n".join(lines)

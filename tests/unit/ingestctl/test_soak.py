@@ -713,3 +713,72 @@ def test_a_triggered_runs_fault_waits_for_the_run_however_long_it_takes(
         time_module.sleep(0.05)
     assert not recovery.in_progress()
     assert recovery.check() is None
+
+
+def test_a_held_gate_increment_and_a_remedy_by_hand_fail_the_verdict() -> None:
+    """Soak run 20: a Silver gate failed a legitimate 69-row increment for 25 minutes until
+    it was accepted by hand, and the verdict had no check that could see it (the medallion
+    faults found no task to strike and counted as not injected)."""
+    band = json.dumps(
+        [
+            {
+                "expectation": "expect_table_row_count_to_be_between",
+                "column": None,
+                "observed": 69,
+                "expected": {"min_value": 85, "max_value": 34061},
+            }
+        ]
+    )
+
+    def result(run_id: str, status: str, versions: tuple[int, int], **extra: object) -> dict:
+        row = {
+            "run_id": run_id,
+            "table": "silver_customer_activity",
+            "from_version": versions[0],
+            "to_version": versions[1],
+            "rows": 69 if versions == (7, 7) else 1703,
+            "status": status,
+            "failed_expectations": "[]",
+            "resolved_by": None,
+            "reason": None,
+        }
+        return {**row, **extra}
+
+    healthy = pd.DataFrame(
+        [
+            result("scheduled__1", "passed", (1, 2)),
+            result("full_refresh__1", "passed", (0, 1), resolved_by="layer_full_refresh"),
+        ]
+    )
+    assert [c.ok for c in verdict.gate_checks(healthy)] == [True, True]
+    assert [c.ok for c in verdict.gate_checks(pd.DataFrame())] == [True, True]
+
+    held = pd.concat(
+        [
+            healthy,
+            pd.DataFrame(
+                [
+                    *(
+                        result(f"manual__{n}", "failed", (7, 7), failed_expectations=band)
+                        for n in range(3)
+                    ),
+                    result(
+                        "accept__20261207T204330",
+                        "accepted",
+                        (7, 7),
+                        failed_expectations=band,
+                        resolved_by="soak-operator",
+                        reason="small increment",
+                    ),
+                ]
+            ),
+        ]
+    )
+    increments, remedies = verdict.gate_checks(held)
+    assert increments.failures == 1  # one increment, failed three times
+    assert increments.examples == (
+        "silver_customer_activity versions 7..7: "
+        "expect_table_row_count_to_be_between: observed 69, expected 85..34061",
+    )
+    assert remedies.failures == 1
+    assert "by soak-operator: small increment" in remedies.examples[0]

@@ -41,7 +41,7 @@ PROJECT_ROOT = Path(__file__).resolve().parents[1]
 
 
 #: Tests ``make test`` leaves out, by marker: the option that runs them, and what the skip says.
-#: Soaks and long fault proofs belong in commands, not in the suite (DEVELOPERS.md); each
+#: Soaks and long fault proofs belong in commands, not in the suite (docs/tests.md); each
 #: ``faults`` test's rule is also tested at a cheaper layer in the suite, and the soak makes
 #: the same proof under load (docs/tests.md).
 OPT_IN = {
@@ -67,7 +67,7 @@ def pytest_addoption(parser: pytest.Parser) -> None:
 
 
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
-    """Soaks and long fault proofs are commands, not suite members (DEVELOPERS.md): tests
+    """Soaks and long fault proofs are commands, not suite members (docs/tests.md): tests
     marked ``soak`` or ``faults`` are skipped, saying how to run them, unless their option
     (``--run-soak``, ``--run-faults``) is given."""
     for marker, (option, reason) in OPT_IN.items():

@@ -36,8 +36,8 @@ ENGINE_CHOICES = ("auto", "pandas", "spark")
 @dataclass
 class TableOutcome:
     """One table's gate result: ``status`` is ``passed``, ``failed`` or ``empty``; ``failed``
-    lists the broken expectations (type, column, observed value, unexpected count and share,
-    examples)."""
+    lists the broken expectations (type, column, observed value, the bounds a bounded one
+    was held to, unexpected count and share, examples)."""
 
     increment: Increment
     rows: int

@@ -512,43 +512,50 @@ def read_kafka(settings: PlatformSettings) -> pd.DataFrame:
     return frame.assign(hash=[value_hash(v) for v in frame["value"]])
 
 
-#: ``run_id`` prefixes of the gate remedies an operator runs (``spark_jobs.quality.gate
-#: accept|quarantine``).
-REMEDIES = ("accept__", "quarantine__")
-
-
-def gate_checks(results: pd.DataFrame) -> list[Check]:
+def gate_checks(results: pd.DataFrame, holds: pd.DataFrame) -> list[Check]:
     """The quality gates held nothing back and needed no one.
 
     The soak's stream has no data a gate should stop (its malformed records are Silver's
-    quarantine's), so a failed gate result is an increment held until an operator acts, and
-    an ``accept`` or ``quarantine`` result is what the operator did. Soak run 20: a Silver
-    gate failed a legitimate 69-row increment for 25 minutes, until it was accepted by hand;
-    no fault's check noticed, since the medallion faults then found no task to strike.
+    quarantine's), so a failed gate result is an increment held until an operator acts; an
+    ``accept`` (an ``accepted`` result) or a ``quarantine`` (rows in ``ops_gate_holds``) is
+    what the operator did. Soak run 20: a Silver gate failed a legitimate 69-row increment
+    for 25 minutes, until it was accepted by hand; no fault's check noticed, since the
+    medallion faults then found no task to strike.
 
     :param results: ``ops_gate_results`` (``table``, ``from_version``, ``to_version``,
-        ``rows``, ``status``, ``run_id``, ``failed_expectations``, ``resolved_by``,
-        ``reason``); empty when no gate ran.
+        ``rows``, ``status``, ``failed_expectations``, ``resolved_by``, ``reason``); empty
+        when no gate ran.
+    :param holds: ``ops_gate_holds`` (``table``, ``event_id``, ``reason``, ``run_id``,
+        ``held_by``); empty when nothing was quarantined.
     """
     from ingest_core.quality.results import describe_failure
 
-    if results.empty:
-        return [
-            _check("quality gates: no increment held back", [], 0, "other"),
-            _check("quality gates: no remedy run by hand", [], 0, "other"),
+    increments = ["table", "from_version", "to_version", "rows"]
+    checked = 0 if results.empty else len(results.drop_duplicates(increments))
+    held, by_hand = [], []
+    if not results.empty:
+        # One held increment is validated again and again, its end growing with Silver:
+        # one entry per start, with the newest result's reasons.
+        failed = results[results["status"] == "failed"]
+        for row in failed.drop_duplicates(["table", "from_version"], keep="last").itertuples():
+            reasons = json.loads(str(row.failed_expectations or "[]"))
+            why = "; ".join(
+                describe_failure(f) if isinstance(f, dict) and "expectation" in f else str(f)
+                for f in reasons
+            )
+            held.append(f"{row.table} versions {row.from_version}..{row.to_version}: {why}")
+        accepted = results[results["status"] == "accepted"]
+        by_hand += [
+            f"accepted {row.table} versions {row.from_version}..{row.to_version} by "
+            f"{row.resolved_by}: {row.reason}"
+            for row in accepted.itertuples()
         ]
-    increment = ["table", "from_version", "to_version"]
-    checked = len(results.drop_duplicates([*increment, "rows"]))
-    held = []
-    for row in results[results["status"] == "failed"].drop_duplicates(increment).itertuples():
-        failed = json.loads(str(row.failed_expectations or "[]"))
-        why = "; ".join(describe_failure(f) for f in failed)
-        held.append(f"{row.table} versions {row.from_version}..{row.to_version}: {why}")
-    by_hand = [
-        f"{row.status} {row.table} versions {row.from_version}..{row.to_version} by "
-        f"{row.resolved_by}: {row.reason}"
-        for row in results[results["run_id"].astype(str).str.startswith(REMEDIES)].itertuples()
-    ]
+    if not holds.empty:
+        quarantines = holds.groupby(["run_id", "table", "held_by", "reason"]).size()
+        by_hand += [
+            f"quarantined {count} rows of {table} ({run_id}) by {held_by}: {reason}"
+            for (run_id, table, held_by, reason), count in quarantines.items()
+        ]
     return [
         _check("quality gates: no increment held back", held, checked, "other"),
         _check("quality gates: no remedy run by hand", by_hand, checked, "other"),
@@ -674,5 +681,7 @@ def judge_data(settings: PlatformSettings, log: SoakLog) -> DataVerdict:
     verdict.checks += alert_checks(
         payments, read_table(settings, "gold_payment_alerts"), settings.alerts.amount_threshold
     )
-    verdict.checks += gate_checks(read_table(settings, "ops_gate_results"))
+    verdict.checks += gate_checks(
+        read_table(settings, "ops_gate_results"), read_table(settings, "ops_gate_holds")
+    )
     return verdict

@@ -4,6 +4,7 @@ on small hand-made frames (each check must fail on the fault it names)."""
 from __future__ import annotations
 
 import json
+import time
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
 
@@ -452,14 +453,18 @@ def test_an_airflow_component_fault_while_the_component_is_down_is_not_injected(
 
     monkeypatch.setattr(faults, "COMPONENT_WAIT_S", 0.2)
     standalone = type("Standalone", (), {"processes": lambda self: []})()
-    platform = type("Platform", (), {"standalone": standalone})()
+    platform = type("Platform", (), {"standalone": standalone, "killed_components": {}})()
     fault = PlannedFault(
         number=57,
         at_s=0.0,
         kind="kill_airflow_component",
         params={"component": "dag-processor"},
     )
-    with pytest.raises(faults.FaultNotInjectedError, match="dag-processor was not running"):
+    # Down, and no fault killed it: the injector's failure (the standalone did not restart it).
+    with pytest.raises(TimeoutError):
+        faults.kill_airflow_component(platform, fault)  # type: ignore[arg-type]
+    platform.killed_components["dag-processor"] = time.monotonic() - 60  # #55, a minute ago
+    with pytest.raises(faults.FaultNotInjectedError, match="earlier fault killed"):
         faults.kill_airflow_component(platform, fault)  # type: ignore[arg-type]
 
 
@@ -750,8 +755,9 @@ def test_a_held_gate_increment_and_a_remedy_by_hand_fail_the_verdict() -> None:
             result("full_refresh__1", "passed", (0, 1), resolved_by="layer_full_refresh"),
         ]
     )
-    assert [c.ok for c in verdict.gate_checks(healthy)] == [True, True]
-    assert [c.ok for c in verdict.gate_checks(pd.DataFrame())] == [True, True]
+    none = pd.DataFrame()
+    assert [c.ok for c in verdict.gate_checks(healthy, none)] == [True, True]
+    assert [c.ok for c in verdict.gate_checks(none, none)] == [True, True]
 
     held = pd.concat(
         [
@@ -762,6 +768,8 @@ def test_a_held_gate_increment_and_a_remedy_by_hand_fail_the_verdict() -> None:
                         result(f"manual__{n}", "failed", (7, 7), failed_expectations=band)
                         for n in range(3)
                     ),
+                    # validated again after Silver moved on: the same held increment
+                    result("manual__4", "failed", (7, 8), failed_expectations=band),
                     result(
                         "accept__20261207T204330",
                         "accepted",
@@ -774,11 +782,29 @@ def test_a_held_gate_increment_and_a_remedy_by_hand_fail_the_verdict() -> None:
             ),
         ]
     )
-    increments, remedies = verdict.gate_checks(held)
-    assert increments.failures == 1  # one increment, failed three times
+    holds = pd.DataFrame(
+        [
+            {
+                "table": "silver_payments",
+                "event_id": f"e{n}",
+                "reason": "amounts in cents",
+                "run_id": "quarantine__20261207T210000",
+                "held_by": "ana",
+            }
+            for n in range(2)
+        ]
+    )
+    increments, remedies = verdict.gate_checks(held, holds)
+    assert increments.failures == 1  # one increment, failed four times
     assert increments.examples == (
-        "silver_customer_activity versions 7..7: "
+        "silver_customer_activity versions 7..8: "
         "expect_table_row_count_to_be_between: observed 69, expected 85..34061",
     )
-    assert remedies.failures == 1
-    assert "by soak-operator: small increment" in remedies.examples[0]
+    assert remedies.failures == 2  # the accept and the quarantine
+    assert "accepted silver_customer_activity versions 7..7 by soak-operator" in (
+        remedies.examples[0]
+    )
+    assert remedies.examples[1] == (
+        "quarantined 2 rows of silver_payments (quarantine__20261207T210000) by ana: "
+        "amounts in cents"
+    )

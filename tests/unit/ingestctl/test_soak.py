@@ -801,8 +801,8 @@ def test_a_held_gate_increment_and_a_remedy_by_hand_fail_the_verdict() -> None:
         "expect_table_row_count_to_be_between: observed 69, expected 85..34061",
     )
     assert remedies.failures == 2  # the accept and the quarantine
-    assert "accepted silver_customer_activity versions 7..7 by soak-operator" in (
-        remedies.examples[0]
+    assert (
+        "accepted silver_customer_activity versions 7..7 by soak-operator" in (remedies.examples[0])
     )
     assert remedies.examples[1] == (
         "quarantined 2 rows of silver_payments (quarantine__20261207T210000) by ana: "

@@ -349,7 +349,11 @@ def hang_scheduled_driver(platform: SoakPlatform, fault: PlannedFault) -> Recove
     under it), as a stuck GC, a frozen mount or a paused VM would hang it, left stopped: only
     the task's ``execution_timeout`` (``tasks.spark_timeout_s``) can end it, through
     ``on_kill``, which must kill the stopped processes (SIGKILL reaches a stopped process;
-    SIGTERM waits until it runs again) and so free the checkpoint lock."""
+    SIGTERM waits until it runs again) and so free the checkpoint lock.
+
+    :raises FaultNotInjectedError: no driver ran within 600 s, or the one found ended before
+        it was stopped (nothing was hung: run 20 counted such a fault as recovered at once).
+    """
     job = fault.params["job"]
     jvms = _wait_for_target(lambda: spark_submits(job), platform, 600)
     hit_run = _run_running(platform, job)
@@ -358,6 +362,8 @@ def hang_scheduled_driver(platform: SoakPlatform, fault: PlannedFault) -> Recove
     for jvm in jvms:
         with contextlib.suppress(psutil.Error):
             frozen += [jvm, *jvm.children(recursive=True)]
+    if not frozen:  # soak run 20, #219: the run ended between finding and stopping it
+        raise FaultNotInjectedError(f"{job}'s driver ended before it could be stopped")
     for process in frozen:
         with contextlib.suppress(psutil.NoSuchProcess):
             process.send_signal(signal.SIGSTOP)

@@ -468,6 +468,31 @@ def test_an_airflow_component_fault_while_the_component_is_down_is_not_injected(
         faults.kill_airflow_component(platform, fault)  # type: ignore[arg-type]
 
 
+def test_a_hang_whose_driver_ended_before_it_was_stopped_is_not_injected(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """Soak run 20, #219: silver_refine's driver ended between being found and being
+    stopped; the fault stopped nothing ("pids []") and was judged recovered at once."""
+    import psutil
+
+    from ingestctl.soak import faults
+    from ingestctl.soak.plan import PlannedFault
+
+    class Ended:
+        pid = 4242
+
+        def children(self, recursive: bool = False) -> list:
+            raise psutil.NoSuchProcess(self.pid)
+
+    monkeypatch.setattr(faults, "_wait_for_target", lambda find, platform, wait_s: [Ended()])
+    monkeypatch.setattr(faults, "_run_running", lambda platform, job: None)
+    fault = PlannedFault(
+        number=219, at_s=0.0, kind="hang_scheduled_driver", params={"job": "silver_refine"}
+    )
+    with pytest.raises(faults.FaultNotInjectedError, match="ended before it could be stopped"):
+        faults.hang_scheduled_driver(object(), fault)  # type: ignore[arg-type]
+
+
 def test_a_killed_tasks_own_run_succeeding_through_its_retry_is_a_recovery() -> None:
     """Soak run 18: kill_scheduled_driver and kill_gate asked only for a run started after
     the kill, and counted four faults as not recovered whose own runs succeeded through the

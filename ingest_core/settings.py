@@ -535,8 +535,9 @@ class QualitySettings(BaseModel):
         ``customer_id`` (guest checkouts: about a third of UCI Online Retail lines).
     :param volume_history: passed, non-empty gate runs of a table that the row-count band is
         learned from; with fewer, the volume expectation is skipped (and says so).
-    :param volume_band_factor: an increment's row count must be at most ``median * factor``
-        of that history (and, with ``volume_lower_bound``, at least ``median / factor``).
+    :param volume_band_factor: an increment's row count must be at most ``factor`` times
+        the largest of that history (and, with ``volume_lower_bound``, at least its median
+        over ``factor``: :func:`ingest_core.quality.rules.volume_band`).
     :param volume_lower_bound: also hold an increment with fewer rows than the band's lower
         bound. Off by default: the gate holds back data that is wrong, and a small increment
         of good data is not. A broker or upstream outage, or a cycle run soon after the

@@ -29,13 +29,13 @@ staging checkpoints into exactly-once sinks, `swap` carries on from its journal)
 from __future__ import annotations
 
 import logging
-from datetime import UTC, datetime, timedelta
+from datetime import UTC, datetime
 
 from airflow.sdk import DAG, Param, PokeReturnValue, task
 
 from ingest_core.refresh import BUSY_WAIT_S
 from ingest_platform.operators import SparkJobOperator, StagedJobOperator
-from ingest_platform.orchestration import GOLD_POOL, REFRESH_PRIORITY
+from ingest_platform.orchestration import GOLD_POOL, REFRESH_PRIORITY, SPREAD_RETRIES
 
 AVAILABLE_NOW = ["--trigger", "available-now"]
 
@@ -57,13 +57,7 @@ with DAG(
     # minutes): soak run 18 killed one rebuild's three attempts within five minutes (two
     # scheduler kills and an API server kill: each takes the running tasks with it) and the
     # refresh failed for good; a rebuild resumes where it stopped, so waiting costs little.
-    default_args={
-        "owner": "data-platform",
-        "retries": 5,
-        "retry_delay": timedelta(minutes=1),
-        "retry_exponential_backoff": 2.0,
-        "max_retry_delay": timedelta(minutes=10),
-    },
+    default_args={"owner": "data-platform", **SPREAD_RETRIES},
     tags=["medallion", "operations", "backfill"],
     doc_md=__doc__,
     params={

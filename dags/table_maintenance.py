@@ -24,12 +24,13 @@ Manual runs take parameters: `tables` (empty: all), `dry_run` (report only),
 
 from __future__ import annotations
 
-from datetime import UTC, datetime, timedelta
+from datetime import UTC, datetime
 
 from airflow.sdk import DAG, Param, task
 
 from ingest_core.catalog import get_catalog
 from ingest_platform.maintenance import LAYER_POOLS
+from ingest_platform.orchestration import SPREAD_RETRIES
 
 TABLES = list(get_catalog().tables)  # from include/pipeline.yaml
 
@@ -42,8 +43,9 @@ with DAG(
     max_active_tasks=1,  # two cores: one table at a time
     # Every step is idempotent (compaction, VACUUM, retention find nothing left to do the
     # second time): a task failed by its surroundings is retried (soak run 5: the metadata
-    # database killed while a finished task pushed its report failed the run).
-    default_args={"owner": "data-platform", "retries": 1, "retry_delay": timedelta(minutes=1)},
+    # database killed while a finished task pushed its report failed the run), its retries
+    # spread out (soak run 20: two, a minute apart, both lost to Airflow component kills).
+    default_args={"owner": "data-platform", **SPREAD_RETRIES},
     tags=["delta", "maintenance", "operations"],
     doc_md=__doc__,
     params={

@@ -168,10 +168,14 @@ def test_every_task_is_retried(dagbag) -> None:
     assert not_retried == []
 
 
-def test_a_full_refreshs_tasks_retry_across_a_quarter_hour_of_faults(dagbag) -> None:
+@pytest.mark.parametrize("dag_id", ["layer_full_refresh", "table_maintenance"])
+def test_an_operations_dags_tasks_retry_across_a_quarter_hour_of_faults(
+    dagbag, dag_id: str
+) -> None:
     """Soak run 18: two scheduler kills and an API server kill within five minutes (each
     takes the running tasks with it) used up ``rebuild_gold``'s three attempts one minute
-    apart, and the refresh failed for good. Its tasks resume where they stopped, so their
+    apart, and the refresh failed for good; run 20: ``table_maintenance``'s two attempts,
+    a minute apart, and the daily maintenance failed. Their tasks are idempotent, so their
     retries are spread over at least 15 minutes, as Airflow itself schedules them
     (``TaskInstance.next_retry_datetime``: exponential backoff, capped)."""
     import uuid
@@ -180,7 +184,7 @@ def test_a_full_refreshs_tasks_retry_across_a_quarter_hour_of_faults(dagbag) -> 
     from airflow.models.taskinstance import TaskInstance
 
     spans = {}
-    for task in dagbag.dags["layer_full_refresh"].tasks:
+    for task in dagbag.dags[dag_id].tasks:
         ti = TaskInstance(task=task, run_id="r", dag_version_id=uuid.uuid4())
         ti.end_date = datetime(2026, 1, 1, tzinfo=UTC)
         waited = 0.0

@@ -523,8 +523,8 @@ def gate_checks(results: pd.DataFrame, holds: pd.DataFrame) -> list[Check]:
     medallion faults then found no task to strike.
 
     :param results: ``ops_gate_results`` (``table``, ``from_version``, ``to_version``,
-        ``rows``, ``status``, ``failed_expectations``, ``resolved_by``, ``reason``); empty
-        when no gate ran.
+        ``rows``, ``status``, ``failed_expectations``, ``resolved_by``, ``reason``,
+        ``validated_at``), in any order; empty when no gate ran.
     :param holds: ``ops_gate_holds`` (``table``, ``event_id``, ``reason``, ``run_id``,
         ``held_by``); empty when nothing was quarantined.
     """
@@ -536,7 +536,7 @@ def gate_checks(results: pd.DataFrame, holds: pd.DataFrame) -> list[Check]:
     if not results.empty:
         # One held increment is validated again and again, its end growing with Silver:
         # one entry per start, with the newest result's reasons.
-        failed = results[results["status"] == "failed"]
+        failed = results[results["status"] == "failed"].sort_values("validated_at")
         for row in failed.drop_duplicates(["table", "from_version"], keep="last").itertuples():
             reasons = json.loads(str(row.failed_expectations or "[]"))
             why = "; ".join(

@@ -771,6 +771,7 @@ def test_a_held_gate_increment_and_a_remedy_by_hand_fail_the_verdict() -> None:
             "failed_expectations": "[]",
             "resolved_by": None,
             "reason": None,
+            "validated_at": datetime(2026, 12, 7, 20, 18 + len(run_id)),
         }
         return {**row, **extra}
 
@@ -794,7 +795,7 @@ def test_a_held_gate_increment_and_a_remedy_by_hand_fail_the_verdict() -> None:
                         for n in range(3)
                     ),
                     # validated again after Silver moved on: the same held increment
-                    result("manual__4", "failed", (7, 8), failed_expectations=band),
+                    result("manual__4_later", "failed", (7, 8), failed_expectations=band),
                     result(
                         "accept__20261207T204330",
                         "accepted",
@@ -819,7 +820,8 @@ def test_a_held_gate_increment_and_a_remedy_by_hand_fail_the_verdict() -> None:
             for n in range(2)
         ]
     )
-    increments, remedies = verdict.gate_checks(held, holds)
+    # ops_gate_results as delta-rs reads it: in no particular order
+    increments, remedies = verdict.gate_checks(held.iloc[::-1], holds)
     assert increments.failures == 1  # one increment, failed four times
     assert increments.examples == (
         "silver_customer_activity versions 7..8: "

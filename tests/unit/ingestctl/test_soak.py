@@ -557,7 +557,21 @@ def test_a_hung_drivers_own_run_succeeding_through_its_retry_is_a_recovery(
     from ingestctl.soak import faults
     from ingestctl.soak.plan import PlannedFault
 
-    monkeypatch.setattr(faults, "_wait_for_target", lambda find, platform, timeout: [])
+    class Stopped:
+        """A driver JVM stopped by the fault, then killed by on_kill: gone by the check."""
+
+        pid = 4343
+
+        def children(self, recursive: bool = False) -> list:
+            return []
+
+        def send_signal(self, signal: int) -> None:
+            pass
+
+        def is_running(self) -> bool:
+            return False
+
+    monkeypatch.setattr(faults, "_wait_for_target", lambda find, platform, timeout: [Stopped()])
     monkeypatch.setattr(faults, "_run_running", lambda platform, job: "struck")
     runs = [{"dag_run_id": "struck", "state": "success", "start_date": "2026-12-07T14:00:00Z"}]
     platform = SimpleNamespace(medallion_runs=lambda: runs, active_medallion_run=lambda: None)

@@ -100,7 +100,7 @@ test: setup browser lint typecheck ## Lint, type-check and run the suite (starts
 
 # The long fault proofs `make test` leaves out (marker `faults`, docs/tests.md): kill -9 of
 # brokers, workers and drivers, a Spark task killed three ways through Airflow's task runner.
-test-faults: setup ## The long fault proofs make test leaves out (5-7 minutes; docs/tests.md)
+test-faults: setup ## The long fault proofs make test leaves out (about 6 minutes; docs/tests.md)
 	$(BIN)/pytest -n $(TEST_WORKERS) --dist loadfile --run-faults -m faults $(PYTEST_ARGS)
 
 unit: setup ## Unit tests only (no services)

@@ -110,6 +110,22 @@ def describe_failure(failure: dict[str, Any]) -> str:
     return f"{name}: {', '.join(parts)}" if parts else name
 
 
+def describe_failures(recorded: object) -> list[str]:
+    """One ``ops_gate_results`` row's ``failed_expectations`` (the gate's JSON list) as
+    lines of :func:`describe_failure`; text that is not that JSON comes back as it is, one
+    line."""
+    try:
+        failed = json.loads(str(recorded or "[]"))
+    except ValueError:
+        return [str(recorded)]
+    if not isinstance(failed, list):
+        return [str(recorded)]
+    return [
+        describe_failure(f) if isinstance(f, dict) and "expectation" in f else str(f)
+        for f in failed
+    ]
+
+
 def report(layer: str, outcomes: list[TableOutcome], settings: PlatformSettings) -> str:
     """Human-readable lines for the task log: one per table, then each broken expectation."""
     if not outcomes:
@@ -158,14 +174,7 @@ def status(layer: str, settings: PlatformSettings | None = None) -> str:
     for _, row in failures.iterrows():
         versions = f"{row['from_version']}..{row['to_version']}"
         lines.append(f"  FAILED   {row['table']} versions {versions} (run {row['run_id']})")
-        try:
-            failed = json.loads(row["failed_expectations"] or "[]")
-        except (TypeError, ValueError):  # not what the gate writes: shown as it is
-            failed = None
-        if isinstance(failed, list):
-            lines += [f"           - {describe_failure(f)}" for f in failed]
-        else:
-            lines.append(f"           {row['failed_expectations']}")
+        lines += [f"           - {line}" for line in describe_failures(row["failed_expectations"])]
     if len(lines) == 1:
         lines.append("  nothing pending, nothing to resolve")
     return "\n".join(lines)

@@ -194,10 +194,10 @@ def volume_band_for(results: Any, table: str, settings: PlatformSettings) -> tup
         return None
     mine = results[
         (results["table"] == table) & (results["status"] == "passed") & (results["rows"] > 0)
-    ].sort_values("validated_at")
-    if {"from_version", "to_version"} <= set(mine.columns):
-        mine = mine.drop_duplicates(subset=["from_version", "to_version", "rows"])
-    history = mine.sort_values("validated_at", ascending=False)["rows"].astype(int).tolist()
+    ].sort_values("validated_at", ascending=False)
+    if {"from_version", "to_version"} <= set(mine.columns):  # each at its first validation
+        mine = mine.drop_duplicates(subset=["from_version", "to_version", "rows"], keep="last")
+    history = mine["rows"].astype(int).tolist()
     return learn_band(history, settings.quality)
 
 

@@ -528,7 +528,7 @@ def gate_checks(results: pd.DataFrame, holds: pd.DataFrame) -> list[Check]:
     :param holds: ``ops_gate_holds`` (``table``, ``event_id``, ``reason``, ``run_id``,
         ``held_by``); empty when nothing was quarantined.
     """
-    from ingest_core.quality.results import describe_failure
+    from ingest_core.quality.results import describe_failures
 
     increments = ["table", "from_version", "to_version", "rows"]
     checked = 0 if results.empty else len(results.drop_duplicates(increments))
@@ -538,11 +538,7 @@ def gate_checks(results: pd.DataFrame, holds: pd.DataFrame) -> list[Check]:
         # one entry per start, with the newest result's reasons.
         failed = results[results["status"] == "failed"].sort_values("validated_at")
         for row in failed.drop_duplicates(["table", "from_version"], keep="last").itertuples():
-            reasons = json.loads(str(row.failed_expectations or "[]"))
-            why = "; ".join(
-                describe_failure(f) if isinstance(f, dict) and "expectation" in f else str(f)
-                for f in reasons
-            )
+            why = "; ".join(describe_failures(row.failed_expectations))
             held.append(f"{row.table} versions {row.from_version}..{row.to_version}: {why}")
         accepted = results[results["status"] == "accepted"]
         by_hand += [

@@ -20,12 +20,13 @@ Then let `medallion_incremental` pick the restored rows up (Silver deduplicates 
 
 from __future__ import annotations
 
-from datetime import UTC, datetime, timedelta
+from datetime import UTC, datetime
 
 from airflow.sdk import DAG, Param, task
 
 from ingest_core.contracts import TOPICS
 from ingest_platform.operators import SparkJobOperator
+from ingest_platform.orchestration import SPREAD_RETRIES
 
 ISO_8601 = r"^\d{4}-\d{2}-\d{2}T\d{2}:\d{2}(:\d{2}(\.\d+)?)?(Z|[+-]\d{2}:\d{2})$"
 
@@ -36,8 +37,8 @@ with DAG(
     catchup=False,
     max_active_runs=1,
     # Both tasks are safe to run again: check_range only reads, and replay's MERGE inserts
-    # only the rows Bronze lacks.
-    default_args={"owner": "data-platform", "retries": 2, "retry_delay": timedelta(minutes=1)},
+    # only the rows Bronze lacks. Retries spread out as every manual operation's (soak run 21).
+    default_args={"owner": "data-platform", **SPREAD_RETRIES},
     tags=["bronze", "kafka", "backfill", "operations"],
     doc_md=__doc__,
     params={

@@ -10,8 +10,12 @@ Before touching anything it refuses, naming the problem, when the job is running
 always-on job first: `streaming_supervisor` with `action=stop`), the backup does not verify
 or lacks `metadata`, the query id differs from the live checkpoint's, the job's
 configuration changed since the backup, or Kafka lost the offsets: these fail the task
-without a retry. Kafka not answering is retried (3 times, 2 minutes apart: soak run 7's
-restore met a broker outage). The live checkpoint is
+without a retry. Anything else is retried over about 25 minutes (5 times, 1, 2, 4, 8 and 10
+minutes apart): Kafka not answering (soak run 7's restore met a broker outage), and Airflow
+itself failing the task (soak run 21: a scheduler kill, an API server kill, a broker outage
+and a database kill, two minutes apart, took all four of the old attempts; the last one had
+restored the checkpoint and failed on reporting it). A restore run again after it succeeded
+restores the same backup again: the same result. The live checkpoint is
 moved aside, never deleted, and later intact batches are carried over so that no batch the
 sinks committed is re-planned (no duplicate, no loss). Then start the job again
 (`streaming_supervisor` with `action=start`, or the next scheduled run).
@@ -19,11 +23,12 @@ sinks committed is re-planned (no duplicate, no loss). Then start the job again
 
 from __future__ import annotations
 
-from datetime import UTC, datetime, timedelta
+from datetime import UTC, datetime
 
 from airflow.sdk import DAG, Param, task
 
 from ingest_core.catalog import get_catalog
+from ingest_platform.orchestration import SPREAD_RETRIES
 
 JOBS = sorted(get_catalog().jobs)
 
@@ -33,8 +38,9 @@ with DAG(
     start_date=datetime(2026, 1, 1, tzinfo=UTC),
     catchup=False,
     max_active_runs=1,
-    # Retries only for a Kafka that does not answer; every other refusal fails at once.
-    default_args={"owner": "data-platform", "retries": 3, "retry_delay": timedelta(minutes=2)},
+    # A refusal fails at once (AirflowFailException); Kafka not answering and Airflow's own
+    # failures are retried, spread out (soak run 21).
+    default_args={"owner": "data-platform", **SPREAD_RETRIES},
     tags=["checkpoints", "operations"],
     doc_md=__doc__,
     params={

@@ -19,7 +19,7 @@ restarted by the next `streaming_supervisor` round) or its tables skipped.
 
 Manual runs take parameters: `tables` (empty: all), `dry_run` (report only),
 `retention_hours` (refused, with the numbers, when below what (a)-(c) need), `on_busy`,
-`always_on`. A failed task is retried once, a minute later (every step is idempotent).
+`always_on`. A failed task is retried over about 25 minutes, 5 times (every step is idempotent).
 """
 
 from __future__ import annotations

@@ -29,11 +29,13 @@ SILVER_POOL, GOLD_POOL = "silver_layer", "gold_layer"
 #: 11). The live path first, then an operator's refresh, then backfills of history.
 LIVE_PRIORITY, REFRESH_PRIORITY, BACKFILL_PRIORITY = 10, 5, 1
 #: Retries of the operations DAGs' idempotent tasks (``layer_full_refresh``,
-#: ``table_maintenance``), spread over about 25 minutes (1, 2, 4, 8, 10) as Airflow schedules
-#: them (exponential backoff, capped): a burst of infrastructure faults takes the running
-#: tasks with each scheduler or API server kill (soak run 18: a rebuild's three attempts
-#: a minute apart; run 20: ``table_maintenance``'s two, killed with the API server and the
-#: scheduler a minute apart, and the daily maintenance failed for good).
+#: ``table_maintenance``, ``checkpoint_restore``, ``bronze_replay``), spread over about 25
+#: minutes (1, 2, 4, 8, 10) as Airflow schedules them (exponential backoff, capped): a burst
+#: of infrastructure faults takes the running tasks with each scheduler or API server kill
+#: (soak run 18: a rebuild's three attempts a minute apart; run 20: ``table_maintenance``'s
+#: two, killed with the API server and the scheduler a minute apart, and the daily
+#: maintenance failed for good; run 21: a restore's four attempts two minutes apart, in a
+#: burst of four faults).
 SPREAD_RETRIES: dict[str, object] = {
     "retries": 5,
     "retry_delay": timedelta(minutes=1),

@@ -168,16 +168,33 @@ def test_every_task_is_retried(dagbag) -> None:
     assert not_retried == []
 
 
-@pytest.mark.parametrize("dag_id", ["layer_full_refresh", "table_maintenance"])
+#: The operations DAGs whose tasks retry across a burst of faults: every manual one, and the
+#: daily maintenance.
+SPREAD_OUT = ["bronze_replay", "checkpoint_restore", "layer_full_refresh", "table_maintenance"]
+
+
+def test_every_manual_operations_dag_spreads_its_retries(dagbag) -> None:
+    manual = {
+        dag_id
+        for dag_id, dag in dagbag.dags.items()
+        if "operations" in dag.tags and dag.schedule is None
+    }
+    assert "checkpoint_restore" in manual
+    assert manual <= set(SPREAD_OUT)
+
+
+@pytest.mark.parametrize("dag_id", SPREAD_OUT)
 def test_an_operations_dags_tasks_retry_across_a_quarter_hour_of_faults(
     dagbag, dag_id: str
 ) -> None:
     """Soak run 18: two scheduler kills and an API server kill within five minutes (each
     takes the running tasks with it) used up ``rebuild_gold``'s three attempts one minute
     apart, and the refresh failed for good; run 20: ``table_maintenance``'s two attempts,
-    a minute apart, and the daily maintenance failed. Their tasks are idempotent, so their
-    retries are spread over at least 15 minutes, as Airflow itself schedules them
-    (``TaskInstance.next_retry_datetime``: exponential backoff, capped)."""
+    a minute apart, and the daily maintenance failed; run 21: ``restore_checkpoint``'s
+    four, two minutes apart, met a database outage, an API server kill, a broker outage and
+    a database kill (the last had restored and failed reporting it). Their tasks are
+    idempotent, so their retries are spread over at least 15 minutes, as Airflow itself
+    schedules them (``TaskInstance.next_retry_datetime``: exponential backoff, capped)."""
     import uuid
     from datetime import UTC, datetime
 

@@ -187,3 +187,40 @@ def test_a_query_idle_since_its_start_is_backed_up_and_restored_to_start_afresh(
     assert (landing / "sources" / "0" / "0").read_text() == 'v1\n{"payments":{"0":0}}'
     assert (landing / "metadata").exists()
     assert (velocity / "commits" / "1").exists()
+
+
+def _files(folder: Path) -> dict[str, str]:
+    return {str(p.relative_to(folder)): p.read_text() for p in folder.rglob("*") if p.is_file()}
+
+
+def test_a_restore_run_again_after_it_succeeded_leaves_the_same_checkpoint(
+    ingest_home: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Soak run 21: ``restore_checkpoint`` restored the checkpoint, then failed reporting it
+    (the metadata database was killed), so its retry restores the same backup again. The
+    second restore carries over the same batches and leaves the same files: the checkpoint,
+    the result and the batch the query resumes after are those of the first."""
+    from ingest_core import recovery
+    from ingest_core.checkpoints import backup
+
+    job = get_catalog().job("payment_alerts")
+    checkpoint = job.checkpoint()
+    for name in ("velocity", "landing"):
+        _started_query(checkpoint / name, f"q-{name}")
+        for batch in (0, 1):
+            _batch(checkpoint / name, batch, commit=True)
+    info = backup("payment_alerts")
+    for name in ("velocity", "landing"):  # the live queries go on after the backup
+        _batch(checkpoint / name, 2, commit=True)
+        _batch(checkpoint / name, 3, commit=False)
+    monkeypatch.setattr(recovery, "_kafka_gaps", lambda *args: [])
+
+    first = recovery.restore("payment_alerts", info.backup_id)
+    restored = _files(checkpoint)
+    second = recovery.restore("payment_alerts", info.backup_id)
+
+    assert first.resumes_after == second.resumes_after == {"landing": 2, "velocity": 2}
+    assert first.restored_batch == second.restored_batch
+    assert _files(checkpoint) == restored
+    assert second.moved_aside != first.moved_aside  # each restore keeps what it replaced
+    assert _files(second.moved_aside) == restored

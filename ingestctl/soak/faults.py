@@ -1024,8 +1024,9 @@ def _checkpoint_restore(platform: SoakPlatform) -> Recovery:
             run = platform.trigger(
                 "checkpoint_restore", {"job": job, "backup_id": backups[0].backup_id}
             )
-            # Its retries (Kafka away) take up to 3 x 2 minutes more.
-            restored = platform.wait_for_run("checkpoint_restore", run, 1500)
+            # Its retries (Kafka away, Airflow's own failures: SPREAD_RETRIES) wait about
+            # 25 minutes in all, plus the attempts themselves.
+            restored = platform.wait_for_run("checkpoint_restore", run, 2400)
     except TimeoutError as error:
         restored = f"not finished ({error})"
     finally:
